@@ -1,0 +1,1 @@
+"""ksearch_engine."""
