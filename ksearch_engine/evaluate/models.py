@@ -1,0 +1,89 @@
+"""The evaluator's results and limits, as JSON-able pydantic models."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+Status = Literal[
+    "passed", "failed", "compile_error", "runtime_error", "timeout", "crashed",
+    "resource_limit", "cheating", "not_runnable",
+]
+# Statuses that mean "the candidate is wrong or harmful" (as opposed to passed / not runnable here).
+FAILING = {"failed", "compile_error", "runtime_error", "timeout", "crashed", "resource_limit", "cheating"}
+
+
+class Limits(BaseModel):
+    """Per-candidate sandbox limits."""
+    wall_s: float = 60.0          # whole evaluation of one candidate, including compilation
+    cpu_s: int = 120              # RLIMIT_CPU
+    memory_mb: int = 8192         # RLIMIT_AS (skipped on mlx-cuda, whose runtime reserves huge ranges)
+    file_mb: int = 256            # RLIMIT_FSIZE
+    nproc: int = 512              # RLIMIT_NPROC (threads count too)
+    isolate_network: bool = True  # a new network namespace where the OS allows it
+    drop_privileges: bool = True  # when running as root, the child runs as 'nobody'
+
+
+class Mismatch(BaseModel):
+    workload: str
+    seed: int
+    output: str
+    index: list[int] = []
+    got: float | None = None
+    expected: float | None = None
+    abs_err: float | None = None
+    rel_err: float | None = None
+    call: str = "first"           # which call of the candidate: 'first' (before the reference) or 'second'
+    note: str = ""
+
+    def describe(self) -> str:
+        if self.note:
+            return f"{self.output} on {self.workload} (seed {self.seed}): {self.note}"
+        return (f"{self.output}{self.index} on {self.workload} (seed {self.seed}, {self.call} call): "
+                f"got {self.got:.6g}, expected {self.expected:.6g} (abs err {self.abs_err:.3g}, rel {self.rel_err:.3g})")
+
+
+class Timing(BaseModel):
+    workload: str
+    median_ms: float
+    iqr_ms: float
+    baseline_ms: float
+    baseline_iqr_ms: float
+    speedup: float
+    repeats: int
+    method: str
+    suspect: bool = False         # speedup > 10x: flagged until re-measured
+
+
+class EvalResult(BaseModel):
+    status: Status
+    message: str = ""
+    kind: str = "ops"
+    backend: str = ""
+    device: str = ""
+    mlx_version: str = ""
+    verified_by: str | None = None   # 'mlx-cpu', 'mlx-cuda', 'sim', ...
+    trials: int = 0                  # (workload, seed) pairs checked
+    worst: Mismatch | None = None
+    max_abs_err: float | None = None
+    timing: Timing | None = None     # main timing workload (the largest); None when not measured
+    timings: list[Timing] = []
+    sandbox: dict = {}
+    log_tail: str = ""
+    eval_ms: float = 0.0             # wall time the evaluator spent on this candidate
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def summary(self) -> str:
+        if self.status == "passed":
+            t = self.timing
+            where = f"{self.device} ({self.backend})"
+            if t is None:
+                return f"passed · verified ({self.verified_by}) on {self.trials} trials"
+            flag = " (suspect: re-measure)" if t.suspect else ""
+            return f"passed · {t.median_ms:.4g} ms ±{t.iqr_ms:.2g} · {t.speedup:.2f}x vs baseline{flag} · {where}"
+        if self.status == "failed" and self.worst:
+            return f"failed · {self.worst.describe()}"
+        return f"{self.status} · {self.message}"

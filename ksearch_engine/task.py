@@ -1,0 +1,182 @@
+"""KernelTask: what a kernel computes, on which inputs, how closely, at which shapes.
+
+A task is data (pydantic) so that it can cross process boundaries and be stored. The reference and the
+baseline are Python *source text* defining `reference(*inputs)` / `baseline(*inputs)` in MLX operations:
+the evaluator runs them in their own processes, never in the candidate's.
+"""
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+DType = Literal["float32", "float16", "bfloat16", "int32", "uint32", "int64", "bool"]
+Init = Literal["uniform", "normal", "positive", "randint", "zeros", "ones", "arange", "permutation"]
+
+# KernelBench's tolerances: fp32 1e-4, fp16/bf16 1e-2.
+DEFAULT_TOLERANCES = {
+    "float32": {"atol": 1e-4, "rtol": 1e-4},
+    "float16": {"atol": 1e-2, "rtol": 1e-2},
+    "bfloat16": {"atol": 1e-2, "rtol": 1e-2},
+    "int32": {"atol": 0.0, "rtol": 0.0},
+    "uint32": {"atol": 0.0, "rtol": 0.0},
+    "int64": {"atol": 0.0, "rtol": 0.0},
+    "bool": {"atol": 0.0, "rtol": 0.0},
+}
+
+
+class TaskError(ValueError):
+    """A task file or task description that cannot be used; the message names the file and the fix."""
+
+
+class Tolerance(BaseModel):
+    atol: float
+    rtol: float
+
+
+class InputSpec(BaseModel):
+    name: str
+    shape: list[int | str] = Field(description="ints, or names of dims given by each workload")
+    dtype: DType = "float32"
+    init: Init = "uniform"
+    low: float = -1.0
+    high: float = 1.0
+
+    def resolve_shape(self, dims: dict[str, int]) -> tuple[int, ...]:
+        out = []
+        for d in self.shape:
+            if isinstance(d, int):
+                out.append(d)
+            elif d in dims:
+                out.append(int(dims[d]))
+            else:
+                raise TaskError(f"input '{self.name}': dimension '{d}' is not set by the workload (dims: {sorted(dims)})")
+        return tuple(out)
+
+
+class Workload(BaseModel):
+    name: str
+    dims: dict[str, int] = {}
+
+
+class KernelTask(BaseModel):
+    name: str
+    family: str = "custom"
+    description: str = ""
+    entry: str = "kernel"
+    inputs: list[InputSpec]
+    outputs: list[str] = ["out"]
+    reference: str = Field(description="Python source defining reference(*inputs) with MLX ops")
+    baseline: str | None = Field(None, description="Python source defining baseline(*inputs); default: reference")
+    baseline_name: str = "MLX reference"
+    workloads: list[Workload] = [Workload(name="default")]
+    bench_workloads: list[Workload] = []
+    seeds: list[int] = [0, 1, 2]
+    tolerances: dict[str, Tolerance] = {}
+    initial: str | None = Field(None, description="a starting candidate module (source text)")
+    source_file: str | None = None
+    kernel_name: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "KernelTask":
+        names = [i.name for i in self.inputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate input names: {names}")
+        if not self.workloads:
+            raise ValueError("a task needs at least one workload")
+        if "def reference" not in self.reference:
+            raise ValueError("reference must define `def reference(...)`")
+        if self.baseline is not None and "def baseline" not in self.baseline:
+            raise ValueError("baseline must define `def baseline(...)`")
+        return self
+
+    # -- derived -------------------------------------------------------------------------------------
+    def tolerance(self, dtype: str) -> Tolerance:
+        if dtype in self.tolerances:
+            return self.tolerances[dtype]
+        return Tolerance(**DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES["float32"]))
+
+    def baseline_source(self) -> str:
+        if self.baseline is not None:
+            return self.baseline
+        return self.reference + "\n\ndef baseline(*args):\n    return reference(*args)\n"
+
+    def timing_workloads(self) -> list[Workload]:
+        return self.bench_workloads or self.workloads
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+    def make_inputs(self, workload: Workload, seed: int) -> list[np.ndarray]:
+        """Deterministic inputs for one workload and seed, as numpy arrays (bfloat16 is carried as float32)."""
+        rng = np.random.default_rng(seed)
+        arrays = []
+        for spec in self.inputs:
+            shape = spec.resolve_shape(workload.dims)
+            arrays.append(_generate(rng, spec, shape))
+        return arrays
+
+    # -- loading -------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path) -> "KernelTask":
+        """Load a `*.task.toml` file. `reference_file`/`baseline_file`/`initial_file` are read relative to it."""
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise TaskError(f"{path}: task file not found") from None
+        except tomllib.TOMLDecodeError as e:
+            raise TaskError(f"{path}: not valid TOML ({e}); fix the file or delete it and run 'Create benchmark task' again") from None
+        for key in ("reference", "baseline", "initial"):
+            fkey = f"{key}_file"
+            if fkey in data:
+                f = path.parent / data.pop(fkey)
+                try:
+                    data[key] = f.read_text()
+                except OSError as e:
+                    raise TaskError(f"{path}: {fkey} '{f}' cannot be read ({e.strerror})") from None
+        if "source_file" in data and not Path(data["source_file"]).is_absolute():
+            data["source_file"] = str((path.parent / data["source_file"]).resolve())
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'task'}: {err['msg']}" for err in e.errors())
+            raise TaskError(f"{path}: invalid task: {problems}") from None
+
+
+def _generate(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...]) -> np.ndarray:
+    np_dtype = {"bfloat16": np.float32, "bool": np.bool_}.get(spec.dtype, spec.dtype)
+    if spec.init == "uniform":
+        a = rng.uniform(spec.low, spec.high, size=shape)
+    elif spec.init == "normal":
+        a = rng.standard_normal(size=shape) * (spec.high - spec.low) / 2 + (spec.high + spec.low) / 2
+    elif spec.init == "positive":
+        a = rng.uniform(max(spec.low, 1e-3), max(spec.high, 1e-3 + 1e-6), size=shape)
+    elif spec.init == "randint":
+        a = rng.integers(int(spec.low), int(spec.high), size=shape)
+    elif spec.init == "zeros":
+        a = np.zeros(shape)
+    elif spec.init == "ones":
+        a = np.ones(shape)
+    elif spec.init == "arange":
+        a = np.arange(int(np.prod(shape))).reshape(shape)
+    elif spec.init == "permutation":
+        a = rng.permutation(int(np.prod(shape))).reshape(shape)
+    else:  # pragma: no cover - Literal guards this
+        raise TaskError(f"unknown init {spec.init}")
+    return np.ascontiguousarray(a.astype(np_dtype))
+
+
+def find_task_file(kernel_file: str | Path, kernel: str | None = None) -> Path | None:
+    """The task file that belongs to a kernel: `<stem>.<kernel>.task.toml`, then `<stem>.task.toml`."""
+    p = Path(kernel_file)
+    names = ([f"{p.stem}.{kernel}.task.toml"] if kernel else []) + [f"{p.stem}.task.toml"]
+    for n in names:
+        cand = p.with_name(n)
+        if cand.exists():
+            return cand
+    return None
