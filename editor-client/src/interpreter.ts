@@ -1,0 +1,146 @@
+/**
+ * Which Python interpreter runs the ksearch language server, and how to read the probe that checks
+ * it has ksearch installed.  Pure: imports neither `vscode` nor the language client, so `node --test`
+ * covers it.
+ *
+ * Order: the `ksearch.interpreter` setting (an explicit choice: used alone, never silently replaced),
+ * else the Python extension's active interpreter, else `python3` (`python` on Windows) from the PATH.
+ */
+
+export type InterpreterSource = "setting" | "python-extension" | "default";
+
+export interface InterpreterCandidate {
+  command: string;
+  source: InterpreterSource;
+}
+
+export interface CandidateInputs {
+  /** Value of `ksearch.interpreter` (empty or undefined: not set). */
+  setting?: string;
+  /** Executable path of the Python extension's active environment, when that extension is present. */
+  pythonExtension?: string;
+  /** `process.platform`. */
+  platform: string;
+  /** First workspace folder's file-system path, for `${workspaceFolder}` in the setting. */
+  workspaceFolder?: string;
+  /** The user's home directory, for `~` in the setting. */
+  home?: string;
+}
+
+/** Expands `${workspaceFolder}`, `${userHome}` and a leading `~` the way VS Code users expect. */
+export function expandSetting(value: string, workspaceFolder?: string, home?: string): string {
+  let out = value.trim();
+  if (workspaceFolder !== undefined) {
+    out = out.split("${workspaceFolder}").join(workspaceFolder);
+  }
+  if (home !== undefined) {
+    out = out.split("${userHome}").join(home);
+    if (out === "~" || out.startsWith("~/")) {
+      out = home + out.slice(1);
+    }
+  }
+  return out;
+}
+
+/** The interpreters to try, in order, without duplicates. */
+export function interpreterCandidates(inputs: CandidateInputs): InterpreterCandidate[] {
+  const setting = (inputs.setting ?? "").trim();
+  if (setting !== "") {
+    return [{ command: expandSetting(setting, inputs.workspaceFolder, inputs.home), source: "setting" }];
+  }
+  const out: InterpreterCandidate[] = [];
+  const fromExtension = (inputs.pythonExtension ?? "").trim();
+  if (fromExtension !== "") {
+    out.push({ command: fromExtension, source: "python-extension" });
+  }
+  const fallback = inputs.platform === "win32" ? "python" : "python3";
+  if (!out.some((c) => c.command === fallback)) {
+    out.push({ command: fallback, source: "default" });
+  }
+  return out;
+}
+
+/**
+ * Arguments for the probe: prints the interpreter's real path and exits 3 when the server package
+ * cannot be found.  `find_spec` locates the package without importing it (importing pulls in MLX).
+ */
+export const PROBE_ARGS = [
+  "-c",
+  "import importlib.util, sys; print(sys.executable); " +
+    "sys.exit(0 if importlib.util.find_spec('ksearch_server') else 3)",
+];
+
+/** The module the server runs as: `<python> -m ksearch_server`. */
+export const SERVER_ARGS = ["-m", "ksearch_server"];
+
+export type ProbeResult =
+  | { kind: "ok"; executable: string }
+  | { kind: "missing-package"; executable: string }
+  | { kind: "not-found" }
+  | { kind: "broken"; detail: string };
+
+export interface ProbeOutcome {
+  /** Error code from spawning (`ENOENT`, `EACCES`...), when the process did not start. */
+  spawnError?: string;
+  exitCode: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Reads what the probe process did. */
+export function readProbe(outcome: ProbeOutcome): ProbeResult {
+  if (outcome.spawnError === "ENOENT" || outcome.spawnError === "EACCES") {
+    return { kind: "not-found" };
+  }
+  if (outcome.spawnError !== undefined) {
+    return { kind: "broken", detail: outcome.spawnError };
+  }
+  const executable = outcome.stdout.trim().split(/\r?\n/)[0] ?? "";
+  if (outcome.exitCode === 0 && executable !== "") {
+    return { kind: "ok", executable };
+  }
+  if (outcome.exitCode === 3 && executable !== "") {
+    return { kind: "missing-package", executable };
+  }
+  const detail = (outcome.stderr.trim() || outcome.stdout.trim() || `exit code ${outcome.exitCode}`)
+    .split(/\r?\n/)
+    .slice(-3)
+    .join(" ");
+  return { kind: "broken", detail };
+}
+
+const SOURCE_WORDS: Record<InterpreterSource, string> = {
+  setting: "from the ksearch.interpreter setting",
+  "python-extension": "the Python extension's active interpreter",
+  default: "from the PATH",
+};
+
+/** One line per interpreter tried, saying what was wrong with it. */
+export function describeAttempt(candidate: InterpreterCandidate, result: ProbeResult): string {
+  const where = `${candidate.command} (${SOURCE_WORDS[candidate.source]})`;
+  switch (result.kind) {
+    case "ok":
+      return `${where}: has ksearch`;
+    case "missing-package":
+      return `${where}: ksearch is not installed in ${result.executable}`;
+    case "not-found":
+      return `${where}: no such program`;
+    case "broken":
+      return `${where}: did not run (${result.detail})`;
+  }
+}
+
+/** The message shown when no interpreter has ksearch: what was tried and the two ways to fix it. */
+export function noInterpreterMessage(
+  attempts: { candidate: InterpreterCandidate; result: ProbeResult }[],
+): string {
+  const missingIn = attempts.find((a) => a.result.kind === "missing-package");
+  const python =
+    missingIn && missingIn.result.kind === "missing-package" ? missingIn.result.executable : "python3";
+  const tried = attempts.map((a) => describeAttempt(a.candidate, a.result)).join("; ");
+  return (
+    `ksearch could not start its language server. Tried ${tried}. ` +
+    `Fix: run \`${python} -m pip install ksearch\`, or set the setting ksearch.interpreter ` +
+    `to a Python that has ksearch installed.`
+  );
+}

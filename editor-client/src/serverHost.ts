@@ -1,0 +1,244 @@
+/**
+ * Starts, stops and restarts the ksearch language server: finds a Python with ksearch installed,
+ * runs `<python> -m ksearch_server` over stdio, and reports a missing install with the fix.
+ */
+import { execFile } from "node:child_process";
+import * as os from "node:os";
+import * as vscode from "vscode";
+import { LanguageClient, LanguageClientOptions, RevealOutputChannelOn, ServerOptions } from "vscode-languageclient/node";
+import { DOCUMENT_SELECTOR } from "./documents";
+import {
+  InterpreterCandidate,
+  PROBE_ARGS,
+  ProbeResult,
+  SERVER_ARGS,
+  interpreterCandidates,
+  noInterpreterMessage,
+  readProbe,
+} from "./interpreter";
+import { RedactingChannel } from "./redactingChannel";
+import { SECTION, describeOptions, initializationOptions, readSettings } from "./settings";
+
+const PROBE_TIMEOUT_MS = 20_000;
+
+/** Callbacks for the server's custom notifications; set before the client starts. */
+export interface ServerHandlers {
+  onJobs(params: unknown): void;
+  onShowDiff(params: unknown): void;
+  onStopped(): void;
+}
+
+/** Reads the stored Gemini key. */
+export type KeyReader = () => Promise<string | undefined>;
+
+function probe(command: string): Promise<ProbeResult> {
+  return new Promise((resolve) => {
+    execFile(command, PROBE_ARGS, { timeout: PROBE_TIMEOUT_MS, windowsHide: true }, (error, stdout, stderr) => {
+      const err = error as (NodeJS.ErrnoException & { code?: string | number }) | null;
+      const spawnError = err && typeof err.code === "string" ? err.code : undefined;
+      const exitCode = err ? (typeof err.code === "number" ? err.code : null) : 0;
+      resolve(readProbe({ spawnError, exitCode, stdout: String(stdout), stderr: String(stderr) }));
+    });
+  });
+}
+
+interface PythonExtensionApi {
+  environments?: {
+    getActiveEnvironmentPath?(resource?: vscode.Uri): { path: string } | undefined;
+    resolveEnvironment?(env: { path: string }): Promise<{ executable?: { uri?: vscode.Uri } } | undefined>;
+    onDidChangeActiveEnvironmentPath?: vscode.Event<unknown>;
+  };
+}
+
+/** The Python extension's API, when that extension is installed. */
+async function pythonExtensionApi(): Promise<PythonExtensionApi | undefined> {
+  const ext = vscode.extensions.getExtension<PythonExtensionApi>("ms-python.python");
+  if (!ext) {
+    return undefined;
+  }
+  try {
+    return ext.isActive ? ext.exports : await ext.activate();
+  } catch {
+    return undefined;
+  }
+}
+
+async function pythonExtensionInterpreter(): Promise<string | undefined> {
+  const api = await pythonExtensionApi();
+  const envs = api?.environments;
+  const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+  const active = envs?.getActiveEnvironmentPath?.(folder);
+  if (!envs || !active) {
+    return undefined;
+  }
+  try {
+    const resolved = await envs.resolveEnvironment?.(active);
+    return resolved?.executable?.uri?.fsPath ?? active.path;
+  } catch {
+    return active.path;
+  }
+}
+
+export class ServerHost implements vscode.Disposable {
+  private client: LanguageClient | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+  private readonly disposables: vscode.Disposable[] = [];
+
+  constructor(
+    private readonly channel: RedactingChannel,
+    private readonly handlers: ServerHandlers,
+    private readonly readKey: KeyReader,
+  ) {
+    void pythonExtensionApi().then((api) => {
+      const event = api?.environments?.onDidChangeActiveEnvironmentPath;
+      if (event) {
+        this.disposables.push(
+          event(() => {
+            if (readSettings((k) => vscode.workspace.getConfiguration(SECTION).get(k)).interpreter === "") {
+              void this.restart("the Python extension's interpreter changed");
+            }
+          }),
+        );
+      }
+    });
+  }
+
+  /** The running client, if the server is up. */
+  get running(): LanguageClient | undefined {
+    return this.client?.isRunning() ? this.client : undefined;
+  }
+
+  /** Starts the server (no-op when it runs).  Starts and stops are serialized. */
+  start(): Promise<void> {
+    return this.enqueue(() => this.doStart());
+  }
+
+  stop(): Promise<void> {
+    return this.enqueue(() => this.doStop());
+  }
+
+  restart(reason: string): Promise<void> {
+    return this.enqueue(async () => {
+      this.channel.info(`Restarting the ksearch server: ${reason}.`);
+      await this.doStop();
+      await this.doStart();
+    });
+  }
+
+  private enqueue(step: () => Promise<void>): Promise<void> {
+    const next = this.queue.then(step, step);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private async findInterpreter(): Promise<string | undefined> {
+    const settings = readSettings((k) => vscode.workspace.getConfiguration(SECTION).get(k));
+    const candidates: InterpreterCandidate[] = interpreterCandidates({
+      setting: settings.interpreter,
+      pythonExtension: settings.interpreter === "" ? await pythonExtensionInterpreter() : undefined,
+      platform: process.platform,
+      workspaceFolder: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath,
+      home: os.homedir(),
+    });
+    const attempts: { candidate: InterpreterCandidate; result: ProbeResult }[] = [];
+    for (const candidate of candidates) {
+      const result = await probe(candidate.command);
+      attempts.push({ candidate, result });
+      if (result.kind === "ok") {
+        this.channel.info(`Using ${result.executable} (${candidate.source}).`);
+        return result.executable;
+      }
+    }
+    const message = noInterpreterMessage(attempts);
+    this.channel.error(message);
+    void vscode.window.showErrorMessage(message, "Set ksearch.interpreter", "Show Log").then((choice) => {
+      if (choice === "Set ksearch.interpreter") {
+        void vscode.commands.executeCommand("workbench.action.openSettings", "ksearch.interpreter");
+      } else if (choice === "Show Log") {
+        this.channel.show();
+      }
+    });
+    return undefined;
+  }
+
+  private async doStart(): Promise<void> {
+    if (this.client) {
+      return;
+    }
+    const python = await this.findInterpreter();
+    if (python === undefined) {
+      return;
+    }
+    const key = await this.readKey();
+    this.channel.addSecret(key);
+    const settings = readSettings((k) => vscode.workspace.getConfiguration(SECTION).get(k));
+    const options = initializationOptions(settings, key);
+    this.channel.info(`Starting ${python} ${SERVER_ARGS.join(" ")} (${describeOptions(options)}).`);
+
+    const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+    const serverOptions: ServerOptions = {
+      command: python,
+      args: SERVER_ARGS,
+      options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: "1" } },
+    };
+    const clientOptions: LanguageClientOptions = {
+      documentSelector: DOCUMENT_SELECTOR,
+      outputChannel: this.channel,
+      traceOutputChannel: this.channel,
+      revealOutputChannelOn: RevealOutputChannelOn.Never,
+      initializationOptions: options,
+      initializationFailedHandler: (error) => {
+        const text = error instanceof Error ? error.message : String(error);
+        void vscode.window.showErrorMessage(
+          `ksearch: the server at ${python} failed to initialize (${text}). See "ksearch: Show Server Log".`,
+        );
+        return false;
+      },
+    };
+    const client = new LanguageClient("ksearch", "ksearch", serverOptions, clientOptions);
+    client.onNotification("ksearch/jobs", (params: unknown) => this.handlers.onJobs(params));
+    client.onNotification("ksearch/showDiff", (params: unknown) => this.handlers.onShowDiff(params));
+    this.client = client;
+    try {
+      await client.start();
+    } catch (error) {
+      this.client = undefined;
+      const text = error instanceof Error ? error.message : String(error);
+      this.channel.error(`The server did not start: ${text}`);
+      void vscode.window.showErrorMessage(
+        `ksearch: ${python} -m ksearch_server did not start (${text}). ` +
+          `Check that \`${python} -m pip install ksearch\` succeeded; the server log has details.`,
+        "Show Log",
+      ).then((choice) => choice && this.channel.show());
+    }
+  }
+
+  private async doStop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    if (client) {
+      try {
+        await client.stop(5000);
+      } catch (error) {
+        this.channel.warn(`Stopping the server: ${error instanceof Error ? error.message : String(error)}`);
+      }
+      this.handlers.onStopped();
+    }
+  }
+
+  /** Sends the Gemini key (or null to forget it) to the running server, outside any settings. */
+  async sendSecret(key: string | undefined): Promise<void> {
+    this.channel.addSecret(key);
+    const client = this.running;
+    if (client) {
+      await client.sendNotification("ksearch/secret", { geminiApiKey: key ?? null });
+    }
+  }
+
+  dispose(): void {
+    for (const d of this.disposables) {
+      d.dispose();
+    }
+    void this.stop();
+  }
+}
