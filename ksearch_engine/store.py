@@ -82,8 +82,7 @@ class Store:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self.tx() as c:
-            c.executescript(SCHEMA)
+        self._conn().executescript(SCHEMA)  # executescript manages its own transaction
 
     def _conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)

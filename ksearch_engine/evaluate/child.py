@@ -42,6 +42,18 @@ def _hide_secrets() -> None:
 
 _hide_secrets()
 
+_net_attempts: list[str] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    """Refuse network use from anything in this process (an audit hook cannot be removed by the candidate)."""
+    if event in ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo"):
+        _net_attempts.append(f"{event} {args[1:2]}")
+        raise PermissionError(f"ksearch sandbox: network access is not allowed ({event})")
+
+
+sys.addaudithook(_audit)
+
 
 def _reply(obj: dict) -> None:
     _proto.write(json.dumps(obj) + "\n")
@@ -155,6 +167,10 @@ class Worker:
                 mx.eval(*second)
             except Exception as e:  # noqa: BLE001
                 msg = _tb_tail(e, fname)
+                if _net_attempts:
+                    return {"status": "cheating", "message": f"tried to use the network ({_net_attempts[0]}); candidates run without network"}
+                if isinstance(e, MemoryError) or "bad_alloc" in msg or "[malloc]" in msg:
+                    return {"status": "resource_limit", "message": "ran out of memory (the sandbox's memory limit): " + msg[-300:]}
                 status = "compile_error" if "compil" in msg.lower() or "SimError" in msg else "runtime_error"
                 return {"status": status, "message": msg, "workload": item["workload"]}
             for o in first + second:
@@ -181,6 +197,8 @@ class Worker:
                 reply["timings"] = self.time(fn, req)
             except Exception as e:  # noqa: BLE001
                 return {"status": "runtime_error", "message": "while timing: " + _tb_tail(e, fname)}
+        if _net_attempts:
+            return {"status": "cheating", "message": f"tried to use the network ({_net_attempts[0]}); candidates run without network"}
         bad = self.tampered()
         if bad:
             return {"status": "cheating", "message": f"replaced {', '.join(bad)} (timer or evaluator functions patched)"}

@@ -1,0 +1,333 @@
+"""The `ksearch` command line: the same engine as the language server, without an editor.
+
+    ksearch optimize TARGET [--kernel NAME] [--proposer offline|gemini|openai] [--budget N] [--backend B]
+    ksearch port FILE [--kernel NAME]
+    ksearch eval TASK CANDIDATE [--backend B]
+    ksearch runs
+    ksearch show RUN [--tree]
+
+TARGET is a `*.task.toml`, a built-in family name (`ksearch families` lists them), or a kernel file whose
+task is found next to it (`<stem>.task.toml`) or recognized from its kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .events import SearchRequest
+from .store import Store, default_path
+from .task import KernelTask, TaskError, find_task_file
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+# -- task resolution -------------------------------------------------------------------------------
+def resolve_task(target: str, kernel: str | None = None) -> tuple[KernelTask, str | None]:
+    """A task from a task file, a family name, or a kernel file. Returns (task, source_file)."""
+    from . import families
+
+    p = Path(target)
+    if target in families.names():
+        return families.get(target).make_task(), None
+    if not p.exists():
+        raise UserError(f"{target}: no such file, and not a family name (families: {', '.join(families.names())})")
+    if p.name.endswith(".task.toml"):
+        return load_task_file(p), None
+    tf = find_task_file(p, kernel)
+    if tf is not None:
+        return load_task_file(tf), str(p.resolve())
+    fam = guess_family(p, kernel)
+    if fam:
+        return families.get(fam).make_task(), str(p.resolve())
+    raise UserError(f"{p}: no task found for this kernel. Write {p.with_suffix('.task.toml').name} next to it "
+                    f"(or use 'Create benchmark task' in the editor) describing its inputs and reference.")
+
+
+def load_task_file(path: Path) -> KernelTask:
+    """A task file: either a full KernelTask, or `family = "..."` (+ options) naming a built-in family."""
+    import tomllib
+
+    from . import families
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise UserError(f"{path}: cannot read task file: {e}") from None
+    if "inputs" not in data and "family" in data:
+        name = data.pop("family")
+        if name not in families.names():
+            raise UserError(f"{path}: unknown family '{name}' (known: {', '.join(families.names())})")
+        return families.get(name).make_task(**data.get("options", {}))
+    try:
+        return KernelTask.load(path)
+    except TaskError as e:
+        raise UserError(str(e)) from None
+
+
+def guess_family(path: Path, kernel: str | None) -> str | None:
+    """Recognize a kernel's family from its name and body (the search's analysis refines this)."""
+    from . import families
+
+    try:
+        from .source import find_kernels
+        parsed = find_kernels(path.read_text(errors="replace"), str(path))
+        ks = [k for k in parsed.kernels if kernel in (None, k.name)]
+        text = " ".join(k.name for k in ks).lower()
+    except Exception:  # noqa: BLE001
+        text = (kernel or path.stem).lower()
+    text += " " + path.stem.lower()
+    rules = [("paged", "paged_decode"), ("scan", "scan"), ("mamba", "scan"), ("ssm", "scan"), ("softmax", "softmax"),
+             ("rms", "rmsnorm"), ("layer_norm", "layernorm"), ("layernorm", "layernorm"), ("attention", "attention"),
+             ("attn", "attention"), ("topk", "moe_gating"), ("routing", "moe_gating"), ("gating", "moe_gating")]
+    for needle, fam in rules:
+        if needle in text and fam in families.names():
+            return fam
+    return None
+
+
+# -- commands --------------------------------------------------------------------------------------
+def _store(args) -> Store:
+    return Store(args.store or default_path())
+
+
+def cmd_optimize(args) -> int:
+    task, source_file = resolve_task(args.target, args.kernel)
+    req = SearchRequest(kind="optimize", store_path=str(args.store or default_path()), task=task.model_dump(mode="json"),
+                        source_file=source_file, kernel=args.kernel or task.kernel_name, proposer=args.proposer,
+                        model=args.model, base_url=args.base_url, backend=args.backend, max_evals=args.budget,
+                        max_seconds=args.max_seconds, seed=args.seed)
+    return _run(req, args, title=f"optimize {task.name} ({task.family})")
+
+
+def cmd_port(args) -> int:
+    p = Path(args.file)
+    if not p.exists():
+        raise UserError(f"{p}: no such file")
+    req = SearchRequest(kind="port", store_path=str(args.store or default_path()), source_file=str(p.resolve()),
+                        kernel=args.kernel, backend=args.backend, proposer="offline")
+    rc = _run(req, args, title=f"port {p.name}" + (f" :: {args.kernel}" if args.kernel else ""))
+    return rc
+
+
+def _run(req: SearchRequest, args, title: str) -> int:
+    from .worker import run_job
+
+    store = Store(req.store_path)
+    req.run_id = store.create_run(req.kind, task_name=(req.task or {}).get("name", ""),
+                                  family=(req.task or {}).get("family", ""), file=req.source_file, kernel=req.kernel,
+                                  backend=req.backend or "", proposer=req.proposer, config=req.model_dump(mode="json"))
+    if args.json:
+        done = run_job(req, emit=lambda e: print(e.model_dump_json(), flush=True))
+        return 0 if done.status == "done" else 1
+    console.print(f"[bold]ksearch[/] {title} · run {req.run_id} · proposer {req.proposer} · store {req.store_path}")
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} evals"),
+                  TimeElapsedColumn(), console=console, transient=True) as prog:
+        bar = prog.add_task("starting", total=req.max_evals if req.kind == "optimize" else None)
+
+        def emit(e) -> None:
+            store.add_event(req.run_id, e.type, json.loads(e.model_dump_json())) if e.type in ("best", "done", "error") else None
+            if e.type == "stage":
+                prog.update(bar, description=f"{e.stage}: {e.message}"[:70])
+            elif e.type == "candidate":
+                prog.update(bar, completed=e.evals)
+                prog.console.print(f"  #{e.evals:<3} {e.status:<14} {e.summary}")
+            elif e.type == "best":
+                prog.console.print(f"  [green]new best[/] {e.summary}")
+            elif e.type == "log" and e.level != "info":
+                prog.console.print(f"  [yellow]{e.level}[/] {e.message}")
+            elif e.type == "error":
+                prog.console.print(f"  [red]error[/] {e.message}")
+        done = run_job(req, emit=emit)
+    show_run(store, req.run_id, tree=False)
+    if done.status != "done":
+        err.print(f"[red]{done.status}[/]: {done.message}")
+        return 1
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from .evaluate import Evaluator, Limits
+
+    task = load_task_file(Path(args.task)) if args.task.endswith(".toml") else resolve_task(args.task)[0]
+    try:
+        source = Path(args.candidate).read_text()
+    except OSError as e:
+        raise UserError(f"{args.candidate}: cannot read the candidate ({e.strerror})") from None
+    with Evaluator(task, args.backend, limits=Limits(wall_s=args.timeout)) as ev:
+        r = ev.evaluate(source)
+    if args.json:
+        print(r.model_dump_json(indent=2))
+    else:
+        t = Table(title=f"{task.name}: {Path(args.candidate).name}")
+        for c in ("status", "verified", "trials", "median ms", "±IQR", "baseline ms", "speedup", "device"):
+            t.add_column(c)
+        tm = r.timing
+        t.add_row(r.status, r.verified_by or "-", str(r.trials), f"{tm.median_ms:.4g}" if tm else "-",
+                  f"{tm.iqr_ms:.2g}" if tm else "-", f"{tm.baseline_ms:.4g}" if tm else "-",
+                  (f"{tm.speedup:.2f}x" + (" (suspect)" if tm.suspect else "")) if tm else "-", f"{r.device} ({r.backend})")
+        console.print(t)
+        if r.status != "passed":
+            console.print(f"[red]{r.status}[/]: {r.message}")
+        if tm:
+            console.print(f"[dim]method: {tm.method}[/]")
+    return 0 if r.status in ("passed", "not_runnable") else 1
+
+
+def cmd_runs(args) -> int:
+    store = _store(args)
+    rows = store.runs(limit=args.limit)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    t = Table(title=f"runs in {store.path}")
+    for c in ("run", "kind", "task / kernel", "status", "candidates", "best"):
+        t.add_column(c)
+    for r in rows:
+        best = store.candidate(r["best_candidate"]) if r.get("best_candidate") else None
+        t.add_row(r["id"], r["kind"], r.get("task_name") or r.get("kernel") or "-", r["status"],
+                  str(len(store.candidates(r["id"]))), _result_text(best) if best else "-")
+    console.print(t)
+    return 0
+
+
+def _result_text(c: dict) -> str:
+    res = c.get("result") or {}
+    t = res.get("timing")
+    if c["status"] == "passed" and t:
+        return f"{t['median_ms']:.4g} ms · {t['speedup']:.2f}x · {res.get('device')} ({res.get('backend')})"
+    if c["status"] == "passed":
+        return f"verified ({res.get('verified_by')})"
+    return c["status"]
+
+
+def show_run(store: Store, run_id: str, tree: bool) -> None:
+    r = store.find_run(run_id)
+    if r is None:
+        raise UserError(f"no run '{run_id}' in {store.path} (see `ksearch runs`)")
+    cands = store.candidates(r["id"])
+    t = Table(title=f"run {r['id']} · {r['kind']} · {r.get('task_name') or r.get('kernel') or ''} · {r['status']}")
+    for c in ("#", "status", "plan", "median ms", "±IQR", "vs baseline", "vs original", "trials", "device"):
+        t.add_column(c)
+    original = next((c for c in cands if (c.get("result") or {}).get("timing")), None)
+    orig_ms = original["result"]["timing"]["median_ms"] if original else None
+    for c in cands:
+        res = c.get("result") or {}
+        tm = res.get("timing")
+        status = c["status"] + (" *" if c["id"] == r.get("best_candidate") else "")
+        if c["status"] == "passed" and not tm:
+            status += f" ({res.get('verified_by')})"
+        t.add_row(str(c["seq"]), status, (c.get("plan") or "")[:48],
+                  f"{tm['median_ms']:.4g}" if tm else "-", f"{tm['iqr_ms']:.2g}" if tm else "-",
+                  (f"{tm['speedup']:.2f}x" + ("!" if tm.get("suspect") else "")) if tm else "-",
+                  f"{orig_ms / tm['median_ms']:.2f}x" if tm and orig_ms else "-", str(res.get("trials", "-")),
+                  f"{res.get('device', '')} ({res.get('backend', '')})" if res else "-")
+    console.print(t)
+    best = store.candidate(r["best_candidate"]) if r.get("best_candidate") else None
+    if best:
+        console.print(f"best: candidate #{best['seq']} ({best['id']}): {_result_text(best)}")
+        if (best.get("result") or {}).get("timing"):
+            console.print(f"[dim]method: {best['result']['timing']['method']}[/]")
+    if r.get("message"):
+        console.print(f"[dim]{r['message']}[/]")
+    if tree:
+        tj = store.latest_tree(r["id"])
+        if not tj:
+            console.print("(no world-model tree stored for this run)")
+        else:
+            from .worldmodel import render_tree_json
+            console.print(render_tree_json(tj))
+
+
+def cmd_show(args) -> int:
+    store = _store(args)
+    if args.json:
+        r = store.find_run(args.run)
+        if r is None:
+            raise UserError(f"no run '{args.run}'")
+        print(json.dumps({"run": r, "candidates": store.candidates(r["id"]), "tree": store.latest_tree(r["id"])},
+                         indent=2, default=str))
+        return 0
+    show_run(store, args.run, tree=args.tree)
+    return 0
+
+
+def cmd_families(args) -> int:
+    from . import families
+
+    for n in families.names():
+        f = families.get(n)
+        console.print(f"{n:14} {f.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ksearch", description="Port and optimize GPU kernels for MLX with a K-Search-style search.")
+    p.add_argument("--store", help="results database (default: ./.ksearch/ksearch.db or $KSEARCH_STORE)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    o = sub.add_parser("optimize", help="search for a faster kernel")
+    o.add_argument("target", help="a *.task.toml, a family name, or a kernel file")
+    o.add_argument("--kernel", help="which kernel in the file")
+    o.add_argument("--proposer", default="offline", choices=["offline", "gemini", "openai"])
+    o.add_argument("--model", help="LLM model name (gemini / openai proposers)")
+    o.add_argument("--base-url", help="OpenAI-compatible endpoint (mlx_lm.server, Ollama, vLLM)")
+    o.add_argument("--backend", choices=["mlx-metal", "mlx-cuda", "mlx-cpu", "sim"], help="default: best present")
+    o.add_argument("--budget", type=int, default=16, help="candidate evaluations (default 16)")
+    o.add_argument("--max-seconds", type=float, default=900.0)
+    o.add_argument("--seed", type=int, default=0)
+    o.set_defaults(fn=cmd_optimize)
+
+    pt = sub.add_parser("port", help="translate a CUDA kernel to an MLX module and check it")
+    pt.add_argument("file")
+    pt.add_argument("--kernel")
+    pt.add_argument("--backend", choices=["mlx-metal", "mlx-cuda", "mlx-cpu", "sim"])
+    pt.set_defaults(fn=cmd_port)
+
+    e = sub.add_parser("eval", help="verify and time one candidate module")
+    e.add_argument("task", help="a *.task.toml or a family name")
+    e.add_argument("candidate", help="a Python module defining the task's entry function")
+    e.add_argument("--backend", choices=["mlx-metal", "mlx-cuda", "mlx-cpu", "sim"])
+    e.add_argument("--timeout", type=float, default=60.0, help="seconds before the candidate is killed")
+    e.set_defaults(fn=cmd_eval)
+
+    r = sub.add_parser("runs", help="list runs in the store")
+    r.add_argument("--limit", type=int, default=30)
+    r.set_defaults(fn=cmd_runs)
+
+    s = sub.add_parser("show", help="show one run's candidates")
+    s.add_argument("run", help="run id (a prefix is enough)")
+    s.add_argument("--tree", action="store_true", help="print the world-model tree")
+    s.set_defaults(fn=cmd_show)
+
+    f = sub.add_parser("families", help="list the built-in kernel families")
+    f.set_defaults(fn=cmd_families)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (UserError, TaskError) as e:
+        err.print(f"[red]error:[/] {e}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
