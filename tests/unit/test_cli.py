@@ -1,0 +1,40 @@
+"""The command line, run as a user runs it: a subprocess, a store in a temp dir, a readable table."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ksearch(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "ksearch_engine.cli", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, timeout=600)
+
+
+def test_eval_prints_a_table_with_correctness_and_time(tmp_path):
+    r = ksearch("eval", "examples/tasks/row_softmax.task.toml", "examples/tasks/softmax_candidate.py", "--backend", "mlx-cpu")
+    assert r.returncode == 0, r.stderr
+    assert "passed" in r.stdout and "mlx-cpu" in r.stdout and "speedup" in r.stdout
+
+
+def test_eval_json_reports_a_wrong_candidate(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import mlx.core as mx\ndef kernel(x):\n    return mx.exp(x)\n")
+    r = ksearch("--json", "eval", "examples/tasks/row_softmax.task.toml", str(bad), "--backend", "mlx-cpu")
+    assert r.returncode == 1
+    res = json.loads(r.stdout)
+    assert res["status"] == "failed" and res["worst"]["output"] == "y"
+
+
+def test_bad_task_file_gives_a_clear_message_not_a_traceback(tmp_path):
+    t = tmp_path / "broken.task.toml"
+    t.write_text("name = 'x'\n[[inputs]]\nname = 3\n")
+    r = ksearch("eval", str(t), "examples/tasks/softmax_candidate.py")
+    assert r.returncode == 2
+    assert "broken.task.toml" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unknown_run_is_reported(tmp_path):
+    r = ksearch("--store", str(tmp_path / "k.db"), "show", "nope")
+    assert r.returncode == 2 and "no run 'nope'" in r.stderr
