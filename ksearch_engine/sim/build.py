@@ -1,0 +1,119 @@
+"""Compiles a generated translation unit into a shared library, cached by the hash of its text.
+
+Compiler diagnostics are mapped back to the kernel's own lines: the generated text marks each part
+with ``#line N "name"`` (``source``, ``header``, the ``.cu`` file name), so g++ reports those names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .errors import SimError
+
+HEADER = Path(__file__).with_name("ksim.h")
+FLAGS = ["-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-w", "-fno-strict-aliasing",
+         "-fno-omit-frame-pointer"]
+GENERATED = {"ksim-signature", "ksim-launch", "ksim-prelude"}
+_DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$")
+_CONTEXT = re.compile(r"^(?:In file included from |\s+from )?(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s+(?:required from|required by|In instantiation).*$")
+
+
+def cache_dir() -> Path:
+    d = os.environ.get("KSEARCH_SIM_CACHE")
+    path = Path(d) if d else Path(tempfile.gettempdir()) / f"ksearch-sim-{os.getuid()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if not cxx:
+        raise SimError("no C++ compiler found: install g++ (the CPU simulator compiles kernels with it)",
+                       kind="usage")
+    return cxx
+
+
+def _user_files(extra: set[str]) -> set[str]:
+    return {"source", "header"} | extra
+
+
+def map_diagnostics(stderr: str, user_files: set[str]) -> tuple[str, int | None, str | None]:
+    """(message, line, file) for the first error, located in the kernel's own text when possible."""
+    lines = stderr.splitlines()
+    first_err = None
+    for i, ln in enumerate(lines):
+        m = _DIAG.match(ln)
+        if m and m.group("sev") in ("error", "fatal error"):
+            first_err = i
+            break
+    if first_err is None:
+        tail = "\n".join(lines[-15:])
+        return f"the kernel did not compile:\n{tail}", None, None
+    m = _DIAG.match(lines[first_err])
+    msg = m.group("msg")
+    name = os.path.basename(m.group("file"))
+    line, file = None, None
+    if name in user_files:
+        line, file = int(m.group("line")), name
+    else:
+        # an error inside ksim.h: the kernel line that led there is in the context lines around it
+        for j in list(range(first_err - 1, -1, -1)) + list(range(first_err + 1, len(lines))):
+            mm = _CONTEXT.match(lines[j]) or _DIAG.match(lines[j])
+            if mm and os.path.basename(mm.group("file")) in user_files:
+                line, file = int(mm.group("line")), os.path.basename(mm.group("file"))
+                break
+    # a short excerpt of the diagnostics, with cache paths removed
+    keep = []
+    for ln in lines[first_err:first_err + 12]:
+        mm = _DIAG.match(ln)
+        if mm and mm.group("sev") == "error" and keep and len(keep) > 1:
+            if sum(1 for k in keep if " error: " in k) >= 3:
+                break
+        keep.append(re.sub(r"[^\s:]*/ksearch-sim-[^/\s]*/", "", ln))
+    return f"compile error: {msg}\n" + "\n".join(keep), line, file
+
+
+def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
+    """Compile `code` (a full C++ translation unit) to a cached ``.so``; raise SimError on errors."""
+    header_text = HEADER.read_bytes()
+    cxx = compiler()
+    key = hashlib.sha256(code.encode() + header_text + " ".join([cxx] + FLAGS).encode()).hexdigest()[:24]
+    d = cache_dir()
+    so = d / f"k{key}.so"
+    if so.exists():
+        return so
+    src = d / f"k{key}.cpp"
+    src.write_text(code)
+    tmp = d / f"k{key}.{os.getpid()}.tmp.so"
+    cmd = [cxx, *FLAGS, f"-I{HEADER.parent}", str(src), "-o", str(tmp)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        raise SimError(f"compiling {what} took more than 180 s", kind="compile") from None
+    if r.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        msg, line, file = map_diagnostics(r.stderr, _user_files(user_files or set()))
+        raise SimError(f"{what}: {msg}", line, file=file, kind="compile", details=r.stderr)
+    os.replace(tmp, so)
+    return so
+
+
+def source_line_of_pc(so: Path, pc_offset: int) -> tuple[int | None, str | None]:
+    """Kernel source line of a faulting instruction, through addr2line (None when unknown)."""
+    tool = shutil.which("addr2line")
+    if not tool or not pc_offset:
+        return None, None
+    try:
+        r = subprocess.run([tool, "-e", str(so), hex(pc_offset)], capture_output=True, text=True, timeout=20)
+    except (subprocess.TimeoutExpired, OSError):
+        return None, None
+    m = re.match(r"^(.*):(\d+)", r.stdout.strip())
+    if not m or m.group(1) in ("??", "") or m.group(2) == "0":
+        return None, None
+    return int(m.group(2)), os.path.basename(m.group(1))

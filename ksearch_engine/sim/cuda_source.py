@@ -1,0 +1,114 @@
+"""run_cuda_source: runs one ``__global__`` kernel of a whole ``.cu`` file on the CPU.
+
+The file may hold host code (``main``, ``cudaMalloc``, ``<<<...>>>`` launches): functions that are
+neither ``__global__`` nor ``__device__`` are blanked before compiling, and CUDA's own headers are
+provided by ksim.h. The launch follows CUDA: ``grid`` counts blocks, ``block`` threads per block.
+Pointer parameters take numpy arrays (copied in; every pointer argument is returned after the run),
+scalar parameters take Python numbers; both by parameter name.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from . import build as _build
+from . import runtime as rt
+from .errors import SimError
+from .preprocess import find_kernel, list_kernels, prepare, strip_host_code
+
+# base type word -> numpy dtypes a pointer to it accepts
+_POINTEE = {
+    "float": {np.float32}, "double": {np.float64}, "__half": {np.float16}, "half": {np.float16},
+    "__nv_bfloat16": {np.uint16}, "nv_bfloat16": {np.uint16},
+    "int": {np.int32}, "int32_t": {np.int32}, "unsigned": {np.uint32}, "uint32_t": {np.uint32},
+    "uint": {np.uint32}, "int64_t": {np.int64}, "uint64_t": {np.uint64}, "size_t": {np.uint64},
+    "int8_t": {np.int8}, "uint8_t": {np.uint8}, "int16_t": {np.int16}, "uint16_t": {np.uint16},
+    "bool": {np.bool_}, "float2": {np.float32}, "float4": {np.float32}, "int4": {np.int32},
+    "int2": {np.int32}, "half2": {np.float16}, "__half2": {np.float16}, "char": {np.int8, np.uint8},
+}
+
+
+def _pointee(ptype: str) -> str | None:
+    words = [w for w in re.findall(r"[A-Za-z_]\w*", ptype)
+             if w not in ("const", "volatile", "__restrict__", "__restrict", "restrict", "signed", "struct")]
+    if "unsigned" in words:
+        rest = [w for w in words if w != "unsigned"]
+        if not rest or rest == ["int"]:
+            return "unsigned"
+        return None
+    if words.count("long") == 2 or words == ["long"]:
+        return "int64_t"
+    return words[-1] if words else None
+
+
+def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), args=None,
+                    shared_mem_bytes: int = 0, *, template_args=None, filename: str = "kernel.cu",
+                    timeout_s: float = 20.0) -> dict[str, np.ndarray]:
+    """Launch `kernel` from `source` (a whole .cu file) over `grid` blocks of `block` threads."""
+    args = dict(args or {})
+    info = find_kernel(source, kernel)
+    if info is None:
+        known = ", ".join(list_kernels(source)) or "none"
+        raise SimError(f"{filename}: no __global__ kernel named '{kernel}' (kernels found: {known})",
+                       kind="usage")
+    what = f"kernel '{kernel}' of {filename}"
+    if info.is_template and not template_args:
+        raise SimError(f"{what} is a template: pass template_args, e.g. template_args=['float', '256']",
+                       kind="usage")
+    names = [p.name for p in info.params]
+    missing = [n for n in names if n not in args]
+    extra = [n for n in args if n not in names]
+    if missing or extra:
+        raise SimError(f"{what} takes ({', '.join(names)}); missing: {', '.join(missing) or '-'}; "
+                       f"unknown: {', '.join(extra) or '-'}", kind="usage")
+    grid = tuple(int(x) for x in (list(grid) + [1, 1])[:3])
+    block = tuple(int(x) for x in (list(block) + [1, 1])[:3])
+    if block[0] * block[1] * block[2] > 1024 or min(block) < 1:
+        raise SimError(f"{what}: block {block} must have 1 to 1024 threads", kind="usage")
+
+    body = prepare(strip_host_code(source), "cuda")
+    targs = "<" + ", ".join(str(t) for t in template_args) + ">" if template_args else ""
+    code = "\n".join([
+        "#define KSIM_CUDA 1", '#include "ksim.h"', f'#line 1 "{filename}"', body,
+        '#line 1 "ksim-launch"',
+        f"static void ksim_entry() {{ ksim::call_kernel(&{info.qualified}{targs}, ksim::g.args); }}",
+        "KSIM_EXPORT_RUN(ksim_entry)", ""])
+    so = _build.build(code, what, user_files={filename})
+
+    buffers: list[tuple[str, rt.Buffer, np.ndarray]] = []
+    scalars = rt.Scalars()
+    pointers: list[int] = []
+    try:
+        for p in info.params:
+            v = args[p.name]
+            if p.is_pointer:
+                if not isinstance(v, np.ndarray):
+                    raise SimError(f"{what}: parameter '{p.name}' ({p.type}) needs a numpy array",
+                                   kind="usage")
+                base = _pointee(p.type)
+                ok = _POINTEE.get(base or "")
+                if ok is not None and v.dtype.type not in ok:
+                    raise SimError(f"{what}: parameter '{p.name}' is {p.type} but the array is "
+                                   f"{v.dtype}", kind="usage")
+                arr = np.ascontiguousarray(v)
+                b = rt.Buffer(arr.nbytes)
+                b.write(arr)
+                buffers.append((p.name, b, arr))
+                pointers.append(b.addr)
+            else:
+                if isinstance(v, np.ndarray):
+                    if v.size != 1:
+                        raise SimError(f"{what}: parameter '{p.name}' ({p.type}) is a scalar",
+                                       kind="usage")
+                    v = v.reshape(()).item()
+                pointers.append(scalars.add(v))
+        if all(grid) and all(block):
+            total = tuple(g * b for g, b in zip(grid, block))
+            rt.launch(so, what, pointers, grid, block, total, False, dyn_smem=shared_mem_bytes,
+                      timeout_s=timeout_s)
+        return {n: b.read(a.dtype, a.shape) for n, b, a in buffers}
+    finally:
+        for _, b, _ in buffers:
+            b.close()

@@ -1,0 +1,231 @@
+"""Source rewriting that lets g++ compile GPU kernel text against ksim.h.
+
+Every rewrite keeps the number of lines, so compiler diagnostics keep the kernel's own line numbers.
+* GPU-only includes (``<metal_stdlib>``, ``<cuda_runtime.h>``, MLX's headers...) are blanked.
+* ``extern __shared__ T name[];`` becomes a pointer to the run's dynamic shared memory.
+* ``__shared__`` / ``threadgroup`` variable declarations become ``static`` (one copy for the block that
+  is running); the same words in front of pointers and references (address-space qualifiers) go away.
+* ``strip_host_code`` blanks host-only functions (``main``, launch wrappers) of a whole ``.cu`` file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"][^\n]*$', re.M)
+_GPU_HEADER = re.compile(
+    r"^(metal_\w+|cuda\w*(\.h|\.hpp|/.*)?|cooperative_groups.*|mma\.h|cub/.*|thrust/.*|mlx/.*|curand.*|"
+    r"cublas.*|cufft.*|device_launch_parameters\.h|device_functions\.h|vector_types\.h|"
+    r"sm_\d+_.*\.h|helper_cuda\.h|helper_math\.h|nvToolsExt.*|crt/.*)$"
+)
+
+
+def _blank(text: str) -> str:
+    """Spaces for every character but newlines (keeps line and column numbers)."""
+    return re.sub(r"[^\n]", " ", text)
+
+
+def strip_gpu_includes(text: str, dialect: str) -> str:
+    def repl(m: re.Match) -> str:
+        path = m.group(1).strip()
+        if dialect == "metal" or _GPU_HEADER.match(path):
+            return _blank(m.group(0))
+        return m.group(0)
+
+    return _INCLUDE.sub(repl, text)
+
+
+_EXTERN_SHARED = re.compile(
+    r"\bextern\s+__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)*)"
+    r"([A-Za-z_][\w:<>, ]*?[\w>])\s+((?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)*)"
+    r"([A-Za-z_]\w*)\s*\[\s*\]\s*;"
+)
+
+
+def rewrite_extern_shared(text: str) -> str:
+    def repl(m: re.Match) -> str:
+        typ, name = m.group(2).strip(), m.group(4)
+        new = f"{typ}* {name} = reinterpret_cast<{typ}*>(ksim::dyn_smem());"
+        pad = len(m.group(0)) - len(new)
+        return new + " " * max(pad, 0) if "\n" not in m.group(0) else new + "\n" * m.group(0).count("\n")
+
+    return _EXTERN_SHARED.sub(repl, text)
+
+
+_QUAL = re.compile(r"\b(threadgroup|__shared__)\b")
+
+
+def rewrite_block_shared(text: str, words: tuple[str, ...]) -> str:
+    """``threadgroup float s[64];`` -> ``static float s[64];``; ``threadgroup float* p`` -> ``float* p``."""
+    out: list[str] = []
+    pos = 0
+    for m in _QUAL.finditer(text):
+        if m.group(1) not in words or m.start() < pos:
+            continue
+        # the declarator that follows, up to the end of this declaration/parameter
+        i, depth = m.end(), 0
+        while i < len(text):
+            c = text[i]
+            if c in "([<":
+                depth += 1
+            elif c in ")]>":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif c in ";,={" and depth == 0:
+                break
+            i += 1
+        decl = text[m.end():i]
+        pointer_like = "*" in decl or "&" in decl
+        out.append(text[pos:m.start()])
+        out.append(" " * len(m.group(1)) if pointer_like else "static" + " " * (len(m.group(1)) - 6))
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def prepare(text: str, dialect: str) -> str:
+    """All rewrites for kernel text of `dialect` ("metal" or "cuda")."""
+    text = strip_gpu_includes(text, dialect)
+    if dialect == "cuda":
+        text = rewrite_extern_shared(text)
+        return rewrite_block_shared(text, ("__shared__",))
+    return rewrite_block_shared(text, ("threadgroup",))
+
+
+# ------------------------------------------------------------------------------------------------
+# Whole .cu files
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class KernelParam:
+    name: str
+    type: str  # the declaration without the name, e.g. "const float* __restrict__"
+
+    @property
+    def is_pointer(self) -> bool:
+        return "*" in self.type or "[" in self.type
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    qualified: str  # with enclosing namespaces
+    params: list[KernelParam]
+    is_template: bool
+
+
+def _parser():
+    import tree_sitter as ts
+    import tree_sitter_cuda
+
+    return ts.Parser(ts.Language(tree_sitter_cuda.language()))
+
+
+def _head(node, src: bytes) -> str:
+    body = node.child_by_field_name("body")
+    end = body.start_byte if body is not None else node.end_byte
+    return src[node.start_byte:end].decode("utf-8", "replace")
+
+
+def _is_device_fn(head: str) -> bool:
+    return bool(re.search(r"\b(__global__|__device__)\b", head))
+
+
+def _containers(node):
+    for c in node.children:
+        yield c
+
+
+def strip_host_code(source: str) -> str:
+    """Blank every function definition that is neither ``__global__`` nor ``__device__``."""
+    src = source.encode("utf-8")
+    tree = _parser().parse(src)
+    spans: list[tuple[int, int]] = []
+
+    def visit(node):
+        for c in node.children:
+            t = c.type
+            if t == "function_definition":
+                if not _is_device_fn(_head(c, src)):
+                    spans.append((c.start_byte, c.end_byte))
+            elif t == "template_declaration":
+                fn = next((x for x in c.children if x.type == "function_definition"), None)
+                if fn is not None and not _is_device_fn(_head(fn, src)):
+                    spans.append((c.start_byte, c.end_byte))
+            elif t in ("namespace_definition", "declaration_list", "linkage_specification",
+                       "preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif",
+                       "preproc_elifdef"):
+                visit(c)
+
+    visit(tree.root_node)
+    out = bytearray(src)
+    for a, b in spans:
+        out[a:b] = re.sub(rb"[^\n]", b" ", bytes(out[a:b]))
+    return out.decode("utf-8")
+
+
+def _declarator_name(node, src: bytes) -> str | None:
+    if node is None:
+        return None
+    if node.type in ("identifier", "field_identifier"):
+        return src[node.start_byte:node.end_byte].decode()
+    d = node.child_by_field_name("declarator")
+    if d is not None:
+        return _declarator_name(d, src)
+    for c in reversed(node.children):
+        n = _declarator_name(c, src) if c.type not in ("parameter_list", "type_qualifier") else None
+        if n:
+            return n
+    return None
+
+
+def find_kernel(source: str, kernel: str) -> KernelInfo | None:
+    """The ``__global__`` function called `kernel`: its parameters and enclosing namespaces."""
+    src = source.encode("utf-8")
+    tree = _parser().parse(src)
+    found: list[KernelInfo] = []
+
+    def visit(node, ns: list[str], templ: bool):
+        for c in node.children:
+            t = c.type
+            if t == "function_definition":
+                head = _head(c, src)
+                if "__global__" not in head:
+                    continue
+                decl = c.child_by_field_name("declarator")
+                while decl is not None and decl.type != "function_declarator":
+                    decl = decl.child_by_field_name("declarator")
+                if decl is None:
+                    continue
+                name = _declarator_name(decl.child_by_field_name("declarator"), src)
+                if name != kernel:
+                    continue
+                params = []
+                plist = decl.child_by_field_name("parameters")
+                for p in plist.children if plist is not None else []:
+                    if p.type not in ("parameter_declaration", "optional_parameter_declaration"):
+                        continue
+                    text = src[p.start_byte:p.end_byte].decode()
+                    pname = _declarator_name(p.child_by_field_name("declarator"), src) or ""
+                    ptype = re.sub(rf"\b{re.escape(pname)}\b", "", text, count=1).strip() if pname else text
+                    params.append(KernelParam(pname, ptype))
+                found.append(KernelInfo(name, "::".join(ns + [name]), params, templ))
+            elif t == "template_declaration":
+                visit(c, ns, True)
+            elif t == "namespace_definition":
+                nm = c.child_by_field_name("name")
+                body = c.child_by_field_name("body")
+                if body is not None:
+                    visit(body, ns + ([src[nm.start_byte:nm.end_byte].decode()] if nm else []), templ)
+            elif t in ("linkage_specification", "declaration_list", "preproc_if", "preproc_ifdef",
+                       "preproc_else", "preproc_elif"):
+                visit(c, ns, templ)
+
+    visit(tree.root_node, [], False)
+    return found[0] if found else None
+
+
+def list_kernels(source: str) -> list[str]:
+    names = re.findall(r"__global__[^(;{]*?\b([A-Za-z_]\w*)\s*\(", source)
+    return [n for n in names if n != "__launch_bounds__"]

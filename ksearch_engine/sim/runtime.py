@@ -1,0 +1,175 @@
+"""Runs a compiled kernel library: argument buffers with guard pages, the launch, its failures.
+
+Buffers live in shared anonymous mappings because the grid runs in a forked child (see ksim.h):
+what the child writes is visible here, and a crash or hang of the child cannot take this process
+down. Each buffer ends exactly at a PROT_NONE page, so reading or writing past its end faults and
+is reported; inputs are mapped read-only, so a kernel that writes into an input faults too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .build import source_line_of_pc
+from .errors import SimError
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.mprotect.restype = ctypes.c_int
+_PROT_NONE, _PROT_READ, _PROT_RW = 0, 1, 3
+_PAGE = mmap.PAGESIZE
+_libs: dict[str, ctypes.CDLL] = {}
+
+# dtype name -> numpy storage dtype (bfloat16 travels as its uint16 bit pattern)
+STORAGE = {
+    "float32": np.float32, "float16": np.float16, "bfloat16": np.uint16, "float64": np.float64,
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_,
+}
+
+
+def dtype_name(d) -> str:
+    """Normalize numpy dtypes, MLX dtypes and strings ("float32", "mlx.core.float16", "bfloat16")."""
+    if isinstance(d, str):
+        s = d
+    else:
+        try:
+            s = np.dtype(d).name
+        except TypeError:
+            s = str(d)
+    s = s.split(".")[-1].lower()
+    s = {"bool_": "bool", "half": "float16", "float": "float32", "bf16": "bfloat16"}.get(s, s)
+    if s not in STORAGE:
+        raise SimError(f"dtype {d!r} is not supported by the CPU simulator "
+                       f"(supported: {', '.join(STORAGE)})", kind="usage")
+    return s
+
+
+def f32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    r[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return r
+
+
+def bf16_bits_to_f32(a: np.ndarray) -> np.ndarray:
+    return (np.ascontiguousarray(a, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def to_storage(a, name: str) -> np.ndarray:
+    """A C-contiguous array in the storage dtype of `name` (bfloat16: floats are rounded to bits)."""
+    a = np.asarray(a)
+    if name == "bfloat16":
+        if a.dtype == np.uint16:
+            return np.ascontiguousarray(a)
+        return f32_to_bf16_bits(a.astype(np.float32))
+    return np.ascontiguousarray(a, dtype=STORAGE[name])
+
+
+class Buffer:
+    """`nbytes` of shared memory that end at a guard page."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = int(nbytes)
+        self.data_pages = max(1, -(-self.nbytes // _PAGE))
+        self.map = mmap.mmap(-1, (self.data_pages + 1) * _PAGE)
+        c = ctypes.c_char.from_buffer(self.map)
+        self.base = ctypes.addressof(c)
+        del c
+        self.offset = self.data_pages * _PAGE - ((self.nbytes + 15) // 16 * 16)
+        self.addr = self.base + self.offset
+        _libc.mprotect(self.base + self.data_pages * _PAGE, _PAGE, _PROT_NONE)
+
+    def write(self, arr: np.ndarray) -> None:
+        raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+        assert raw.size == self.nbytes
+        view = np.frombuffer(self.map, np.uint8, self.nbytes, self.offset)
+        view[:] = raw
+        del view
+
+    def fill_byte(self, b: int) -> None:
+        view = np.frombuffer(self.map, np.uint8, self.nbytes, self.offset)
+        view[:] = b
+        del view
+
+    def read_only(self) -> None:
+        _libc.mprotect(self.base, self.data_pages * _PAGE, _PROT_READ)
+
+    def read(self, dtype, shape) -> np.ndarray:
+        view = np.frombuffer(self.map, np.uint8, self.nbytes, self.offset)
+        out = view.copy().view(dtype).reshape(shape)
+        del view
+        return out
+
+    def close(self) -> None:
+        try:
+            _libc.mprotect(self.base, (self.data_pages + 1) * _PAGE, _PROT_RW)
+            self.map.close()
+        except (BufferError, ValueError):
+            pass
+
+
+class Scalars:
+    """Slots for scalar kernel arguments: each holds the value as int64 and as double."""
+
+    class Slot(ctypes.Structure):
+        _fields_ = [("i", ctypes.c_longlong), ("d", ctypes.c_double)]
+
+    def __init__(self):
+        self.slots: list[Scalars.Slot] = []
+
+    def add(self, v) -> int:
+        s = Scalars.Slot()
+        if isinstance(v, (bool, np.bool_)):
+            s.i, s.d = int(v), float(v)
+        elif isinstance(v, (int, np.integer)):
+            s.i, s.d = int(v), float(v)
+        else:
+            f = float(v)
+            s.d = f
+            s.i = int(f) if np.isfinite(f) else 0
+        self.slots.append(s)
+        return ctypes.addressof(s)
+
+
+def load(so: Path) -> ctypes.CDLL:
+    lib = _libs.get(str(so))
+    if lib is None:
+        lib = ctypes.CDLL(str(so))
+        lib.ksim_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
+                                 ctypes.c_char_p, ctypes.c_int]
+        lib.ksim_run.restype = ctypes.c_int
+        _libs[str(so)] = lib
+    return lib
+
+
+_KINDS = {3: "deadlock", 4: "fault", 5: "crash", 6: "timeout", 7: "crash", 8: "crash", 9: "crash"}
+
+
+def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial: bool,
+           dyn_smem: int = 0, timeout_s: float = 20.0, stack_kb: int = 256) -> None:
+    """Run the grid; raise SimError (with the kernel line of a fault when known) if it fails."""
+    lib = load(so)
+    argv = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
+    cfg = (ctypes.c_longlong * 13)(*nblocks, *tg, *total, int(partial), int(dyn_smem),
+                                   int(timeout_s * 1000), int(stack_kb))
+    msg = ctypes.create_string_buffer(4096)
+    rc = lib.ksim_run(argv, cfg, msg, 4096)
+    if rc == 0:
+        return
+    text = msg.value.decode("utf-8", "replace")
+    line = file = None
+    m = re.search(r"\s*\[pc_offset=0x([0-9a-f]+)\]", text)
+    if m:
+        line, file = source_line_of_pc(so, int(m.group(1), 16))
+        text = text[:m.start()] + text[m.end():]
+    if rc == 4 and "memory fault" in text:
+        text += (". Reads/writes past the end of a buffer fault here; writes into an input buffer "
+                 "fault too (inputs are read-only)")
+    raise SimError(f"{what}: {text}", line, file=file, kind=_KINDS.get(rc, "crash"))

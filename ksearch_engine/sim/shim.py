@@ -1,0 +1,117 @@
+"""install_mlx_shim: makes mx.fast.metal_kernel / mx.fast.cuda_kernel run on the CPU simulator.
+
+After ``install_mlx_shim()`` the kernel objects those functions return take the same call arguments
+as MLX's (inputs, template, grid, threadgroup, output_shapes, output_dtypes, init_value, verbose,
+stream) and run through ``run_mlx_kernel`` on numpy copies of the inputs, giving back mx.arrays.
+The run is eager: the outputs are computed when the kernel object is called (inside ``mx.compile``
+tracing it cannot work). Code that imported ``metal_kernel`` by name before the shim keeps MLX's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import SimError
+from .mlx_kernels import run_mlx_kernel
+
+_saved: dict[str, object] = {}
+
+
+def _dtype_name(d) -> str:
+    return str(d).split(".")[-1]
+
+
+class SimKernel:
+    """What the patched ``mx.fast.metal_kernel(...)`` / ``cuda_kernel(...)`` returns."""
+
+    def __init__(self, dialect, name, input_names, output_names, source, header="",
+                 ensure_row_contiguous=True, atomic_outputs=False, shared_memory=0, **_):
+        self.dialect = dialect
+        self.name = name
+        self.input_names = list(input_names)
+        self.output_names = list(output_names)
+        self.source = source
+        self.header = header
+        self.atomic_outputs = atomic_outputs
+        self.shared_memory = shared_memory
+        if not self.output_names:
+            raise ValueError(f"[{dialect}_kernel] Must specify at least one output.")
+
+    def __call__(self, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None,
+                 init_value=None, verbose=False, stream=None, **_):
+        import mlx.core as mx
+
+        if isinstance(inputs, dict):
+            inputs = [inputs[n] for n in self.input_names]
+        np_inputs, in_dtypes = [], []
+        for x in inputs:
+            if isinstance(x, mx.array):
+                dn = _dtype_name(x.dtype)
+                np_inputs.append(np.array(x.astype(mx.float32) if dn == "bfloat16" else x))
+                in_dtypes.append(dn)
+            else:  # python scalars become 0-d arrays, as MLX does
+                a = np.asarray(x)
+                if a.dtype == np.float64:
+                    a = a.astype(np.float32)
+                elif a.dtype == np.int64:
+                    a = a.astype(np.int32)
+                np_inputs.append(a)
+                in_dtypes.append(None)
+        if isinstance(output_shapes, dict):
+            output_shapes = [output_shapes[n] for n in self.output_names]
+        if isinstance(output_dtypes, dict):
+            output_dtypes = [output_dtypes[n] for n in self.output_names]
+        if isinstance(template, dict):
+            template = list(template.items())
+        tmpl = []
+        for n, v in template or []:
+            tmpl.append((n, _dtype_name(v) if isinstance(v, mx.Dtype) else v))
+        out_names = [_dtype_name(d) for d in output_dtypes]
+        try:
+            outs = run_mlx_kernel(self.dialect, self.name, self.input_names, self.output_names,
+                                  self.source, self.header, np_inputs, tmpl, tuple(grid),
+                                  tuple(threadgroup), [tuple(s) for s in output_shapes], out_names,
+                                  init_value=init_value, atomic_outputs=self.atomic_outputs,
+                                  shared_memory=self.shared_memory, input_dtypes=in_dtypes)
+        except SimError:
+            raise
+        result = []
+        for a, dn in zip(outs, out_names):
+            arr = mx.array(a)
+            if dn == "bfloat16":
+                arr = arr.astype(mx.bfloat16)
+            result.append(arr)
+        return result
+
+
+def install_mlx_shim() -> None:
+    """Patch mx.fast.metal_kernel and mx.fast.cuda_kernel in this process (idempotent)."""
+    import mlx.core as mx
+
+    if _saved:
+        return
+    _saved["metal_kernel"] = mx.fast.metal_kernel
+    _saved["cuda_kernel"] = mx.fast.cuda_kernel
+
+    def metal_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True,
+                     atomic_outputs=False, compile_options=None):
+        return SimKernel("metal", name, input_names, output_names, source, header,
+                         ensure_row_contiguous, atomic_outputs)
+
+    def cuda_kernel(name, input_names, output_names, source, header="", ensure_row_contiguous=True,
+                    shared_memory=0):
+        return SimKernel("cuda", name, input_names, output_names, source, header,
+                         ensure_row_contiguous, False, shared_memory)
+
+    mx.fast.metal_kernel = metal_kernel
+    mx.fast.cuda_kernel = cuda_kernel
+
+
+def uninstall_mlx_shim() -> None:
+    """Restore MLX's own mx.fast.metal_kernel / cuda_kernel."""
+    import mlx.core as mx
+
+    if not _saved:
+        return
+    mx.fast.metal_kernel = _saved.pop("metal_kernel")
+    mx.fast.cuda_kernel = _saved.pop("cuda_kernel")
