@@ -1,0 +1,121 @@
+"""Shared pieces for rendering candidate modules: module headers, dialect spellings, simple warp reductions.
+
+Templates emit *text* (a candidate module, docs/CONTRACTS.md). Kernel dimensions are passed as template
+constants so one source serves Metal (`mx.fast.metal_kernel`) and CUDA (`mx.fast.cuda_kernel`) alike, and
+every knob changes the generated code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+KINDS = ("ops", "metal", "cuda")
+
+
+def tag(tid: str, knobs: dict, kind: str) -> str:
+    """A short identifier for a kernel name: the template, the kind and a hash of the knobs."""
+    h = hashlib.sha1(json.dumps(knobs, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"{tid.replace('.', '_')}_{kind}_{h}"
+
+
+def header(family: str, tid: str, knobs: dict, kind: str) -> str:
+    knob_txt = ", ".join(f"{k}={v}" for k, v in knobs.items()) or "no knobs"
+    return f'"""{family} candidate from template {tid} ({kind}): {knob_txt}."""\nimport mlx.core as mx\n'
+
+
+def kernel_ctor(kind: str, name: str, inputs: list[str], outputs: list[str], src_var: str = "_SOURCE",
+                hdr_var: str = "_HEADER", shared_memory: int = 0) -> str:
+    """The call that builds the kernel object for `kind` ('metal' or 'cuda')."""
+    if kind == "metal":
+        return (f"mx.fast.metal_kernel(name={name!r}, input_names={inputs!r}, output_names={outputs!r}, "
+                f"source={src_var}, header={hdr_var})")
+    if kind == "cuda":
+        extra = f", shared_memory={shared_memory}" if shared_memory else ""
+        return (f"mx.fast.cuda_kernel(name={name!r}, input_names={inputs!r}, output_names={outputs!r}, "
+                f"source={src_var}, header={hdr_var}{extra})")
+    raise ValueError(f"kernel kind must be 'metal' or 'cuda', not {kind!r}")
+
+
+class Dialect:
+    """Spellings that differ between Metal (MLX metal_kernel bodies) and CUDA (MLX cuda_kernel bodies)."""
+
+    def __init__(self, kind: str, fast_math: bool = False):
+        if kind not in ("metal", "cuda"):
+            raise ValueError(f"no kernel dialect for kind {kind!r}")
+        self.kind = kind
+        self.fast = fast_math
+
+    @property
+    def metal(self) -> bool:
+        return self.kind == "metal"
+
+    # thread indices (1-D); Metal names are MLX's attribute names, which it declares when the body uses them
+    def tid(self) -> str:
+        return "(int)thread_position_in_threadgroup.x" if self.metal else "(int)threadIdx.x"
+
+    def bid(self, axis: str = "x") -> str:
+        return f"(int)threadgroup_position_in_grid.{axis}" if self.metal else f"(int)blockIdx.{axis}"
+
+    def shared(self, decl: str) -> str:
+        return f"threadgroup {decl};" if self.metal else f"__shared__ {decl};"
+
+    def barrier(self) -> str:
+        return "threadgroup_barrier(mem_flags::mem_threadgroup);" if self.metal else "__syncthreads();"
+
+    def shfl_xor(self, v: str, off: int | str) -> str:
+        return f"simd_shuffle_xor({v}, {off})" if self.metal else f"__shfl_xor_sync(0xffffffffu, {v}, {off})"
+
+    def shfl(self, v: str, lane: str) -> str:
+        return f"simd_shuffle({v}, {lane})" if self.metal else f"__shfl_sync(0xffffffffu, {v}, {lane})"
+
+    def exp(self, x: str) -> str:
+        if self.metal:
+            return f"fast::exp({x})" if self.fast else f"metal::precise::exp({x})"
+        return f"__expf({x})" if self.fast else f"expf({x})"
+
+    def rsqrt(self, x: str) -> str:
+        return f"metal::rsqrt({x})" if self.metal else f"rsqrtf({x})"
+
+    def fmax(self, a: str, b: str) -> str:
+        return f"metal::max({a}, {b})" if self.metal else f"fmaxf({a}, {b})"
+
+    def to_f(self, x: str) -> str:
+        return f"static_cast<float>({x})"
+
+    def to_t(self, x: str, t: str = "T") -> str:
+        return f"static_cast<{t}>({x})"
+
+    @property
+    def neg_inf(self) -> str:
+        return "(-3.0e38f)"  # a finite "minus infinity": exp(x - it) stays 0 and no header macro is needed
+
+    def device_ptr(self, t: str = "T") -> str:
+        return f"device const {t}*" if self.metal else f"const {t}*"
+
+    def warp_reduce(self, var: str, op: str, width: int) -> list[str]:
+        """Butterfly over `width` lanes (a power of two <= 32); every lane ends with the result."""
+        lines, off = [], width // 2
+        while off >= 1:
+            other = self.shfl_xor(var, off)
+            lines.append(f"{var} = {self.fmax(var, other)};" if op == "max" else f"{var} += {other};")
+            off //= 2
+        return lines
+
+
+def mx_dtype(name: str) -> str:
+    return {"float16": "mx.float16", "bfloat16": "mx.bfloat16", "float32": "mx.float32"}[name]
+
+
+def indent(lines: list[str] | str, n: int = 4) -> str:
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    pad = " " * n
+    return "\n".join(pad + ln if ln.strip() else ln for ln in lines)
+
+
+def pow2(lo: int, hi: int) -> list[int]:
+    out, v = [], lo
+    while v <= hi:
+        out.append(v)
+        v *= 2
+    return out

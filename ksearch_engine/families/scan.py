@@ -1,0 +1,234 @@
+"""Mamba-1 selective scan (prefill).
+
+    h_t = exp(delta_t * A) * h_(t-1) + delta_t * B_t * x_t        (per channel d, state n)
+    y_t = C_t . h_t + D * x_t
+
+Inputs x, delta: (batch, L, D); A: (D, N) negative; B, C: (batch, L, N); D: (D,). Output y: (batch, L, D), fp32.
+Baseline: the per-token loop of MLX ops that mlx-lm's Mamba block runs. Templates: a chunked formulation in
+MLX ops (a short loop inside chunks plus a short loop over chunks, instead of one step per token), and
+kernels with the state in registers: lanes of one channel share its N states and reduce C.h with shuffles,
+and each lane loads a chunk of timesteps before running the recurrence over them.
+"""
+from __future__ import annotations
+
+from ._src import Dialect, header, kernel_ctor, tag
+from .base import Family, Template
+from ..task import InputSpec, KernelTask, Workload
+
+LOOP = '''import mlx.core as mx
+
+def {name}(x, delta, A, B, C, D):
+    h = mx.zeros((x.shape[0], x.shape[2], A.shape[1]), dtype=mx.float32)
+    ys = []
+    for t in range(x.shape[1]):
+        dt = delta[:, t, :, None]
+        h = mx.exp(dt * A) * h + dt * B[:, t, None, :] * x[:, t, :, None]
+        ys.append((h * C[:, t, None, :]).sum(axis=-1) + D * x[:, t])
+    return mx.stack(ys, axis=1)
+'''
+REFERENCE = LOOP.format(name="reference")
+BASELINE = LOOP.format(name="baseline")
+INPUTS = ["x", "delta", "A", "B", "C", "D"]
+
+
+def make_task(preset: str = "default") -> KernelTask:
+    inputs = [
+        InputSpec(name="x", shape=["Bt", "L", "Dm"], init="normal", low=-1.0, high=1.0),
+        InputSpec(name="delta", shape=["Bt", "L", "Dm"], init="positive", low=0.01, high=0.5),
+        InputSpec(name="A", shape=["Dm", "N"], init="uniform", low=-4.0, high=-0.1),
+        InputSpec(name="B", shape=["Bt", "L", "N"], init="normal", low=-1.0, high=1.0),
+        InputSpec(name="C", shape=["Bt", "L", "N"], init="normal", low=-1.0, high=1.0),
+        InputSpec(name="D", shape=["Dm"], init="uniform", low=-1.0, high=1.0),
+    ]
+    small = [Workload(name="b2_l37_d8_n16", dims={"Bt": 2, "L": 37, "Dm": 8, "N": 16}),
+             Workload(name="b1_l64_d12_n8", dims={"Bt": 1, "L": 64, "Dm": 12, "N": 8})]
+    bench = [Workload(name="mamba370m_b1_l512", dims={"Bt": 1, "L": 512, "Dm": 2048, "N": 16}),
+             Workload(name="b1_l4096_d2048_n16", dims={"Bt": 1, "L": 4096, "Dm": 2048, "N": 16})]
+    return KernelTask(name="scan", family="scan", description=__doc__.strip().splitlines()[0], inputs=inputs,
+                      outputs=["y"], reference=REFERENCE, baseline=BASELINE,
+                      baseline_name="per-token loop of MLX ops (mlx-lm Mamba-1 style)",
+                      workloads=small, bench_workloads=bench, seeds=[0, 1],
+                      tolerances={"float32": {"atol": 2e-4, "rtol": 2e-4}})
+
+
+# -- ops: chunked -------------------------------------------------------------------------------------
+def _render_ops(k: dict, kind: str) -> str:
+    if kind != "ops":
+        raise ValueError("scan.ops_chunked renders ops candidates only")
+    T = k["chunk"]
+    body = f'''
+CHUNK = {T}
+
+
+def _scan(x, delta, A, B, C, D):
+    Bt, L, Dm = x.shape
+    N = A.shape[1]
+    nc = (L + CHUNK - 1) // CHUNK
+    pad = nc * CHUNK - L
+    dx, dl, Bp, Cp = delta * x, delta, B, C
+    if pad:  # delta = 0 past the end: the state just carries, the padded outputs are dropped
+        z3 = mx.zeros((Bt, pad, Dm), dtype=x.dtype)
+        zn = mx.zeros((Bt, pad, N), dtype=x.dtype)
+        dx, dl = mx.concatenate([dx, z3], axis=1), mx.concatenate([dl, z3], axis=1)
+        Bp, Cp = mx.concatenate([B, zn], axis=1), mx.concatenate([C, zn], axis=1)
+    la = (dl[..., None] * A).reshape(Bt, nc, CHUNK, Dm, N)          # log decay per step
+    u = (dx[..., None] * Bp[:, :, None, :]).reshape(Bt, nc, CHUNK, Dm, N)
+    h = mx.zeros((Bt, nc, Dm, N), dtype=mx.float32)
+    hs = []
+    for t in range(CHUNK):                                           # all chunks advance together
+        h = mx.exp(la[:, :, t]) * h + u[:, :, t]
+        hs.append(h)
+    hloc = mx.stack(hs, axis=2)                                      # state from a zero start per chunk
+    cum = mx.exp(mx.cumsum(la, axis=2))                              # decay since the chunk start, <= 1
+    carry = mx.zeros((Bt, Dm, N), dtype=mx.float32)
+    carries = []
+    for c in range(nc):                                              # carry the state across chunks
+        carries.append(carry)
+        carry = cum[:, c, -1] * carry + hloc[:, c, -1]
+    hin = mx.stack(carries, axis=1)[:, :, None]
+    hfull = hloc + cum * hin
+    y = (hfull * Cp.reshape(Bt, nc, CHUNK, 1, N)).sum(axis=-1).reshape(Bt, nc * CHUNK, Dm)
+    return y[:, :L] + D * x
+'''
+    src = header("scan", "scan.ops_chunked", k, kind) + body
+    src += "\n\nkernel = mx.compile(_scan)\n" if k["compile"] else "\n\nkernel = _scan\n"
+    return src
+
+
+# -- kernels: state in registers ---------------------------------------------------------------------
+def _scan_source(kind: str, k: dict) -> str:
+    d = Dialect(kind, fast_math=k["fast_exp"])
+    T, TPG = k["chunk"], k["threads_per_group"]
+    gid = "(int)thread_position_in_grid.x" if d.metal else "(int)(blockIdx.x * blockDim.x + threadIdx.x)"
+    red = [f"for (int o = LPC / 2; o > 0; o /= 2) yp += {d.shfl_xor('yp', 'o')};"]
+    return "\n".join([
+        f"constexpr int TCH = {T};",
+        "constexpr int LPC = NST / SPT;                 // lanes per channel (a power of two <= 32)",
+        f"const int g = {gid};",
+        "const int total = BATCH * DIM * LPC;",
+        "const bool live = g < total;",
+        "const int gg = live ? g : 0;",
+        "const int ch = gg / LPC;",
+        "const int sub = gg % LPC;",
+        "const int b = ch / DIM;",
+        "const int d = ch % DIM;",
+        "float a[SPT];",
+        "float h[SPT];",
+        "for (int j = 0; j < SPT; ++j) { a[j] = A[d * NST + sub * SPT + j]; h[j] = 0.0f; }",
+        "const float dd = D[d];",
+        "for (int t0 = 0; t0 < SEQ; t0 += TCH) {",
+        "  float dl[TCH]; float xv[TCH]; float bv[TCH * SPT]; float cv[TCH * SPT];",
+        "  for (int i = 0; i < TCH; ++i) {          // loads first: TCH steps of independent memory requests",
+        "    const int t = t0 + i;",
+        "    const bool in = t < SEQ;",
+        "    const size_t row = (size_t)b * SEQ + (in ? t : 0);",
+        "    dl[i] = in ? delta[row * DIM + d] : 0.0f;",
+        "    xv[i] = in ? x[row * DIM + d] : 0.0f;",
+        "    for (int j = 0; j < SPT; ++j) {",
+        "      bv[i * SPT + j] = B[row * NST + sub * SPT + j];",
+        "      cv[i * SPT + j] = C[row * NST + sub * SPT + j];",
+        "    }",
+        "  }",
+        "  for (int i = 0; i < TCH; ++i) {",
+        "    const float dx = dl[i] * xv[i];",
+        "    float yp = 0.0f;",
+        "    for (int j = 0; j < SPT; ++j) {",
+        f"      h[j] = {d.exp('dl[i] * a[j]')} * h[j] + dx * bv[i * SPT + j];",
+        "      yp += cv[i * SPT + j] * h[j];",
+        "    }",
+        *["    " + ln for ln in red],
+        "    const int t = t0 + i;",
+        "    if (live && sub == 0 && t < SEQ) y[((size_t)b * SEQ + t) * DIM + d] = yp + dd * xv[i];",
+        "  }",
+        "}",
+    ])
+
+
+def _render_kernel(k: dict, kind: str) -> str:
+    if kind not in ("metal", "cuda"):
+        raise ValueError("scan.registers renders metal or cuda candidates")
+    TPG = k["threads_per_group"]
+    name = tag("scan.registers", k, kind)
+    return f'''{header("scan", "scan.registers", k, kind)}
+_SOURCE = r"""
+{_scan_source(kind, k)}
+"""
+_HEADER = ""
+_K = {kernel_ctor(kind, name, INPUTS, ["y"])}
+STATES_PER_THREAD = {k["states_per_thread"]}
+
+
+def kernel(x, delta, A, B, C, D):
+    Bt, L, Dm = x.shape
+    N = A.shape[1]
+    if N & (N - 1) or N > 32 * STATES_PER_THREAD:
+        raise ValueError(f"scan.registers needs a power-of-two state size N <= {{32 * STATES_PER_THREAD}}, got {{N}}")
+    spt = min(STATES_PER_THREAD, N)
+    total = Bt * Dm * (N // spt)
+    groups = (total + {TPG} - 1) // {TPG}
+    return _K(inputs=[x, delta, A, B, C, D],
+              template=[("BATCH", Bt), ("SEQ", L), ("DIM", Dm), ("NST", N), ("SPT", spt)],
+              grid=(groups * {TPG}, 1, 1), threadgroup=({TPG}, 1, 1),
+              output_shapes=[x.shape], output_dtypes=[mx.float32])[0]
+'''
+
+
+def _naive(kind: str) -> str:
+    """One thread per channel, looping over time and then over the N states serially."""
+    if kind == "ops":
+        return _render_ops({"chunk": 1, "compile": False}, "ops")
+    d = Dialect(kind)
+    gid = "(int)thread_position_in_grid.x" if d.metal else "(int)(blockIdx.x * blockDim.x + threadIdx.x)"
+    src = "\n".join([
+        f"const int ch = {gid};",
+        "if (ch >= BATCH * DIM) return;",
+        "const int b = ch / DIM;",
+        "const int d = ch % DIM;",
+        "float h[NST];",
+        "for (int n = 0; n < NST; ++n) h[n] = 0.0f;",
+        "for (int t = 0; t < SEQ; ++t) {",
+        "  const size_t row = (size_t)b * SEQ + t;",
+        "  const float dl = delta[row * DIM + d];",
+        "  const float xv = x[row * DIM + d];",
+        "  float acc = 0.0f;",
+        "  for (int n = 0; n < NST; ++n) {",
+        f"    h[n] = {d.exp('dl * A[d * NST + n]')} * h[n] + dl * B[row * NST + n] * xv;",
+        "    acc += C[row * NST + n] * h[n];",
+        "  }",
+        "  y[row * DIM + d] = acc + D[d] * xv;",
+        "}",
+    ])
+    return f'''{header("scan", "scan.naive", {}, kind)}
+_SOURCE = r"""
+{src}
+"""
+_HEADER = ""
+_K = {kernel_ctor(kind, tag("scan.naive", {}, kind), INPUTS, ["y"])}
+
+
+def kernel(x, delta, A, B, C, D):
+    Bt, L, Dm = x.shape
+    N = A.shape[1]
+    return _K(inputs=[x, delta, A, B, C, D],
+              template=[("BATCH", Bt), ("SEQ", L), ("DIM", Dm), ("NST", N)],
+              grid=(((Bt * Dm + 63) // 64) * 64, 1, 1), threadgroup=(64, 1, 1),
+              output_shapes=[x.shape], output_dtypes=[mx.float32])[0]
+'''
+
+
+OPS = Template(id="scan.ops_chunked", pattern="scan.chunked_two_pass", kinds=("ops",),
+               knobs={"chunk": [16, 8, 32, 64, 128], "compile": [False, True]},
+               render=_render_ops, description="chunked scan in MLX ops: CHUNK steps inside chunks, then L/CHUNK carries",
+               difficulty=2, predicted_speedup=5.0)
+
+REGISTERS = Template(
+    id="scan.registers", pattern="scan.state_in_registers", kinds=("metal", "cuda"),
+    knobs={"states_per_thread": [1, 2, 4, 8, 16], "chunk": [8, 1, 4, 16, 32], "threads_per_group": [128, 64, 256, 512],
+           "fast_exp": [False, True]},
+    render=_render_kernel,
+    description="N/SPT lanes per channel hold the state in registers; C.h reduced with shuffles; inputs loaded a chunk at a time",
+    difficulty=3, predicted_speedup=100.0,
+    valid=lambda k: k["chunk"] * k["states_per_thread"] <= 256)
+
+FAMILY = Family(name="scan", make_task=make_task, templates=[OPS, REGISTERS], naive=_naive,
+                description="Mamba-1 selective scan prefill")
