@@ -330,6 +330,12 @@ class Specs:
                 return p
         raise KeyError(f"no pattern '{pattern_id}' in {self.root / 'patterns'}")
 
+    def pattern_text(self, pattern_id: str) -> str:
+        """The prose section of one pattern (its name is a heading in patterns/<file>.md)."""
+        p = self.pattern(pattern_id)
+        stem = next(k for k, f in self.pattern_files.items() if p in f.patterns)
+        return self.section_text(f"patterns/{stem}#{p.name}")
+
     # -- hardware
     def hardware(self, backend_or_chip: str) -> HardwareView:
         """Rules for a backend ('mlx-metal', 'mlx-cuda', 'mlx-cpu'), a hardware file id ('apple'), or a chip.
@@ -420,12 +426,12 @@ def _section(text: str, heading: str) -> str | None:
 
 
 # ---------------------------------------------------------------- loading
-def default_root() -> Path:
+def default_root(package_dir: Path | None = None) -> Path:
     """Where specs are read from when no root is given (see the module docstring)."""
     env = os.environ.get(SPECS_ENV)
     if env:
         return Path(env)
-    here = Path(__file__).resolve().parent
+    here = package_dir or Path(__file__).resolve().parent
     for cand in (here.parent / "specs", here / "data" / "specs"):
         if (cand / "families.yaml").is_file():
             return cand
@@ -453,6 +459,30 @@ def _validate(model: type[BaseModel], path: Path, data: Any) -> Any:
         raise SpecError("\n".join(lines)) from None
 
 
+def schema_for(rel: str) -> type[BaseModel] | None:
+    """The schema of a YAML file given its path relative to the specs root; None if no file may live there."""
+    fixed = {"families.yaml": FamiliesFile, "math.yaml": MathFile, "mlx_api.yaml": MlxApiFile,
+             "translation.yaml": TranslationFile}
+    if rel in fixed:
+        return fixed[rel]
+    if re.fullmatch(r"hardware/[^/]+\.yaml", rel):
+        return HardwareFile
+    if re.fullmatch(r"patterns/[^/]+\.yaml", rel):
+        return PatternsFile
+    return None
+
+
+def validate_file(path: str | os.PathLike, root: str | os.PathLike) -> BaseModel:
+    """Validate one spec file on its own (no cross-file checks); SpecError names the file and fields."""
+    path, root = Path(path), Path(root)
+    rel = path.relative_to(root).as_posix()
+    model = schema_for(rel)
+    if model is None:
+        raise SpecError(f"{path}: no schema for this file; spec YAML lives in families.yaml, math.yaml, "
+                        f"mlx_api.yaml, translation.yaml, hardware/*.yaml or patterns/*.yaml")
+    return _validate(model, path, _read_yaml(path, root))
+
+
 def load_specs(root: str | os.PathLike | None = None) -> Specs:
     """Read and validate every spec file under `root`; raise SpecError naming each broken file and field."""
     root = Path(root) if root is not None else default_root()
@@ -478,10 +508,8 @@ def load_specs(root: str | os.PathLike | None = None) -> Specs:
         t = load(TranslationFile, tpath)
         translation = t.model_dump() if t is not None else None
 
-    known = {"families.yaml", "math.yaml", "mlx_api.yaml", "translation.yaml"}
     for p in sorted(root.rglob("*.y*ml")):
-        rel = p.relative_to(root).as_posix()
-        if rel not in known and not re.fullmatch(r"(hardware|patterns)/[^/]+\.yaml", rel):
+        if schema_for(p.relative_to(root).as_posix()) is None:
             errors.append(f"{p}: no schema for this file; spec YAML lives in families.yaml, math.yaml, "
                           f"mlx_api.yaml, translation.yaml, hardware/*.yaml or patterns/*.yaml")
     if errors:
@@ -544,3 +572,73 @@ def _cross_check(s: Specs) -> None:
                 errors.append(f"{s.root / kind / (stem + '.yaml')}: needs its prose in {kind}/{stem}.md")
     if errors:
         raise SpecError("\n".join(errors))
+
+
+# ---------------------------------------------------------------- checking the API list against MLX
+def resolve_api(name: str, prefixes: dict[str, str]) -> Any:
+    """The object an API name ('mx.fast.metal_kernel') stands for; AttributeError/ImportError if it is not there."""
+    import importlib
+    head, *rest = name.split(".")
+    obj = importlib.import_module(prefixes[head])
+    for part in rest:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _signature_line(obj: Any) -> str:
+    doc = getattr(obj, "__doc__", None) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _call_signature(entry: ApiEntry, obj: Any) -> str | None:
+    """The callable's signature text, from the TypeError a bogus keyword provokes; None where it cannot be built."""
+    try:
+        kernel = obj(name="ksearch_probe", input_names=["a"], output_names=["o"], source="")
+    except Exception:  # noqa: BLE001 - e.g. cuda_kernel without a CUDA device: cannot check here
+        return None
+    try:
+        kernel(ksearch_probe_bogus=1)
+    except TypeError as e:
+        return str(e)
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def check_mlx_api(api: MlxApiFile) -> list[str]:
+    """Problems between mlx_api.yaml and the installed mlx: names listed as existing that do not resolve,
+    documented parameters absent from the signature, 'missing' names that do exist, names suggested in
+    `instead` that do not exist, and a version other than the installed one. Empty when all is true."""
+    import mlx.core as mx
+    problems = []
+    if api.mlx_version != mx.__version__:
+        problems.append(f"mlx_api.yaml describes mlx {api.mlx_version}, installed is {mx.__version__}: "
+                        f"re-verify the list and update mlx_version")
+
+    def exists(name: str) -> Any:
+        try:
+            return resolve_api(name, api.prefixes)
+        except (AttributeError, ImportError):
+            return None
+
+    for e in api.exists:
+        obj = exists(e.name)
+        if obj is None:
+            problems.append(f"{e.name}: listed under exists but not in mlx {mx.__version__}")
+            continue
+        sig = _signature_line(obj)
+        for prm in e.params:
+            if not re.search(rf"\b{re.escape(prm)}\s*[:=,)]", sig):
+                problems.append(f"{e.name}: parameter '{prm}' not in its signature: {sig}")
+        if e.call_params:
+            call_sig = _call_signature(e, obj)
+            for prm in e.call_params if call_sig else []:
+                if not re.search(rf"\b{re.escape(prm)}\s*:", call_sig):
+                    problems.append(f"{e.name}: call parameter '{prm}' not accepted by the built kernel: {call_sig}")
+    for m in api.missing:
+        if exists(m.name) is not None:
+            problems.append(f"{m.name}: listed under missing but it exists in mlx {mx.__version__}")
+        for suggested in re.findall(r"\b(?:mx|nn)(?:\.[A-Za-z_][A-Za-z0-9_]*)+", m.instead):
+            if exists(suggested) is None:
+                problems.append(f"{m.name}: suggests '{suggested}', which does not exist either")
+    return problems
