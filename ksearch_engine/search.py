@@ -1,0 +1,405 @@
+"""The search loop: analyze, let the world model pick a plan node, write a candidate, evaluate it, refine.
+
+`run_search(req, store, emit)` runs one optimize job. It evaluates the starting ("original") candidate first:
+speedups are reported both against the task's baseline (measured interleaved by the evaluator) and against the
+original. Then, until a budget runs out (evaluations, rounds, seconds, LLM tokens): select a node → the proposer
+writes a candidate → the evaluator (one warm Evaluator per run) verifies and times it → a failing candidate gets
+up to `max_debug` repair attempts fed its error → the result is written on the node → the proposer edits the tree
+→ a snapshot goes to the store. A round ends after `req.stagnation` evaluations without a new best; each new
+round raises the difficulty gate by one.
+
+Only a PASSED and MEASURED (timed, not flagged suspect) candidate can become the best. On a backend that does
+not time (the simulator), candidates are verified only and no latency or speedup is ever reported.
+`req.resume=True` with an existing run id reloads the latest tree snapshot and the run's candidates.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from . import backend as backends
+from .evaluate import FAILING, EvalResult, Evaluator, Limits
+from .events import BestEvent, CandidateEvent, DoneEvent, LogEvent, NodeEvent, SearchRequest, StageEvent
+from .propose import make_proposer
+from .propose.base import Attempt, ProposeContext, Proposer, ProposerError, describe_error
+from .store import Store
+from .task import KernelTask, TaskError
+from .worldmodel import ROOT, PlanTree, render_tree
+
+ORIGINAL = "original"
+
+
+class SearchError(RuntimeError):
+    """A search that cannot start (no task, unknown family, backend missing); the message says what to do."""
+
+
+def resolve_task(req: SearchRequest, family=None) -> tuple[KernelTask, object | None]:
+    """The task to optimize and its kernel family (templates for the offline proposer), if there is one."""
+    if req.task_file:
+        task = KernelTask.load(req.task_file)
+    elif req.task:
+        task = KernelTask.model_validate(req.task)
+    elif req.family or family is not None:
+        family = family or _family(req.family)
+        task = family.make_task()
+    else:
+        raise SearchError("nothing to optimize: give a task file (--task FILE.task.toml), a task, or a family "
+                          "(--family NAME)")
+    if family is None:
+        try:
+            family = _family(task.family, quiet=True)
+        except SearchError:
+            family = None
+    return task, family
+
+
+def _family(name: str | None, quiet: bool = False):
+    try:
+        from . import families
+        return families.get(name)
+    except (ImportError, AttributeError):
+        if quiet:
+            raise SearchError("no family registry") from None
+        raise SearchError(f"family '{name}' is unknown: the kernel family registry (ksearch_engine.families) "
+                          f"is not available in this install") from None
+    except KeyError as e:
+        if quiet:
+            raise SearchError(str(e)) from None
+        try:
+            from . import families
+            known = ", ".join(families.names())
+        except Exception:  # noqa: BLE001
+            known = "?"
+        raise SearchError(f"family '{name}' is unknown (known: {known})") from None
+
+
+def candidate_kinds(backend: str, task: KernelTask) -> list[str]:
+    """Kinds of candidates worth writing on a backend: custom kernels where they run, ops otherwise.
+
+    On `sim` (a CPU-only machine checking Metal/CUDA sources) the kernels are verified and never timed."""
+    if backend == "mlx-metal":
+        return ["metal", "ops"]
+    if backend == "mlx-cuda":
+        return ["cuda", "ops"]
+    if backend == "sim":
+        src = (task.source_file or "").lower()
+        return ["cuda", "metal"] if src.endswith((".cu", ".cuh")) else ["metal", "cuda"]
+    return ["ops"]
+
+
+def _original_source(task: KernelTask, family, kind: str) -> tuple[str, str]:
+    if task.initial:
+        return task.initial, "the task's initial candidate"
+    if family is not None and getattr(family, "naive", None) is not None:
+        for k in (kind, "ops"):
+            try:
+                return family.naive(k), f"the family's naive {k} candidate"
+            except Exception:  # noqa: BLE001 - the family may not have a naive kernel of this kind
+                continue
+    src = task.baseline_source() + f"\n\ndef {task.entry}(*args):\n    return baseline(*args)\n"
+    return src, f"the baseline ({task.baseline_name})"
+
+
+class _Run:
+    """State of one search (kept off the module level: no global state)."""
+
+    def __init__(self, req: SearchRequest, store: Store, emit: Callable, proposer: Proposer, task: KernelTask,
+                 evaluator: Evaluator, kinds: list[str], max_debug: int):
+        self.req, self.store, self.emit_raw, self.proposer = req, store, emit, proposer
+        self.task, self.ev, self.kinds, self.max_debug = task, evaluator, kinds, max_debug
+        self.run_id = req.run_id
+        self.timed = evaluator.info.timed
+        self.evals = 0
+        self.history: list[Attempt] = []
+        self.tree = PlanTree.new(stagnation=max(1, req.stagnation))
+        self.original_ms: float | None = None
+        self.original_source = ""
+        self.best: dict | None = None        # {"candidate_id", "node_id", "median_ms", "speedup", "vs_original", "source"}
+        self.started = time.monotonic()
+
+    def emit(self, ev) -> None:
+        ev.run_id = self.run_id
+        self.emit_raw(ev)
+
+    def log(self, msg: str, level: str = "info") -> None:
+        self.emit(LogEvent(level=level, message=msg))
+
+    def context(self, new_round: bool = False) -> ProposeContext:
+        return ProposeContext(task=self.task, backend=self.ev.backend, kinds=self.kinds, timed=self.timed,
+                              analysis=None, original_source=self.original_source,
+                              best_source=(self.best or {}).get("source"), best_node=(self.best or {}).get("node_id"),
+                              tree=self.tree, new_round=new_round, extra={"analysis": self.tree.analysis})
+
+    # -- budgets -------------------------------------------------------------------------------------
+    def out_of_budget(self) -> str | None:
+        if self.evals >= self.req.max_evals:
+            return f"evaluation budget spent ({self.evals}/{self.req.max_evals})"
+        if time.monotonic() - self.started >= self.req.max_seconds:
+            return f"time budget spent ({self.req.max_seconds:.0f} s)"
+        if self.req.max_tokens is not None and self.proposer.usage.tokens >= self.req.max_tokens:
+            return f"token budget spent ({self.proposer.usage.tokens}/{self.req.max_tokens})"
+        if self.tree.round >= self.req.max_rounds:
+            return f"{self.req.max_rounds} rounds without further improvement"
+        return None
+
+    # -- evaluation ------------------------------------------------------------------------------------
+    def evaluate(self, source: str, node_id: str, plan: str) -> tuple[str, EvalResult, float | None]:
+        self.emit(StageEvent(stage="evaluate", message=f"node {node_id}: {plan[:120]}"))
+        kind = backends.candidate_kind(source)
+        cid = self.store.add_candidate(self.run_id, source, node_id=node_id, plan=plan, kind=kind, status="running")
+        res = self.ev.evaluate(source, timing=True)
+        self.evals += 1
+        vs_orig = None
+        if res.passed and res.timing is not None and self.original_ms:
+            vs_orig = self.original_ms / res.timing.median_ms if res.timing.median_ms > 0 else None
+        data = res.model_dump(mode="json")
+        data["vs_original"] = {"original_ms": self.original_ms, "speedup": vs_orig} if vs_orig else None
+        self.store.record_result(cid, res.status, res.summary(), data)
+        t = res.timing if self.timed else None
+        self.emit(CandidateEvent(candidate_id=cid, status=res.status, summary=_summary(res, vs_orig), evals=self.evals,
+                                 median_ms=t.median_ms if t else None, speedup=t.speedup if t else None))
+        return cid, res, vs_orig
+
+    def consider_best(self, cid: str, node_id: str, res: EvalResult, vs_orig: float | None, source: str) -> bool:
+        """Make a candidate the best if it passed and was measured faster; returns whether it improved."""
+        if not res.passed:
+            return False
+        t = res.timing
+        if not self.timed or t is None:
+            if self.best is None and node_id != ROOT:   # untimed: the first verified candidate, never a time
+                self.best = {"candidate_id": cid, "node_id": node_id, "median_ms": None, "speedup": None,
+                             "vs_original": None, "source": source}
+                self.store.update_run(self.run_id, best_candidate=cid)
+                self.emit(BestEvent(candidate_id=cid, summary=f"verified on {self.ev.backend} (not timed: "
+                                                              f"no latency is claimed)"))
+                return True
+            return False
+        if t.suspect:
+            self.log(f"candidate {cid}: {t.speedup:.1f}x stays flagged after re-measurement; not taken as best",
+                     "warning")
+            return False
+        if self.best is not None and self.best["median_ms"] is not None and t.median_ms >= self.best["median_ms"]:
+            return False
+        self.best = {"candidate_id": cid, "node_id": node_id, "median_ms": t.median_ms, "speedup": t.speedup,
+                     "vs_original": vs_orig, "source": source}
+        self.tree.set_best(node_id, t.speedup)
+        self.store.update_run(self.run_id, best_candidate=cid)
+        self.emit(BestEvent(candidate_id=cid, summary=_summary(res, vs_orig), median_ms=t.median_ms, speedup=t.speedup))
+        return True
+
+    def snapshot(self) -> None:
+        self.store.save_tree(self.run_id, self.tree.model_dump_json())
+
+    # -- steps ---------------------------------------------------------------------------------------
+    def start_fresh(self, family) -> None:
+        src, what = _original_source(self.task, family, self.kinds[0])
+        self.original_source = src
+        self.emit(StageEvent(stage="evaluate", message=f"the original: {what}"))
+        cid, res, _ = self.evaluate(src, ROOT, ORIGINAL)
+        t = res.timing if self.timed else None
+        self.tree.record(ROOT, candidate_id=cid, status=res.status, message=res.summary(),
+                         median_ms=t.median_ms if t else None, speedup=t.speedup if t else None,
+                         speedup_vs_original=1.0 if t else None)
+        if res.passed and t is not None:
+            self.original_ms = t.median_ms
+            self.best = {"candidate_id": cid, "node_id": ROOT, "median_ms": t.median_ms, "speedup": t.speedup,
+                         "vs_original": 1.0, "source": src}
+            self.tree.set_best(ROOT, t.speedup)
+        elif not res.passed:
+            self.log(f"the original ({what}) does not pass: {res.summary()}; speedups are reported vs the "
+                     f"baseline only", "warning")
+        self.tree.nodes[ROOT].status = "passed" if res.passed else self.tree.nodes[ROOT].status
+        self.history.append(Attempt(node_id=ROOT, candidate_id=cid, status=res.status, message=res.message[:300],
+                                    median_ms=t.median_ms if t else None, speedup=t.speedup if t else None,
+                                    speedup_vs_original=1.0 if t else None))
+
+    def resume(self) -> bool:
+        raw = self.store.latest_tree(self.run_id)
+        if raw is None:
+            return False
+        self.tree = PlanTree.model_validate_json(raw)
+        reopened = self.tree.reset_running()
+        for c in self.store.candidates(self.run_id):
+            r = c.get("result") or {}
+            if c["status"] == "running" or not r:
+                continue
+            self.evals += 1
+            t = r.get("timing") if self.timed else None
+            vs = (r.get("vs_original") or {}).get("speedup")
+            if c["plan"] == ORIGINAL:
+                self.original_source = c["source"]
+                if t:
+                    self.original_ms = t["median_ms"]
+            self.history.append(Attempt(node_id=c["node_id"] or "", candidate_id=c["id"], status=c["status"],
+                                        message=(c.get("message") or "")[:300], median_ms=t and t["median_ms"],
+                                        speedup=t and t["speedup"], speedup_vs_original=vs))
+            if c["status"] == "passed" and (t and not t.get("suspect") or not self.timed and c["plan"] != ORIGINAL):
+                if self.best is None or (t and self.best["median_ms"] is not None and t["median_ms"] < self.best["median_ms"]):
+                    self.best = {"candidate_id": c["id"], "node_id": c["node_id"], "median_ms": t and t["median_ms"],
+                                 "speedup": t and t["speedup"], "vs_original": vs, "source": c["source"]}
+        self.log(f"resumed run {self.run_id}: {self.evals} evaluations so far, tree round {self.tree.round}"
+                 + (f", reopened {', '.join(reopened)}" if reopened else ""))
+        return True
+
+    def apply_edits(self, new_round: bool = False) -> None:
+        try:
+            edits = self.proposer.edit_tree(self.tree, self.history, self.context(new_round))
+        except ProposerError as e:
+            self.log(f"the {self.proposer.name} proposer could not edit the plan tree: {e}", "warning")
+            edits = []
+        outcomes = self.tree.apply_all(edits, max_new=self.proposer.max_new_nodes)
+        for o in outcomes:
+            if not o.ok:
+                self.log(f"rejected edit {o.edit.get('op')} on {o.edit.get('node') or o.edit.get('parent')}: {o.reason}",
+                         "warning")
+        self._flush_warnings()
+
+    def _flush_warnings(self) -> None:
+        for w in self.proposer.warnings:
+            self.log(w, "warning")
+        self.proposer.warnings.clear()
+
+    def step(self) -> bool:
+        """One node: write, evaluate, debug, record. False when nothing is left to try."""
+        node = self.tree.select()
+        if node is None:
+            self.apply_edits()
+            node = self.tree.select()
+            if node is None:
+                return False
+        plan = self.tree.plan_text(node.id)
+        self.emit(NodeEvent(node_id=node.id, plan=plan, round=self.tree.round))
+        self.tree.mark_running(node.id)
+        self.emit(StageEvent(stage="propose", message=f"{self.proposer.name}: {node.choice[:120]}"))
+        ctx = self.context()
+        try:
+            draft = self.proposer.write_candidate(node, ctx)
+        except ProposerError as e:
+            self.tree.record(node.id, candidate_id=None, status="failed", message=f"no candidate: {e}")
+            self.log(f"node {node.id}: {e}", "warning")
+            self._flush_warnings()
+            self.snapshot()
+            return True
+        source = draft.source
+        cid, res, vs = self.evaluate(source, node.id, plan)
+        node.attempts = 1
+        tries = 0
+        while res.status in FAILING and tries < self.max_debug and not self.out_of_budget():
+            tries += 1
+            try:
+                fix = self.proposer.debug(source, describe_error(res.model_dump(mode="json")), ctx)
+            except ProposerError as e:
+                self.log(f"debugging node {node.id} failed: {e}", "warning")
+                fix = None
+            if fix is None:
+                break
+            self.emit(StageEvent(stage="propose", message=f"debug attempt {tries} for node {node.id} after {res.status}"))
+            source = fix.source
+            cid, res, vs = self.evaluate(source, node.id, plan + f" (debug {tries})")
+            node.attempts += 1
+        t = res.timing if self.timed else None
+        self.tree.record(node.id, candidate_id=cid, status=res.status, message=res.summary(),
+                         median_ms=t.median_ms if t else None, speedup=t.speedup if t else None,
+                         speedup_vs_original=vs)
+        self.history.append(Attempt(node_id=node.id, candidate_id=cid, status=res.status, message=res.summary()[:300],
+                                    median_ms=t.median_ms if t else None, speedup=t.speedup if t else None,
+                                    speedup_vs_original=vs, debug_round=tries))
+        improved = self.consider_best(cid, node.id, res, vs, source)
+        new_round = self.tree.note_result(improved)
+        if new_round:
+            self.tree.difficulty_gate = min(5, self.tree.difficulty_gate + 1)
+            self.emit(StageEvent(stage="round", message=f"round {self.tree.round}: {self.tree.stagnation} evaluations "
+                                                        f"without a new best; difficulty gate now {self.tree.difficulty_gate}"))
+        self.apply_edits(new_round=new_round)
+        self.snapshot()
+        return True
+
+
+def _summary(res: EvalResult, vs_orig: float | None) -> str:
+    s = res.summary()
+    if vs_orig:
+        s += f" · {vs_orig:.2f}x vs original"
+    return s
+
+
+def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Proposer | None = None,
+               family=None, limits: Limits | None = None, repeats: int = 20, max_debug: int = 2) -> DoneEvent:
+    """Run (or resume) one optimize job; returns the DoneEvent (the worker emits it and closes the run).
+
+    Keyword arguments are for embedding and tests: a ready proposer, a Family object instead of `req.family`,
+    evaluator limits and timing repeats, and the number of debug attempts per failing candidate."""
+    try:
+        task, family = resolve_task(req, family)
+    except TaskError as e:
+        raise SearchError(str(e)) from None
+    if not req.run_id:
+        req.run_id = store.create_run("optimize", task_name=task.name, family=task.family, kernel=req.kernel,
+                                      file=req.source_file, proposer=req.proposer, backend=req.backend or "",
+                                      config=req.model_dump(mode="json"), status="running")
+    try:
+        info = backends.info(req.backend)
+    except ValueError as e:
+        raise SearchError(str(e)) from None
+    kinds = candidate_kinds(info.name, task)
+    if proposer is None:
+        proposer = make_proposer(req, family=family, cache_dir=str(_cache_dir(req)))
+    store.update_run(req.run_id, task_name=task.name, family=task.family, backend=info.name, proposer=proposer.name)
+
+    with Evaluator(task, info.name, limits=limits, repeats=repeats) as ev:
+        run = _Run(req, store, emit, proposer, task, ev, kinds, max_debug)
+        if not info.timed:
+            run.log(f"backend {info.name} verifies candidates without timing them: no latency or speedup is reported")
+        resumed = req.resume and run.resume()
+        if not resumed:
+            if req.resume:
+                run.log(f"run {req.run_id} has no saved plan tree; starting it fresh", "warning")
+            run.emit(StageEvent(stage="analyze", message=f"task {task.name} on {info.name} ({info.device})"))
+            try:
+                analysis = proposer.analyze(task, info.name, info.device)
+                run.tree.analysis = analysis.model_dump(mode="json")
+                run.tree.summary = analysis.text()
+                run.log("analysis: " + analysis.text().replace("\n", " | "))
+            except ProposerError as e:
+                run.log(f"analysis failed: {e}", "warning")
+            run.start_fresh(family)
+            if family is None and proposer.name == "offline":
+                run.log(f"no kernel family with templates for '{task.family}': the offline proposer has nothing "
+                        f"to try; use --family NAME or --proposer gemini", "warning")
+            run.apply_edits()
+            run.snapshot()
+        stop = None
+        while True:
+            stop = run.out_of_budget()
+            if stop or not run.step():
+                break
+        stop = stop or "no open plan left to try"
+        run.snapshot()
+
+    best = run.best if run.best and run.best["node_id"] != ROOT else None
+    if best and best["median_ms"] is not None:
+        vs = f", {best['vs_original']:.2f}x vs original" if best.get("vs_original") else ""
+        msg = f"best {best['candidate_id']} ({best['node_id']}): {best['median_ms']:.4g} ms, {best['speedup']:.2f}x vs baseline{vs}"
+    elif best:
+        msg = f"best {best['candidate_id']}: verified on {info.name} (not timed)"
+    elif run.best:
+        msg = "no candidate beat the original"
+    else:
+        msg = "no candidate passed"
+    usage = proposer.usage
+    msg += f"; {run.evals} evaluations; stopped: {stop}"
+    if usage.calls:
+        msg += f"; {usage.describe()}"
+    return DoneEvent(status="done", best_candidate=best["candidate_id"] if best else None, evals=run.evals, message=msg)
+
+
+def _cache_dir(req: SearchRequest):
+    from pathlib import Path
+    return Path(req.store_path).parent / "llm-cache"
+
+
+def tree_text(store: Store, run_id: str) -> str:
+    """The latest plan tree of a run as text (`ksearch show RUN --tree`)."""
+    raw = store.latest_tree(run_id)
+    if raw is None:
+        return f"run {run_id} has no plan tree yet"
+    return render_tree(PlanTree.model_validate_json(raw))
