@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal, Union
 
@@ -313,9 +314,8 @@ class Specs:
         return self._family_by_name.get(_norm(name))
 
     def patterns_for(self, family: str, kind: CandidateKind | None = None) -> list[Pattern]:
-        """Patterns for a family (aliases accepted) plus the ones for any family, in file order.
-
-        The family's own patterns come first, then those for any family. An unknown family (a task's
+        """Patterns for a family (aliases accepted): its own first, then those for any family, each in file order.
+ An unknown family (a task's
         `custom`) gets only the patterns that apply to any family.
         `kind` keeps the patterns a candidate of that kind can express (`ops` on the CPU backend).
         """
@@ -390,9 +390,7 @@ class Specs:
         """The doc names worth putting in a prompt for this family on this backend."""
         names = []
         try:
-            hw = self.hardware(backend).spec
-            if hw.id in self.docs or f"hardware/{hw.id}" in self.docs:
-                names.append(f"hardware/{hw.id}")
+            names.append(f"hardware/{self.hardware(backend).spec.id}")
         except KeyError:
             pass
         wanted = {p.id for p in self.patterns_for(family)}
@@ -404,23 +402,30 @@ class Specs:
         return names
 
 
+def _heading_lines(lines: list[str]) -> list[tuple[int, int, str]]:
+    """(line index, level, title) of each Markdown heading, skipping fenced code blocks."""
+    out, fenced = [], False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        m = None if fenced else re.match(r"^(#+)\s+(.*)$", line)
+        if m:
+            out.append((i, len(m.group(1)), m.group(2).strip()))
+    return out
+
+
 def _headings(text: str) -> list[str]:
-    return [m.group(2).strip() for m in re.finditer(r"^(#+)\s+(.*)$", text, re.M)]
+    return [title for _, _, title in _heading_lines(text.splitlines())]
 
 
 def _section(text: str, heading: str) -> str | None:
+    """The heading named (case-insensitive) and its body, up to the next heading of the same or higher level."""
     lines = text.splitlines()
-    want = heading.strip().lower()
-    for i, line in enumerate(lines):
-        m = re.match(r"^(#+)\s+(.*)$", line)
-        if m and m.group(2).strip().lower() == want:
-            level = len(m.group(1))
-            end = len(lines)
-            for j in range(i + 1, len(lines)):
-                m2 = re.match(r"^(#+)\s+", lines[j])
-                if m2 and len(m2.group(1)) <= level:
-                    end = j
-                    break
+    heads = _heading_lines(lines)
+    for k, (i, level, title) in enumerate(heads):
+        if title.lower() == heading.strip().lower():
+            end = next((j for j, lv, _ in heads[k + 1:] if lv <= level), len(lines))
             return "\n".join(lines[i:end])
     return None
 
@@ -439,7 +444,7 @@ def default_root(package_dir: Path | None = None) -> Path:
                     f"pass load_specs(root=...) or set {SPECS_ENV} to the folder holding families.yaml")
 
 
-def _read_yaml(path: Path, root: Path) -> Any:
+def _read_yaml(path: Path) -> Any:
     try:
         return yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
     except FileNotFoundError:
@@ -480,7 +485,7 @@ def validate_file(path: str | os.PathLike, root: str | os.PathLike) -> BaseModel
     if model is None:
         raise SpecError(f"{path}: no schema for this file; spec YAML lives in families.yaml, math.yaml, "
                         f"mlx_api.yaml, translation.yaml, hardware/*.yaml or patterns/*.yaml")
-    return _validate(model, path, _read_yaml(path, root))
+    return _validate(model, path, _read_yaml(path))
 
 
 def load_specs(root: str | os.PathLike | None = None) -> Specs:
@@ -492,7 +497,7 @@ def load_specs(root: str | os.PathLike | None = None) -> Specs:
 
     def load(model, path):
         try:
-            return _validate(model, path, _read_yaml(path, root))
+            return _validate(model, path, _read_yaml(path))
         except SpecError as e:
             errors.append(str(e))
             return None
@@ -502,6 +507,9 @@ def load_specs(root: str | os.PathLike | None = None) -> Specs:
     api = load(MlxApiFile, root / "mlx_api.yaml")
     hardware = {p.stem: load(HardwareFile, p) for p in sorted((root / "hardware").glob("*.yaml"))}
     patterns = {p.stem: load(PatternsFile, p) for p in sorted((root / "patterns").glob("*.yaml"))}
+    for kind, found in (("hardware", hardware), ("patterns", patterns)):
+        if not found:
+            errors.append(f"{root / kind}: no {kind}/*.yaml files (is {root} a ksearch specs folder?)")
     translation = None
     tpath = root / "translation.yaml"
     if tpath.exists():
@@ -520,6 +528,17 @@ def load_specs(root: str | os.PathLike | None = None) -> Specs:
     specs = Specs(root, families, hardware, patterns, math, api, translation, docs)
     _cross_check(specs)
     return specs
+
+
+def cached_specs(root: str | os.PathLike | None = None) -> Specs:
+    """load_specs(), loaded once per resolved folder: for callers that look specs up often (per plan node).
+    Edits to the files are not seen until the process restarts; use load_specs() where that matters."""
+    return _cached(str(Path(root) if root is not None else default_root()))
+
+
+@lru_cache(maxsize=8)
+def _cached(root: str) -> Specs:
+    return load_specs(root)
 
 
 def _cross_check(s: Specs) -> None:

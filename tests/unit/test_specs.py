@@ -181,10 +181,20 @@ def test_patterns_for_resolves_aliases_and_filters_by_kind(specs):
     assert {p.id for p in specs.patterns_for("custom")} == {p.id for p in specs.patterns if "any" in p.families}
 
 
-def test_every_builtin_family_module_maps_to_a_spec_family(specs):
+def test_every_builtin_family_and_template_pattern_is_in_the_specs(specs):
     from ksearch_engine import families
+    checked = 0
     for name in families.names():
         assert specs.family(name) is not None, f"families/{name}: add it as an alias in specs/families.yaml"
+        try:
+            fam = families.get(name)
+        except Exception:  # noqa: BLE001 - a family module that does not import is its own tests' business
+            continue
+        for t in fam.templates:
+            p = specs.pattern(t.pattern)   # KeyError names the missing pattern id
+            assert set(t.kinds) <= set(p.kinds), f"template {t.id}: kinds {t.kinds} not all in pattern {p.id}"
+            checked += 1
+    assert checked > 0
 
 
 @pytest.mark.parametrize("key,hw,chip", [
@@ -229,6 +239,19 @@ def test_section_text_takes_whole_docs_or_one_section(specs):
         specs.section_text("math#Nope")
 
 
+def test_headings_inside_code_blocks_are_not_sections(copy):
+    (copy / "patterns" / "scan.md").write_text("# Scan\n## Real\nbody\n```\n## not a heading\n```\nmore\n## Next\nx\n")
+    text = load_specs(copy).section_text("patterns/scan#Real")
+    assert "## not a heading" in text and "more" in text and "## Next" not in text
+    with pytest.raises(KeyError):
+        load_specs(copy).section_text("patterns/scan#not a heading")
+
+
+def test_cached_specs_loads_once_per_folder(copy):
+    assert S.cached_specs(copy) is S.cached_specs(str(copy))
+    assert S.cached_specs(copy) is not S.cached_specs(ROOT)
+
+
 def test_docs_for_picks_hardware_patterns_and_math(specs):
     names = specs.docs_for("paged_attention", "mlx-cuda")
     assert names[0] == "hardware/nvidia" and "patterns/decode_attention" in names and names[-1] == "math"
@@ -248,3 +271,6 @@ def test_root_from_env_var_and_package_data(tmp_path, monkeypatch, copy):
         S.default_root(tmp_path / "nowhere" / "ksearch_engine")
     with pytest.raises(SpecError, match="does not exist"):
         load_specs(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SpecError, match=r"families.yaml: missing[\s\S]*no hardware/\*.yaml files"):
+        load_specs(tmp_path / "empty")
