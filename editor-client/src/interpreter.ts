@@ -61,13 +61,16 @@ export function interpreterCandidates(inputs: CandidateInputs): InterpreterCandi
 }
 
 /**
- * Arguments for the probe: prints the interpreter's real path and exits 3 when the server package
- * cannot be found.  `find_spec` locates the package without importing it (importing pulls in MLX).
+ * Arguments for the probe: prints the interpreter's real path and exits 3 when the server module
+ * cannot be found.  `find_spec` locates `ksearch_server.__main__` without running it (the server
+ * pulls in MLX); a missing package or a package without its entry module both count as "not installed".
  */
 export const PROBE_ARGS = [
   "-c",
-  "import importlib.util, sys; print(sys.executable); " +
-    "sys.exit(0 if importlib.util.find_spec('ksearch_server') else 3)",
+  "import importlib.util, sys; print(sys.executable)\n" +
+    "try:\n    found = importlib.util.find_spec('ksearch_server.__main__') is not None\n" +
+    "except ImportError:\n    found = False\n" +
+    "sys.exit(0 if found else 3)",
 ];
 
 /** The module the server runs as: `<python> -m ksearch_server`. */

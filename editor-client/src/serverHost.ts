@@ -187,13 +187,8 @@ export class ServerHost implements vscode.Disposable {
       traceOutputChannel: this.channel,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
       initializationOptions: options,
-      initializationFailedHandler: (error) => {
-        const text = error instanceof Error ? error.message : String(error);
-        void vscode.window.showErrorMessage(
-          `ksearch: the server at ${python} failed to initialize (${text}). See "ksearch: Show Server Log".`,
-        );
-        return false;
-      },
+      // Do not retry a failed initialize: the error shown by the catch below says what to do.
+      initializationFailedHandler: () => false,
     };
     const client = new LanguageClient("ksearch", "ksearch", serverOptions, clientOptions);
     client.onNotification("ksearch/jobs", (params: unknown) => this.handlers.onJobs(params));

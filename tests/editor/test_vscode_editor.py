@@ -1,0 +1,141 @@
+"""In a real VS Code (code-server in Debian's chromium), a user ports a CUDA kernel to MLX: the code
+lens and the lightbulb offer "Port to MLX", progress shows while the search runs, the candidate opens
+as a diff, Accept writes the MLX module to disk, and the inlay hint and the hover show the result.
+Screenshots of each step go to test-artifacts/editor/."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from editor_helpers import KERNEL, REPO, kernel_line, new_python_files
+
+pytestmark = pytest.mark.slow
+
+SCREENSHOTS = ["01-action.png", "02-progress.png", "03-diff.png", "04-accepted.png", "05-hover.png"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def user_settings(python: str) -> dict:
+    return {
+        "ksearch.interpreter": python,
+        "ksearch.proposer": "offline",
+        "ksearch.budget.evaluations": 4,
+        # Quiet the workbench so the screenshots show the editor.
+        "security.workspace.trust.enabled": False,
+        "workbench.startupEditor": "none",
+        "workbench.tips.enabled": False,
+        "workbench.secondarySideBar.defaultVisibility": "hidden",
+        "chat.disableAIFeatures": True,
+        "telemetry.telemetryLevel": "off",
+        "extensions.autoUpdate": False,
+        "extensions.autoCheckUpdates": False,
+        "update.mode": "none",
+        "editor.minimap.enabled": False,
+        "editor.inlayHints.enabled": "on",
+        "editor.hover.delay": 200,
+    }
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"code-server exited with {proc.returncode} before it served {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"code-server did not answer {url} within {timeout}s")
+
+
+@pytest.fixture
+def code_server(tools, language_server, kernel_workspace, tmp_path, artifacts):
+    """code-server on a free loopback port, with the extension installed from the .vsix."""
+    user_data, extensions = tmp_path / "user-data", tmp_path / "extensions"
+    (user_data / "User").mkdir(parents=True)
+    (user_data / "User" / "settings.json").write_text(json.dumps(user_settings(language_server), indent=2))
+    config = tmp_path / "code-server.yaml"
+    config.write_text("auth: none\n")
+    base = [str(tools.code_server), "--config", str(config), "--user-data-dir", str(user_data),
+            "--extensions-dir", str(extensions)]
+    installed = subprocess.run([*base, "--install-extension", str(tools.vsix)], capture_output=True, text=True,
+                               timeout=120)
+    assert installed.returncode == 0, f"--install-extension failed: {installed.stdout}{installed.stderr}"
+    assert any(p.name.startswith("ksearch.ksearch-") for p in extensions.iterdir()), installed.stdout
+
+    port = free_port()
+    log = (artifacts / "code-server.log").open("w")
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(
+        [*base, "--bind-addr", f"127.0.0.1:{port}", "--auth", "none", "--disable-telemetry",
+         "--disable-update-check", "--disable-workspace-trust", str(kernel_workspace)],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=kernel_workspace)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", proc, 60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+        # Keep the extension's and the server's logs next to the screenshots for a failed run.
+        for path in (user_data / "logs").rglob("*ksearch*.log"):
+            shutil.copy(path, artifacts / f"vscode-{path.name}")
+
+
+def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, artifacts):
+    for name in [*SCREENSHOTS, "error.png"]:
+        (artifacts / name).unlink(missing_ok=True)
+    source = kernel_workspace / "softmax.cu"
+    before = set(kernel_workspace.rglob("*.py"))
+    original_source = source.read_text()
+    cfg = {
+        "url": code_server, "folder": str(kernel_workspace), "file": "softmax.cu", "kernel": KERNEL,
+        "kernelLine": kernel_line(source), "portTitle": "Port to MLX", "acceptTitle": "Accept",
+        "playwright": str(tools.playwright), "chromium": str(tools.chromium), "artifacts": str(artifacts),
+        "timeoutsMs": {"start": 60_000, "lens": 60_000, "job": 180_000},
+    }
+    run = subprocess.run([str(tools.node), str(Path(__file__).with_name("drive_code_server.mjs")), json.dumps(cfg)],
+                         capture_output=True, text=True, timeout=420)
+    (artifacts / "drive.log").write_text(run.stderr)
+    seen = json.loads(run.stdout) if run.stdout.strip().startswith("{") else {"error": run.stdout + run.stderr}
+    (artifacts / "drive.json").write_text(json.dumps(seen, indent=2))
+    assert run.returncode == 0 and seen.get("ok"), (
+        f"the VS Code scenario stopped: {seen.get('error')}\nsteps: {[s['name'] for s in seen.get('steps', [])]}\n"
+        f"status bar: {seen.get('statusbar')}\nnotifications: {seen.get('notifications')}\n"
+        f"see {artifacts}/error.png and drive.log")
+
+    assert any("Port to MLX" in lens for lens in seen["lenses"]), seen["lenses"]
+    assert any("Port to MLX" in action for action in seen["actions"]), seen["actions"]
+    assert seen["progress"], "no progress showed in the status bar while the port ran"
+    assert seen["diffCandidate"].strip(), "the diff's candidate side is empty"
+
+    ported = new_python_files(kernel_workspace, before)
+    assert ported, f"Accept wrote no Python module into {kernel_workspace}"
+    module = ported[0].read_text()
+    assert "mlx" in module and "def " in module, f"{ported[0]} does not look like an MLX port:\n{module[:400]}"
+    assert source.read_text() == original_source, "porting must not change the CUDA source"
+
+    assert seen["kernelLineAfter"] != seen["kernelLineBefore"], (
+        f"no inlay hint appeared on the kernel line: {seen['kernelLineAfter']!r}")
+    assert seen["hover"].strip(), "the hover over the kernel is empty"
+    for name in SCREENSHOTS:
+        assert (artifacts / name).stat().st_size > 10_000, f"{name} is missing or blank"
