@@ -661,3 +661,26 @@ def check_mlx_api(api: MlxApiFile) -> list[str]:
             if exists(suggested) is None:
                 problems.append(f"{m.name}: suggests '{suggested}', which does not exist either")
     return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ksearch_engine.specs [ROOT]`: validate a specs folder and check the API list against mlx."""
+    import sys
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        s = load_specs(args[0] if args else None)
+    except SpecError as e:
+        print(e, file=sys.stderr)
+        return 1
+    problems = check_mlx_api(s.api)
+    for p in problems:
+        print(f"{s.root / 'mlx_api.yaml'}: {p}", file=sys.stderr)
+    print(f"{s.root}: {len(s.families.families)} families, {len(s.patterns)} patterns in "
+          f"{len(s.pattern_files)} files, hardware {', '.join(s.hardware_files)}, "
+          f"{len(s.api.exists)} APIs present and {len(s.api.missing)} absent"
+          + ("" if not problems else f"; {len(problems)} API problems"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

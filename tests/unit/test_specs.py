@@ -274,3 +274,12 @@ def test_root_from_env_var_and_package_data(tmp_path, monkeypatch, copy):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SpecError, match=r"families.yaml: missing[\s\S]*no hardware/\*.yaml files"):
         load_specs(tmp_path / "empty")
+
+
+def test_command_line_check_reports_ok_and_broken_folders(copy, capsys):
+    assert S.main([str(copy)]) == 0
+    assert re.search(r"\d+ patterns in \d+ files", capsys.readouterr().out)
+    edit_yaml(copy / "patterns" / "scan.yaml", lambda d: d["patterns"][0].update(difficulty=0))
+    assert S.main([str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "scan.yaml" in err and "patterns.0.difficulty" in err
