@@ -107,7 +107,7 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
         if all(grid) and all(block):
             total = tuple(g * b for g, b in zip(grid, block))
             rt.launch(so, what, pointers, grid, block, total, False, dyn_smem=shared_mem_bytes,
-                      timeout_s=timeout_s)
+                      timeout_s=timeout_s, regions=[(n, b, False) for n, b, _ in buffers])
         return {n: b.read(a.dtype, a.shape) for n, b, a in buffers}
     finally:
         for _, b, _ in buffers:

@@ -40,6 +40,7 @@
 #include <utility>
 #include <algorithm>
 #include <cassert>
+#include <array>
 #ifdef KSIM_CUDA
 #include <math.h>
 #endif
@@ -137,6 +138,22 @@ KSIM_CU16_OP(+) KSIM_CU16_OP(-) KSIM_CU16_OP(*) KSIM_CU16_OP(/)
 #define KSIM_CU16_CMP(op) \
   template <int K> inline bool operator op(cu16<K> a, cu16<K> b) { return a.get() op b.get(); }
 KSIM_CU16_CMP(<) KSIM_CU16_CMP(>) KSIM_CU16_CMP(<=) KSIM_CU16_CMP(>=) KSIM_CU16_CMP(==) KSIM_CU16_CMP(!=)
+
+}  // namespace ksim
+namespace std {
+template <int K> struct numeric_limits<ksim::cu16<K>> {
+  typedef ksim::cu16<K> T;
+  static constexpr bool is_specialized = true;
+  static constexpr bool has_infinity = true;
+  static T max() { return T(K == 0 ? 65504.0f : 3.38953139e38f); }
+  static T min() { return T(K == 0 ? 6.103515625e-05f : 1.17549435e-38f); }
+  static T lowest() { return T(K == 0 ? -65504.0f : -3.38953139e38f); }
+  static T infinity() { return T(__builtin_inff()); }
+  static T quiet_NaN() { return T(__builtin_nanf("")); }
+  static T epsilon() { return T(K == 0 ? 0.0009765625f : 0.0078125f); }
+};
+}  // namespace std
+namespace ksim {
 
 // ------------------------------------------------------------------------------------------------
 // Vectors: float2/3/4, half4, uint3 ... with .x .y .z .w, [i], elementwise arithmetic.
@@ -997,16 +1014,66 @@ template <unsigned N, class T, class Op> inline T reduce(const thread_block_tile
 }
 }  // namespace cooperative_groups
 
-// MLX's CUDA headers
+// MLX's CUDA headers (mlx/backend/cuda/device/utils.cuh, config.h): what custom kernels can use
+#define MAX_NDIM 10
+#define WARP_SIZE 32
 namespace mlx { namespace core { namespace cu {
-constexpr int MAX_NDIM = 10;
-struct Shape { int32_t v[MAX_NDIM]; int32_t operator[](int i) const { return v[i]; } const int32_t* data() const { return v; } };
-struct Strides { int64_t v[MAX_NDIM]; int64_t operator[](int i) const { return v[i]; } const int64_t* data() const { return v; } };
-template <class IdxT = int64_t>
-inline IdxT elem_to_loc(IdxT elem, const Shape& shape, const Strides& strides, int ndim) {
-  return ksim::elem_to_loc<IdxT>(elem, shape.v, strides.v, ndim);
-}
+using Shape = std::array<int32_t, MAX_NDIM>;
+using Strides = std::array<int64_t, MAX_NDIM>;
 using ksim::elem_to_loc;
+template <typename T, int N> struct alignas(sizeof(T) * N) AlignedVector {
+  T val[N];
+  T& operator[](int i) { return val[i]; }
+  T operator[](int i) const { return val[i]; }
+};
+template <int N, typename T> inline bool is_aligned(T* x) { return (reinterpret_cast<uintptr_t>(x) % (N * sizeof(T))) == 0; }
+template <int N, typename T> inline AlignedVector<T, N> unsafe_load_vector(const T* p, uint32_t off) {
+  return reinterpret_cast<const AlignedVector<T, N>*>(p)[off];
+}
+template <int N, typename T> inline AlignedVector<T, N> load_vector(const T* p, uint32_t off) {
+  AlignedVector<T, N> v;
+  for (int i = 0; i < N; ++i) v[i] = p[off * N + i];
+  return v;
+}
+template <int N, typename T, typename SizeT> inline AlignedVector<T, N> load_vector(const T* p, uint32_t off, SizeT size, T fallback) {
+  AlignedVector<T, N> v;
+  for (int i = 0; i < N; ++i) v[i] = (SizeT)(N * off + i) < size ? p[off * N + i] : fallback;
+  return v;
+}
+template <int N, typename T> inline void unsafe_store_vector(T* p, uint32_t off, const AlignedVector<T, N>& v) {
+  reinterpret_cast<AlignedVector<T, N>*>(p)[off] = v;
+}
+template <int N, typename T> inline void store_vector(T* p, uint32_t off, const AlignedVector<T, N>& v) {
+  for (int i = 0; i < N; ++i) p[off * N + i] = v[i];
+}
+template <int N, typename T, typename SizeT> inline void store_vector(T* p, uint32_t off, const AlignedVector<T, N>& v, SizeT size) {
+  for (int i = 0; (SizeT)(off * N + i) < size && i < N; ++i) p[off * N + i] = v[i];
+}
+template <typename T> struct Limits {
+  static T max() { return std::numeric_limits<T>::max(); }
+  static T min() { return std::numeric_limits<T>::min(); }
+  static T finite_max() { return std::numeric_limits<T>::max(); }
+  static T finite_min() { return std::numeric_limits<T>::min(); }
+};
+template <typename F> struct FloatLimits {
+  static F max() { return F(__builtin_inff()); }
+  static F min() { return F(-__builtin_inff()); }
+  static F finite_max() { return F(ksim_finite_max<F>()); }
+  static F finite_min() { return F(-ksim_finite_max<F>()); }
+  template <class G> static float ksim_finite_max() {
+    return std::is_same<G, __half>::value ? 65504.0f : (std::is_same<G, __nv_bfloat16>::value ? 3.38953139e38f : FLT_MAX);
+  }
+};
+template <> struct Limits<float> : FloatLimits<float> {};
+template <> struct Limits<double> {
+  static double max() { return __builtin_inf(); }
+  static double min() { return -__builtin_inf(); }
+  static double finite_max() { return DBL_MAX; }
+  static double finite_min() { return -DBL_MAX; }
+};
+template <> struct Limits<__half> : FloatLimits<__half> {};
+template <> struct Limits<__nv_bfloat16> : FloatLimits<__nv_bfloat16> {};
+template <> struct Limits<bool> { static bool max() { return true; } static bool min() { return false; } };
 }}}  // namespace mlx::core::cu
 #endif  // KSIM_CUDA
 

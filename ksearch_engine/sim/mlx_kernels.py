@@ -221,6 +221,7 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
     buffers: list[rt.Buffer] = []
     pointers: list[int] = []
     outs: list[rt.Buffer] = []
+    regions = []
     try:
         for kind in arg_kinds:
             k, idx = kind.split(":")
@@ -254,6 +255,8 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                 outs.append(b)
             buffers.append(b)
             pointers.append(b.addr)
+            if k in ("in", "out"):
+                regions.append(((input_names if k == "in" else output_names)[idx], b, k == "in"))
 
         if dialect == "metal":
             tgc = tuple(max(1, min(t, g)) for t, g in zip(tg, grid))
@@ -267,7 +270,7 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
             pass  # an empty grid runs nothing; outputs stay as initialized
         else:
             rt.launch(so, what, pointers, nblocks, tgc, total, partial, dyn_smem=shared_memory,
-                      timeout_s=timeout_s)
+                      timeout_s=timeout_s, regions=regions)
         results = []
         for b, dt, shp in zip(outs, out_dtypes, out_shapes):
             a = b.read(rt.STORAGE[dt], shp)

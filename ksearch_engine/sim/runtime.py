@@ -23,6 +23,7 @@ _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.mprotect.restype = ctypes.c_int
 _PROT_NONE, _PROT_READ, _PROT_RW = 0, 1, 3
 _PAGE = mmap.PAGESIZE
+_GUARD = 1 << 20  # bytes of PROT_NONE after each buffer: overruns of up to 1 MiB fault
 _libs: dict[str, ctypes.CDLL] = {}
 
 # dtype name -> numpy storage dtype (bfloat16 travels as its uint16 bit pattern)
@@ -73,18 +74,18 @@ def to_storage(a, name: str) -> np.ndarray:
 
 
 class Buffer:
-    """`nbytes` of shared memory that end at a guard page."""
+    """`nbytes` of shared memory that end where a guard region begins."""
 
     def __init__(self, nbytes: int):
         self.nbytes = int(nbytes)
         self.data_pages = max(1, -(-self.nbytes // _PAGE))
-        self.map = mmap.mmap(-1, (self.data_pages + 1) * _PAGE)
+        self.map = mmap.mmap(-1, self.data_pages * _PAGE + _GUARD)
         c = ctypes.c_char.from_buffer(self.map)
         self.base = ctypes.addressof(c)
         del c
         self.offset = self.data_pages * _PAGE - ((self.nbytes + 15) // 16 * 16)
         self.addr = self.base + self.offset
-        _libc.mprotect(self.base + self.data_pages * _PAGE, _PAGE, _PROT_NONE)
+        _libc.mprotect(self.base + self.data_pages * _PAGE, _GUARD, _PROT_NONE)
 
     def write(self, arr: np.ndarray) -> None:
         raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
@@ -109,7 +110,7 @@ class Buffer:
 
     def close(self) -> None:
         try:
-            _libc.mprotect(self.base, (self.data_pages + 1) * _PAGE, _PROT_RW)
+            _libc.mprotect(self.base, self.data_pages * _PAGE + _GUARD, _PROT_RW)
             self.map.close()
         except (BufferError, ValueError):
             pass
@@ -152,8 +153,19 @@ def load(so: Path) -> ctypes.CDLL:
 _KINDS = {3: "deadlock", 4: "fault", 5: "crash", 6: "timeout", 7: "crash", 8: "crash", 9: "crash"}
 
 
+def describe_address(addr: int, regions) -> str:
+    """Which buffer a faulting address belongs to, from (name, Buffer, is_input) triples."""
+    for name, b, is_input in regions:
+        if b.addr <= addr < b.addr + b.nbytes:
+            return f"; the address is inside input '{name}': kernels must not write into inputs" if is_input else ""
+        end = b.addr + b.nbytes
+        if end <= addr < b.base + b.data_pages * _PAGE + _GUARD:
+            return f"; the address is {addr - end} bytes past the end of '{name}' ({b.nbytes} bytes)"
+    return ""
+
+
 def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial: bool,
-           dyn_smem: int = 0, timeout_s: float = 20.0, stack_kb: int = 256) -> None:
+           dyn_smem: int = 0, timeout_s: float = 20.0, stack_kb: int = 256, regions=()) -> None:
     """Run the grid; raise SimError (with the kernel line of a fault when known) if it fails."""
     lib = load(so)
     argv = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
@@ -169,7 +181,7 @@ def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial
     if m:
         line, file = source_line_of_pc(so, int(m.group(1), 16))
         text = text[:m.start()] + text[m.end():]
-    if rc == 4 and "memory fault" in text:
-        text += (". Reads/writes past the end of a buffer fault here; writes into an input buffer "
-                 "fault too (inputs are read-only)")
+    am = re.search(r"address (0x[0-9a-f]+)", text)
+    if rc == 4 and am:
+        text += describe_address(int(am.group(1), 16), regions)
     raise SimError(f"{what}: {text}", line, file=file, kind=_KINDS.get(rc, "crash"))

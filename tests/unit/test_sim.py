@@ -1,0 +1,354 @@
+"""The CPU simulator runs Metal and CUDA kernel sources with real GPU semantics.
+
+Each test is a small kernel as a user would write it, checked against numpy: barriers are real
+(remove one and the answer is wrong), warps exchange values in lockstep, faults, deadlocks and compile
+errors come back as SimError pointing at the kernel's own lines.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from ksearch_engine.sim import SimError, run_cuda_source, run_mlx_kernel
+
+rng = np.random.default_rng(0)
+
+
+def metal(name, inputs, outputs, source, args, grid, tg, **kw):
+    shapes = [s for _, s, _ in outputs]
+    dtypes = [d for _, _, d in outputs]
+    return run_mlx_kernel("metal", name, [n for n, _ in inputs], [n for n, _, _ in outputs], source,
+                          kw.pop("header", ""), [a for _, a in inputs], args, grid, tg, shapes,
+                          dtypes, **kw)
+
+
+def cuda(name, inputs, outputs, source, args, grid, tg, **kw):
+    shapes = [s for _, s, _ in outputs]
+    dtypes = [d for _, _, d in outputs]
+    return run_mlx_kernel("cuda", name, [n for n, _ in inputs], [n for n, _, _ in outputs], source,
+                          kw.pop("header", ""), [a for _, a in inputs], args, grid, tg, shapes,
+                          dtypes, **kw)
+
+
+# --- elementwise -----------------------------------------------------------------------------------
+def test_metal_elementwise_matches_numpy():
+    x = rng.standard_normal(1000).astype(np.float32)
+    src = """
+        uint i = thread_position_in_grid.x;
+        if (i < inp_shape[0]) out[i] = metal::exp(inp[i]) * fast::tanh(inp[i]) + max(inp[i], 0.0f);
+    """
+    (out,) = metal("ew", [("inp", x)], [("out", x.shape, "float32")], src, [], (1024, 1, 1), (256, 1, 1))
+    np.testing.assert_allclose(out, np.exp(x) * np.tanh(x) + np.maximum(x, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_cuda_elementwise_with_template_type_and_half():
+    x = rng.standard_normal(777).astype(np.float16)
+    src = """
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n_elems) out[i] = static_cast<T>(__expf(static_cast<float>(inp[i])) * SCALE);
+    """
+    (out,) = cuda("ewh", [("inp", x)], [("out", x.shape, "float16")], src,
+                  [("T", "float16"), ("n_elems", 777), ("SCALE", 2)], (777, 1, 1), (128, 1, 1))
+    np.testing.assert_allclose(out.astype(np.float32), (np.exp(x.astype(np.float32)) * 2),
+                               rtol=2e-3, atol=1e-3)
+
+
+def test_metal_partial_threadgroup_and_2d_grid():
+    # grid 10x7 threads in 4x4 threadgroups: edge threadgroups are smaller, as with dispatchThreads
+    src = """
+        uint2 p = uint2(thread_position_in_grid.x, thread_position_in_grid.y);
+        out[p.y * 10 + p.x] = float(threads_per_threadgroup.x * 100 + threads_per_threadgroup.y);
+    """
+    (out,) = metal("part", [("dummy", np.zeros(1, np.float32))], [("out", (7, 10), "float32")], src,
+                   [], (10, 7, 1), (4, 4, 1))
+    wx = np.array([4, 4, 4, 4, 4, 4, 4, 4, 2, 2])
+    wy = np.array([4, 4, 4, 4, 3, 3, 3])
+    np.testing.assert_array_equal(out, wx[None, :] * 100 + wy[:, None])
+
+
+# --- barriers ------------------------------------------------------------------------------------
+TREE_REDUCE = """
+    threadgroup float buf[256];
+    uint lid = thread_position_in_threadgroup.x;
+    buf[lid] = inp[thread_position_in_grid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint s = 128; s > 0; s >>= 1) {
+        if (lid < s) buf[lid] += buf[lid + s];
+        BARRIER
+    }
+    if (lid == 0) out[threadgroup_position_in_grid.x] = buf[0];
+"""
+
+
+def test_threadgroup_reduction_with_barrier_is_exact():
+    x = rng.random(64 * 256).astype(np.float32)
+    src = TREE_REDUCE.replace("BARRIER", "threadgroup_barrier(mem_flags::mem_threadgroup);")
+    (out,) = metal("tree", [("inp", x)], [("out", (64,), "float32")], src, [], (64 * 256, 1, 1), (256, 1, 1))
+    np.testing.assert_allclose(out, x.reshape(64, 256).sum(1), rtol=1e-5)
+
+
+def test_reduction_without_its_barrier_gives_a_wrong_answer():
+    x = rng.random(64 * 256).astype(np.float32)
+    src = TREE_REDUCE.replace("BARRIER", "")
+    (out,) = metal("tree_nb", [("inp", x)], [("out", (64,), "float32")], src, [], (64 * 256, 1, 1), (256, 1, 1))
+    assert not np.allclose(out, x.reshape(64, 256).sum(1), rtol=1e-3)
+
+
+def test_cuda_block_reduction_with_syncthreads():
+    x = rng.random(8 * 128).astype(np.float32)
+    src = """
+        __shared__ float s[128];
+        int t = threadIdx.x;
+        s[t] = inp[blockIdx.x * blockDim.x + t];
+        __syncthreads();
+        for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+            if (t < k) s[t] += s[t + k];
+            __syncthreads();
+        }
+        if (t == 0) out[blockIdx.x] = s[0];
+    """
+    (out,) = cuda("bred", [("inp", x)], [("out", (8,), "float32")], src, [], (8 * 128, 1, 1), (128, 1, 1))
+    np.testing.assert_allclose(out, x.reshape(8, 128).sum(1), rtol=1e-5)
+
+
+def test_barrier_in_divergent_code_is_a_deadlock_error_not_a_hang():
+    src = """
+        uint lid = thread_position_in_threadgroup.x;
+        if (lid < 16) threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[lid] = 1.0f;
+    """
+    t0 = time.time()
+    with pytest.raises(SimError) as e:
+        metal("dl", [("inp", np.zeros(64, np.float32))], [("out", (64,), "float32")], src, [], (64, 1, 1), (64, 1, 1))
+    assert e.value.kind == "deadlock"
+    assert "16 of 64 threads wait at a threadgroup barrier" in str(e.value)
+    assert time.time() - t0 < 10
+
+
+# --- warps / simdgroups ---------------------------------------------------------------------------
+def test_simd_sum_and_prefix_sum_match_numpy():
+    x = rng.random(1024).astype(np.float32)
+    src = """
+        uint gid = thread_position_in_grid.x;
+        float v = simd_sum(inp[gid]);
+        float p = simd_prefix_exclusive_sum(inp[gid]);
+        if (thread_index_in_simdgroup == 0) sums[gid / 32] = v;
+        prefix[gid] = p;
+        lanes[gid] = simd_shuffle_down(float(thread_index_in_simdgroup), 3);
+    """
+    sums, prefix, lanes = metal("simd", [("inp", x)], [("sums", (32,), "float32"), ("prefix", (1024,), "float32"),
+                                                      ("lanes", (1024,), "float32")], src, [], (1024, 1, 1), (128, 1, 1))
+    w = x.reshape(32, 32)
+    np.testing.assert_allclose(sums, w.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(prefix, (np.cumsum(w, 1) - w).reshape(-1), rtol=1e-5, atol=1e-6)
+    lane = np.arange(32)
+    np.testing.assert_array_equal(lanes.reshape(32, 32), np.tile(np.where(lane + 3 < 32, lane + 3, lane), (32, 1)))
+
+
+SHFL_REDUCE = """
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = inp[i];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o, WIDTH);
+    out[i] = v;
+"""
+
+
+def test_cuda_shfl_xor_warp_reduction_matches_numpy():
+    x = rng.random(512).astype(np.float32)
+    (out,) = cuda("shfl", [("inp", x)], [("out", (512,), "float32")], SHFL_REDUCE.replace("WIDTH", "32"), [],
+                  (512, 1, 1), (256, 1, 1))
+    np.testing.assert_allclose(out, np.repeat(x.reshape(16, 32).sum(1), 32), rtol=1e-5)
+
+
+def test_shuffle_with_the_wrong_width_gives_a_different_answer():
+    x = rng.random(512).astype(np.float32)
+    (out,) = cuda("shfl16", [("inp", x)], [("out", (512,), "float32")], SHFL_REDUCE.replace("WIDTH", "16"), [],
+                  (512, 1, 1), (256, 1, 1))
+    assert not np.allclose(out, np.repeat(x.reshape(16, 32).sum(1), 32), rtol=1e-3)
+
+
+def test_warp_ballot_and_shfl_down():
+    x = rng.random(64).astype(np.float32)
+    src = """
+        int i = threadIdx.x;
+        unsigned b = __ballot_sync(0xffffffff, inp[i] > 0.5f);
+        float d = __shfl_down_sync(0xffffffff, inp[i], 1);
+        ballots[i] = b;
+        down[i] = d;
+    """
+    ballots, down = cuda("ballot", [("inp", x)], [("ballots", (64,), "uint32"), ("down", (64,), "float32")], src,
+                         [], (64, 1, 1), (64, 1, 1))
+    for w in range(2):
+        bits = sum(1 << l for l in range(32) if x[w * 32 + l] > 0.5)
+        assert (ballots[w * 32:(w + 1) * 32] == bits).all()
+        seg = x[w * 32:(w + 1) * 32]
+        np.testing.assert_array_equal(down[w * 32:(w + 1) * 32], np.concatenate([seg[1:], seg[-1:]]))
+
+
+# --- atomics and dynamic shared memory ------------------------------------------------------------
+def test_cuda_atomics_float_and_int():
+    x = rng.random(4096).astype(np.float32)
+    src = """
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        atomicAdd(&total[0], inp[i]);
+        atomicAdd(&count[0], 1);
+        atomicMax(&count[1], i);
+    """
+    total, count = cuda("atom", [("inp", x)], [("total", (1,), "float32"), ("count", (2,), "int32")], src, [],
+                        (4096, 1, 1), (256, 1, 1), init_value=0)
+    assert total[0] == pytest.approx(x.sum(), rel=1e-4)
+    assert list(count) == [4096, 4095]
+
+
+def test_metal_atomic_outputs_histogram():
+    vals = rng.integers(0, 16, 2000).astype(np.int32)
+    src = """
+        uint i = thread_position_in_grid.x;
+        atomic_fetch_add_explicit(&hist[inp[i]], 1, memory_order_relaxed);
+    """
+    (hist,) = metal("hist", [("inp", vals)], [("hist", (16,), "int32")], src, [], (2000, 1, 1), (256, 1, 1),
+                    init_value=0, atomic_outputs=True)
+    np.testing.assert_array_equal(hist, np.bincount(vals, minlength=16))
+
+
+def test_cuda_dynamic_shared_memory_reverses_each_block():
+    x = rng.random(4 * 64).astype(np.float32)
+    src = """
+        extern __shared__ float tile[];
+        int t = threadIdx.x;
+        tile[t] = inp[blockIdx.x * blockDim.x + t];
+        __syncthreads();
+        out[blockIdx.x * blockDim.x + t] = tile[blockDim.x - 1 - t];
+    """
+    (out,) = cuda("dyn", [("inp", x)], [("out", x.shape, "float32")], src, [], (256, 1, 1), (64, 1, 1),
+                  shared_memory=64 * 4)
+    np.testing.assert_array_equal(out, x.reshape(4, 64)[:, ::-1].reshape(-1))
+
+
+# --- errors ----------------------------------------------------------------------------------------
+def test_compile_error_points_at_the_kernel_line():
+    src = """uint i = thread_position_in_grid.x;
+float y = inp[i];
+out[i] = y + not_declared;
+"""
+    with pytest.raises(SimError) as e:
+        metal("bad", [("inp", np.zeros(8, np.float32))], [("out", (8,), "float32")], src, [], (8, 1, 1), (8, 1, 1))
+    assert e.value.kind == "compile"
+    assert e.value.line == 3 and e.value.file == "source"
+    assert "not_declared" in str(e.value)
+
+
+def test_compile_error_in_the_header_names_the_header():
+    header = "inline float twice(float v) {\n  return v * 2\n}\n"
+    with pytest.raises(SimError) as e:
+        metal("badh", [("inp", np.zeros(8, np.float32))], [("out", (8,), "float32")],
+              "out[0] = twice(inp[0]);", [], (1, 1, 1), (1, 1, 1), header=header)
+    assert e.value.file == "header" and e.value.line in (2, 3)
+
+
+def test_out_of_bounds_read_is_a_fault_with_the_buffer_named():
+    src = """
+        uint i = thread_position_in_grid.x;
+        out[i] = inp[i + 2048];
+    """
+    with pytest.raises(SimError) as e:
+        metal("oob", [("inp", np.zeros(1024, np.float32))], [("out", (1024,), "float32")], src, [],
+              (1024, 1, 1), (64, 1, 1))
+    assert e.value.kind == "fault"
+    assert "past the end of 'inp'" in str(e.value)
+
+
+def test_endless_loop_hits_the_time_limit():
+    src = "while (inp[0] >= 0.0f) {}\nout[0] = 1.0f;"
+    t0 = time.time()
+    with pytest.raises(SimError) as e:
+        metal("spin", [("inp", np.zeros(4, np.float32))], [("out", (1,), "float32")], src, [], (1, 1, 1),
+              (1, 1, 1), timeout_s=0.5)
+    assert e.value.kind == "timeout"
+    assert time.time() - t0 < 10
+
+
+# --- whole .cu files ---------------------------------------------------------------------------------
+CU_FILE = r"""
+#include <cuda_runtime.h>
+#include <cstdio>
+#define BLOCK 128
+
+__device__ __forceinline__ float gelu(float v) {
+    return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+}
+
+__global__ void bias_gelu(const float* __restrict__ x, const float* __restrict__ bias, float* y,
+                          int rows, int cols) {
+    int r = blockIdx.y;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows && c < cols) y[r * cols + c] = gelu(x[r * cols + c] + bias[c]);
+}
+
+int main() {
+    float *x, *b, *y;
+    cudaMalloc(&x, 4 * 300 * sizeof(float));
+    cudaMalloc(&b, 300 * sizeof(float));
+    cudaMalloc(&y, 4 * 300 * sizeof(float));
+    dim3 grid((300 + BLOCK - 1) / BLOCK, 4);
+    bias_gelu<<<grid, BLOCK>>>(x, b, y, 4, 300);
+    cudaDeviceSynchronize();
+    printf("done\n");
+    return 0;
+}
+"""
+
+
+def test_run_cuda_source_on_a_whole_file_with_main():
+    x = rng.standard_normal((4, 300)).astype(np.float32)
+    b = rng.standard_normal(300).astype(np.float32)
+    y = np.zeros((4, 300), np.float32)
+    out = run_cuda_source(CU_FILE, "bias_gelu", grid=(3, 4, 1), block=(128, 1, 1),
+                          args={"x": x, "bias": b, "y": y, "rows": 4, "cols": 300})
+    v = x + b
+    expect = 0.5 * v * (1 + np.tanh(0.7978845608 * (v + 0.044715 * v ** 3)))
+    np.testing.assert_allclose(out["y"], expect, rtol=1e-5, atol=1e-6)
+    assert set(out) == {"x", "bias", "y"}
+
+
+def test_run_cuda_source_template_kernel_and_errors():
+    src = """
+    template <typename T, int B>
+    __global__ void scale(T* data, T s) {
+        __shared__ T tile[B];
+        tile[threadIdx.x] = data[blockIdx.x * B + threadIdx.x] * s;
+        __syncthreads();
+        data[blockIdx.x * B + threadIdx.x] = tile[(threadIdx.x + 1) % B];
+    }
+    """
+    d = np.arange(512, dtype=np.float32)
+    out = run_cuda_source(src, "scale", (2, 1, 1), (256, 1, 1), {"data": d, "s": 3.0},
+                          template_args=["float", "256"])
+    np.testing.assert_array_equal(out["data"], np.roll(d.reshape(2, 256) * 3, -1, axis=1).reshape(-1))
+    with pytest.raises(SimError, match="template_args"):
+        run_cuda_source(src, "scale", (2, 1, 1), (256, 1, 1), {"data": d, "s": 3.0})
+    with pytest.raises(SimError, match="missing: s"):
+        run_cuda_source(src, "scale", (2, 1, 1), (256, 1, 1), {"data": d}, template_args=["float", "256"])
+    with pytest.raises(SimError, match="is T\\* but the array is int64|needs a numpy array|no __global__"):
+        run_cuda_source(src, "nope", (1, 1, 1), (1, 1, 1), {})
+
+
+def test_cuda_file_compile_error_maps_to_file_line():
+    src = "#include <cuda_runtime.h>\n__global__ void k(float* y) {\n  y[0] = oops;\n}\n"
+    with pytest.raises(SimError) as e:
+        run_cuda_source(src, "k", (1, 1, 1), (1, 1, 1), {"y": np.zeros(1, np.float32)}, filename="my.cu")
+    assert (e.value.file, e.value.line) == ("my.cu", 3)
+
+
+# --- performance -----------------------------------------------------------------------------------
+def test_64_threadgroups_of_256_threads_run_well_under_a_second():
+    x = rng.random(64 * 256).astype(np.float32)
+    src = TREE_REDUCE.replace("BARRIER", "threadgroup_barrier(mem_flags::mem_threadgroup);")
+    args = ("tree", [("inp", x)], [("out", (64,), "float32")], src, [], (64 * 256, 1, 1), (256, 1, 1))
+    metal(*args)  # compiled (or cached) here
+    t0 = time.time()
+    metal(*args)
+    assert time.time() - t0 < 0.5
