@@ -116,6 +116,7 @@ class _Run:
         self.original_source = ""
         self.best: dict | None = None        # {"candidate_id", "node_id", "median_ms", "speedup", "vs_original", "source"}
         self.started = time.monotonic()
+        self.analysis = None
 
     def emit(self, ev) -> None:
         ev.run_id = self.run_id
@@ -126,7 +127,7 @@ class _Run:
 
     def context(self, new_round: bool = False) -> ProposeContext:
         return ProposeContext(task=self.task, backend=self.ev.backend, kinds=self.kinds, timed=self.timed,
-                              analysis=None, original_source=self.original_source,
+                              analysis=self.analysis, original_source=self.original_source,
                               best_source=(self.best or {}).get("source"), best_node=(self.best or {}).get("node_id"),
                               tree=self.tree, new_round=new_round, extra={"analysis": self.tree.analysis})
 
@@ -219,6 +220,12 @@ class _Run:
             return False
         self.tree = PlanTree.model_validate_json(raw)
         reopened = self.tree.reset_running()
+        if self.tree.analysis:
+            from .analyze import Analysis
+            try:
+                self.analysis = Analysis.model_validate(self.tree.analysis)
+            except ValueError:
+                self.analysis = None
         for c in self.store.candidates(self.run_id):
             r = c.get("result") or {}
             if c["status"] == "running" or not r:
@@ -356,6 +363,7 @@ def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Pr
             run.emit(StageEvent(stage="analyze", message=f"task {task.name} on {info.name} ({info.device})"))
             try:
                 analysis = proposer.analyze(task, info.name, info.device)
+                run.analysis = analysis
                 run.tree.analysis = analysis.model_dump(mode="json")
                 run.tree.summary = analysis.text()
                 run.log("analysis: " + analysis.text().replace("\n", " | "))
