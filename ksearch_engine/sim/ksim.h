@@ -243,13 +243,80 @@ template <class T, int N> inline bool operator!=(const vec<T, N>& a, const vec<T
 // ------------------------------------------------------------------------------------------------
 // The scheduler
 // ------------------------------------------------------------------------------------------------
+// Context switch: a few instructions on x86-64 Linux (callee-saved registers + stack pointer),
+// ucontext elsewhere (it also saves the signal mask, a system call per switch).
+}  // namespace ksim
+#if defined(__x86_64__) && defined(__linux__) && !defined(KSIM_USE_UCONTEXT)
+#define KSIM_ASM_SWITCH 1
+extern "C" void ksim_swap_impl(void** save_sp, void* new_sp);
+asm(R"(
+  .text
+  .p2align 4
+  .hidden ksim_swap_impl
+  .globl ksim_swap_impl
+  .type ksim_swap_impl, @function
+ksim_swap_impl:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ksim_swap_impl, .-ksim_swap_impl
+)");
+#endif
+namespace ksim {
+#ifdef KSIM_ASM_SWITCH
+struct Ctx { void* sp; };
+inline void ctx_switch(Ctx* from, Ctx* to) { ksim_swap_impl(&from->sp, to->sp); }
+inline void ctx_make(Ctx* c, char* stack, size_t size, void (*fn)()) {
+  uintptr_t top = ((uintptr_t)(stack + size)) & ~(uintptr_t)15;
+  uint64_t* sp = (uint64_t*)top;
+  *--sp = 0;                  // fake return address of fn: fn never returns
+  *--sp = (uint64_t)fn;       // popped by ret
+  for (int i = 0; i < 6; i++) *--sp = 0;  // rbp rbx r12 r13 r14 r15
+  --sp;                       // mxcsr + x87 control word
+  uint32_t mx; uint16_t cw;
+  asm volatile("stmxcsr %0" : "=m"(mx));
+  asm volatile("fnstcw %0" : "=m"(cw));
+  memcpy((char*)sp, &mx, 4);
+  memcpy((char*)sp + 4, &cw, 2);
+  c->sp = sp;
+}
+#else
+struct Ctx { ucontext_t uc; };
+inline void ctx_switch(Ctx* from, Ctx* to) { swapcontext(&from->uc, &to->uc); }
+inline void ctx_make(Ctx* c, char* stack, size_t size, void (*fn)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, fn, 0);
+}
+#endif
+
 typedef vec<unsigned, 3> u3;
 enum { F_RUN = 0, F_BAR = 1, F_WARP = 2, F_DONE = 3 };
 constexpr int WARP = 32;
 constexpr int MAX_LANE_BYTES = 64;
 
 struct Fiber {
-  ucontext_t ctx;
+  Ctx ctx;
   int state;
   u3 tid;
   unsigned lin, lane, warp;
@@ -277,7 +344,7 @@ struct Grid {
   int max_fibers;
   char* dyn_smem;
   size_t dyn_smem_size;
-  ucontext_t sched;
+  Ctx sched;
   char* msg;
   int msglen;
   unsigned long atomic_ops;
@@ -297,7 +364,7 @@ inline void fail(int code, const char* fmt, ...) {
   _exit(code);
 }
 
-inline void yield_to_sched() { swapcontext(&cur->ctx, &g.sched); }
+inline void yield_to_sched() { ctx_switch(&cur->ctx, &g.sched); }
 
 inline void release_barrier() {
   for (int i = 0; i < g.n; i++)
@@ -415,7 +482,8 @@ inline void fiber_main() {
   Warp* w = &g.warps[cur->warp];
   w->done++;
   if (w->arrived > 0 && w->arrived + w->done == w->nlanes) release_warp(w);
-  setcontext(&g.sched);
+  ctx_switch(&cur->ctx, &g.sched);  // never resumed
+  abort();
 }
 
 inline void describe_block(char* buf, size_t len) {
@@ -455,11 +523,7 @@ inline void run_block() {
     f.warp = (unsigned)(i / WARP);
     f.tid = u3((unsigned)i % g.bdim.x, ((unsigned)i / g.bdim.x) % g.bdim.y,
                (unsigned)i / (g.bdim.x * g.bdim.y));
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = g.stacks + (size_t)i * g.stack_stride;
-    f.ctx.uc_stack.ss_size = g.stack_size;
-    f.ctx.uc_link = &g.sched;
-    makecontext(&f.ctx, fiber_main, 0);
+    ctx_make(&f.ctx, g.stacks + (size_t)i * g.stack_stride, g.stack_size, fiber_main);
   }
   if (g.dyn_smem_size) memset(g.dyn_smem, 0xff, g.dyn_smem_size);  // garbage, like real memory
   while (g.done < n) {
@@ -468,7 +532,7 @@ inline void run_block() {
       if (g.fibers[i].state == F_RUN) {
         ran = true;
         cur = &g.fibers[i];
-        swapcontext(&g.sched, &cur->ctx);
+        ctx_switch(&g.sched, &cur->ctx);
       }
     }
     if (ran || g.done == n) continue;
