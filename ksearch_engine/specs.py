@@ -151,7 +151,7 @@ class HardwareFile(_Model):
 
 # ---------------------------------------------------------------- patterns
 class Knob(_Model):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$", description="snake_case, as the family templates")]
     values: list[KnobValue] = Field(min_length=1)
     default: KnobValue | None = None
     description: Text
