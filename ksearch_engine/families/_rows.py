@@ -37,7 +37,7 @@ def _reduce(d: Dialect, var: str, op: str, tpr: int) -> list[str]:
     return d.warp_reduce(var, op, 32) + [
         f"if ((t & 31) == 0) red[t >> 5] = {var};",
         d.barrier(),
-        f"{var} = (t < {tpr // 32}) ? red[t] : {neutral};",
+        f"{var} = ((t & 31) < {tpr // 32}) ? red[t & 31] : {neutral};  // every warp finishes the reduction",
         *d.warp_reduce(var, op, 32),
         d.barrier(),
     ]

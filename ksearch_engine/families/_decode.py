@@ -1,0 +1,212 @@
+"""Split-KV decode attention kernels (flash-decoding), contiguous or paged, in Metal and CUDA.
+
+One query token per (batch, query head); K/V (batch, kv_heads, S, Dh) contiguous, or pages
+(num_pages, kv_heads, P, Dh) reached through a block table (batch, S/P). A threadgroup owns one KV head
+(so the G = Hq/Hkv query heads of a GQA group share every K/V load) and one of SPLITS slices of the keys.
+LPK lanes cooperate on a key (each holds Dh/LPK elements), 32/LPK keys per warp per step, online softmax
+per lane group; groups merge by shuffles, warps through threadgroup memory. With SPLITS > 1 a second kernel
+merges the slices (log-sum-exp weights).
+
+Knobs: lanes_per_key, warps, splits, fast_exp.
+"""
+from __future__ import annotations
+
+from ._src import Dialect, header, kernel_ctor, tag
+
+
+def decode_valid(k: dict) -> bool:
+    return k["lanes_per_key"] in (4, 8, 16, 32) and k["warps"] * 32 <= 1024
+
+
+def _pass1(kind: str, k: dict, paged: bool) -> str:
+    d = Dialect(kind, fast_math=k.get("fast_exp", False))
+    ni = d.neg_inf
+    kaddr = ("((size_t)(table[b * NBLK + j / PAGE] * HKV + hk) * PAGE + (j % PAGE)) * DH" if paged
+             else "((size_t)(b * HKV + hk) * SEQ + j) * DH")
+    if d.metal:
+        loadk = ["for (int e = 0; e < EPL; ++e) kv[e] = ok ? static_cast<float>(K[kb + e]) : 0.0f;"]
+        loadv = ["for (int e = 0; e < EPL; ++e) vv[e] = ok ? static_cast<float>(V[kb + e]) : 0.0f;"]
+    else:
+        loadk = ["if (ok) { const Pk pk = *reinterpret_cast<const Pk*>(K + kb);",
+                 "  for (int e = 0; e < EPL; ++e) kv[e] = static_cast<float>(pk.v[e]); }",
+                 "else { for (int e = 0; e < EPL; ++e) kv[e] = 0.0f; }"]
+        loadv = ["if (ok) { const Pk pv = *reinterpret_cast<const Pk*>(V + kb);",
+                 "  for (int e = 0; e < EPL; ++e) vv[e] = static_cast<float>(pv.v[e]); }",
+                 "else { for (int e = 0; e < EPL; ++e) vv[e] = 0.0f; }"]
+    write_final = ("if (SPLITS == 1) { out[(size_t)(b * HQ + hq) * DH + e] = static_cast<T>(A / Ls); }\n"
+                   "  else { const size_t pi = (size_t)(b * HQ + hq) * SPLITS + split;\n"
+                   "    opart[pi * DH + e] = A;\n"
+                   "    if (e == 0) { mpart[pi] = M; lpart[pi] = Ls; } }")
+    L = [
+        f"constexpr int LPK = {k['lanes_per_key']};", f"constexpr int W = {k['warps']};",
+        "constexpr int EPL = DH / LPK;", "constexpr int KPW = 32 / LPK;", "constexpr int G = HQ / HKV;",
+    ]
+    if not d.metal:
+        L.append("struct alignas(sizeof(T) * EPL) Pk { T v[EPL]; };")
+    L += [
+        f"const int t = {d.tid()};", "const int lane = t & 31;", "const int warp = t >> 5;",
+        "const int grp = lane / LPK;", "const int sub = lane % LPK;",
+        f"const int bh = {d.bid('x')};", f"const int split = {d.bid('y')};",
+        "const int b = bh / HKV;", "const int hk = bh % HKV;",
+        "const int chunk = (SEQ + SPLITS - 1) / SPLITS;",
+        "const int s0 = split * chunk;", "const int s1 = (s0 + chunk < SEQ) ? s0 + chunk : SEQ;",
+        f"const float scale = {d.rsqrt('(float)DH')};",
+        "float q[G * EPL]; float m[G]; float l[G]; float acc[G * EPL];",
+        "for (int g = 0; g < G; ++g) {",
+        f"  m[g] = {ni}; l[g] = 0.0f;",
+        "  for (int e = 0; e < EPL; ++e) {",
+        "    q[g * EPL + e] = static_cast<float>(Q[(size_t)(b * HQ + hk * G + g) * DH + sub * EPL + e]) * scale;",
+        "    acc[g * EPL + e] = 0.0f;", "  }", "}",
+        "for (int j0 = s0 + warp * KPW; j0 < s1; j0 += W * KPW) {",
+        "  const int j = j0 + grp;", "  const bool ok = j < s1;",
+        f"  const size_t kb = (ok ? {kaddr} : 0) + sub * EPL;",
+        "  float kv[EPL]; float vv[EPL]; float sc[G];",
+        *["  " + ln for ln in loadk],
+        "  for (int g = 0; g < G; ++g) {", "    float s = 0.0f;",
+        "    for (int e = 0; e < EPL; ++e) s += q[g * EPL + e] * kv[e];",
+        f"    for (int o = LPK / 2; o > 0; o /= 2) s += {d.shfl_xor('s', 'o')};",
+        "    sc[g] = s;", "  }",
+        *["  " + ln for ln in loadv],
+        "  if (ok) {",
+        "    for (int g = 0; g < G; ++g) {",
+        f"      const float mn = {d.fmax('m[g]', 'sc[g]')};",
+        f"      const float corr = {d.exp('m[g] - mn')};", f"      const float p = {d.exp('sc[g] - mn')};",
+        "      l[g] = l[g] * corr + p;",
+        "      for (int e = 0; e < EPL; ++e) acc[g * EPL + e] = acc[g * EPL + e] * corr + p * vv[e];",
+        "      m[g] = mn;", "    }", "  }", "}",
+        "for (int o = LPK; o < 32; o *= 2) {           // merge the key groups of this warp",
+        "  for (int g = 0; g < G; ++g) {",
+        f"    const float om = {d.shfl_xor('m[g]', 'o')};", f"    const float ol = {d.shfl_xor('l[g]', 'o')};",
+        f"    const float mn = {d.fmax('m[g]', 'om')};",
+        f"    const float c1 = {d.exp('m[g] - mn')};", f"    const float c2 = {d.exp('om - mn')};",
+        "    l[g] = l[g] * c1 + ol * c2;",
+        "    for (int e = 0; e < EPL; ++e) {",
+        f"      const float oa = {d.shfl_xor('acc[g * EPL + e]', 'o')};",
+        "      acc[g * EPL + e] = acc[g * EPL + e] * c1 + oa * c2;", "    }",
+        "    m[g] = mn;", "  }", "}",
+        "constexpr int WG = W * G;", "constexpr int WGD = W * G * DH;",
+        d.shared("float sm_m[WG]"), d.shared("float sm_l[WG]"), d.shared("float sm_a[WGD]"),
+        "if (grp == 0) {", "  for (int g = 0; g < G; ++g) {",
+        "    for (int e = 0; e < EPL; ++e) sm_a[(warp * G + g) * DH + sub * EPL + e] = acc[g * EPL + e];",
+        "    if (sub == 0) { sm_m[warp * G + g] = m[g]; sm_l[warp * G + g] = l[g]; }", "  }", "}",
+        d.barrier(),
+        "for (int i = t; i < G * DH; i += W * 32) {",
+        "  const int g = i / DH;", "  const int e = i % DH;", "  const int hq = hk * G + g;",
+        f"  float M = {ni};",
+        f"  for (int w = 0; w < W; ++w) M = {d.fmax('M', 'sm_m[w * G + g]')};",
+        "  float Ls = 0.0f; float A = 0.0f;",
+        "  for (int w = 0; w < W; ++w) {",
+        f"    const float c = {d.exp('sm_m[w * G + g] - M')};",
+        "    Ls += c * sm_l[w * G + g]; A += c * sm_a[(w * G + g) * DH + e];", "  }",
+        "  " + write_final, "}",
+    ]
+    return "\n".join(L)
+
+
+def _combine(kind: str) -> str:
+    d = Dialect(kind)
+    gid = "(int)thread_position_in_grid.x" if d.metal else "(int)(blockIdx.x * blockDim.x + threadIdx.x)"
+    return "\n".join([
+        f"const int i = {gid};", "if (i >= ROWS * DH) return;", "const int r = i / DH;", "const int e = i % DH;",
+        f"float M = {d.neg_inf};",
+        f"for (int s = 0; s < SPLITS; ++s) M = {d.fmax('M', 'mpart[r * SPLITS + s]')};",
+        "float num = 0.0f; float den = 0.0f;",
+        "for (int s = 0; s < SPLITS; ++s) {",
+        f"  const float c = {d.exp('mpart[r * SPLITS + s] - M')};",
+        "  num += c * opart[((size_t)r * SPLITS + s) * DH + e]; den += c * lpart[r * SPLITS + s];", "}",
+        "out[i] = static_cast<T>(num / den);",
+    ])
+
+
+def render_decode(family: str, tid: str, k: dict, kind: str, paged: bool) -> str:
+    if kind not in ("metal", "cuda"):
+        raise ValueError(f"template {tid} renders metal or cuda candidates")
+    name = tag(tid, k, kind)
+    ins = ["Q", "K", "V"] + (["table"] if paged else [])
+    splits, threads = k["splits"], k["warps"] * 32
+    if paged:
+        sig = "q, k_pages, v_pages, block_table"
+        dims = ("    Bt, Hq, _, Dh = q.shape\n    Hkv, P = k_pages.shape[1], k_pages.shape[2]\n"
+                "    nblk = block_table.shape[1]\n    S = nblk * P\n")
+        call_in = "[q, k_pages, v_pages, block_table]"
+        extra_t = '("NBLK", nblk), ("PAGE", P), '
+    else:
+        sig = "q, k, v"
+        dims = "    Bt, Hq, _, Dh = q.shape\n    Hkv, S = k.shape[1], k.shape[2]\n"
+        call_in = "[q, k, v]"
+        extra_t = ""
+    return f'''{header(family, tid, k, kind)}
+_SOURCE = r"""
+{_pass1(kind, k, paged)}
+"""
+_COMBINE = r"""
+{_combine(kind)}
+"""
+_HEADER = ""
+SPLITS = {splits}
+_K1 = {kernel_ctor(kind, name, ins, ["out", "opart", "mpart", "lpart"])}
+_K2 = {kernel_ctor(kind, name + "_combine", ["opart", "mpart", "lpart"], ["out"], src_var="_COMBINE")}
+
+
+def kernel({sig}):
+{dims}    if Dh % {k["lanes_per_key"]} or (Dh // {k["lanes_per_key"]}) & (Dh // {k["lanes_per_key"]} - 1) or Hq % Hkv:
+        raise ValueError(f"{tid}: head dim {{Dh}} must be a power-of-two multiple of lanes_per_key and Hq % Hkv == 0")
+    rows = Bt * Hq
+    one = SPLITS == 1
+    tmpl = [("T", q.dtype), ("HQ", Hq), ("HKV", Hkv), ("DH", Dh), ("SEQ", S), {extra_t}("SPLITS", SPLITS)]
+    outs = _K1(inputs={call_in}, template=tmpl,
+               grid=(Bt * Hkv * {threads}, SPLITS, 1), threadgroup=({threads}, 1, 1),
+               output_shapes=[q.shape, (1,) if one else (rows, SPLITS, Dh), (1,) if one else (rows, SPLITS),
+                              (1,) if one else (rows, SPLITS)],
+               output_dtypes=[q.dtype, mx.float32, mx.float32, mx.float32])
+    if one:
+        return outs[0]
+    return _K2(inputs=outs[1:], template=[("T", q.dtype), ("ROWS", rows), ("DH", Dh), ("SPLITS", SPLITS)],
+               grid=(((rows * Dh + 127) // 128) * 128, 1, 1), threadgroup=(128, 1, 1),
+               output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+'''
+
+
+def naive_decode(family: str, kind: str, paged: bool) -> str:
+    """One thread per (batch, query head, output element): loops over every key twice; no sharing."""
+    d = Dialect(kind)
+    gid = "(int)thread_position_in_grid.x" if d.metal else "(int)(blockIdx.x * blockDim.x + threadIdx.x)"
+    kaddr = ("((size_t)(table[b * NBLK + j / PAGE] * HKV + hk) * PAGE + (j % PAGE)) * DH" if paged
+             else "((size_t)(b * HKV + hk) * SEQ + j) * DH")
+    src = "\n".join([
+        f"const int i = {gid};", "if (i >= BQ * HQ * DH) return;",
+        "const int e = i % DH;", "const int bq = i / DH;", "const int b = bq / HQ;", "const int hk = (bq % HQ) / (HQ / HKV);",
+        f"const float scale = {d.rsqrt('(float)DH')};",
+        f"float M = {d.neg_inf};",
+        "for (int j = 0; j < SEQ; ++j) {", f"  const size_t kb = {kaddr};", "  float s = 0.0f;",
+        "  for (int c = 0; c < DH; ++c) s += static_cast<float>(Q[(size_t)bq * DH + c]) * static_cast<float>(K[kb + c]);",
+        f"  M = {d.fmax('M', 's * scale')};", "}",
+        "float num = 0.0f; float den = 0.0f;",
+        "for (int j = 0; j < SEQ; ++j) {", f"  const size_t kb = {kaddr};", "  float s = 0.0f;",
+        "  for (int c = 0; c < DH; ++c) s += static_cast<float>(Q[(size_t)bq * DH + c]) * static_cast<float>(K[kb + c]);",
+        f"  const float p = {d.exp('s * scale - M')};", "  den += p; num += p * static_cast<float>(V[kb + e]);", "}",
+        "out[i] = static_cast<T>(num / den);",
+    ])
+    tid = f"{family}.naive"
+    ins = ["Q", "K", "V"] + (["table"] if paged else [])
+    if paged:
+        sig, dims = "q, k_pages, v_pages, block_table", ("    Bt, Hq, _, Dh = q.shape\n    Hkv, P = k_pages.shape[1], k_pages.shape[2]\n"
+                                                          "    nblk = block_table.shape[1]\n    S = nblk * P\n")
+        call_in, extra_t = "[q, k_pages, v_pages, block_table]", '("NBLK", nblk), ("PAGE", P), '
+    else:
+        sig, dims = "q, k, v", "    Bt, Hq, _, Dh = q.shape\n    Hkv, S = k.shape[1], k.shape[2]\n"
+        call_in, extra_t = "[q, k, v]", ""
+    return f'''{header(family, tid, {}, kind)}
+_SOURCE = r"""
+{src}
+"""
+_HEADER = ""
+_K = {kernel_ctor(kind, tag(tid, {}, kind), ins, ["out"])}
+
+
+def kernel({sig}):
+{dims}    n = Bt * Hq * Dh
+    return _K(inputs={call_in}, template=[("T", q.dtype), ("BQ", Bt), ("HQ", Hq), ("HKV", Hkv), ("DH", Dh), ("SEQ", S), {extra_t}],
+              grid=(((n + 127) // 128) * 128, 1, 1), threadgroup=(128, 1, 1),
+              output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+'''
