@@ -1,1 +1,33 @@
-"""translate."""
+"""translate: CUDA kernel → MLX module (Metal port via mx.fast.metal_kernel, CUDA-backend port via
+mx.fast.cuda_kernel, a `kernel(*inputs)` wrapper, and a `reference` in MLX ops for known families).
+
+    from ksearch_engine.source import find_kernels
+    from ksearch_engine.translate import translate_kernel
+    result = find_kernels(text, "softmax.cu")
+    tr = translate_kernel(result, "softmax_kernel", "softmax.cu")
+    tr.module_text, tr.metal_source, tr.cuda_source, tr.header, tr.report, tr.rules_applied, tr.task_hint
+
+The CUDA → Metal rules are data: specs/translation.yaml (see rules.py).
+"""
+from __future__ import annotations
+
+from .rewrite import Issue, RewriteContext, Rewriter
+from .rules import Rule, RuleTable, load_rules
+from .translator import TranslateError, Translation, module_path_for, translate_kernel
+
+__all__ = ["translate_kernel", "translate_snippet", "Translation", "TranslateError", "Issue", "Rule", "RuleTable",
+           "load_rules", "module_path_for"]
+
+
+def translate_snippet(cuda: str, rules: RuleTable | None = None) -> tuple[str, list[Issue], list[str]]:
+    """Metal text for a few CUDA statements (as in a kernel body), with issues and the rule ids applied."""
+    rw = Rewriter(rules or load_rules())
+    text = rw.rewrite_snippet(cuda)
+    return text, rw.issues, rw.applied
+
+
+def translate_helper(cuda: str, rules: RuleTable | None = None) -> str:
+    """Metal text for one `__device__` helper function."""
+    rw = Rewriter(rules or load_rules())
+    whole, _ = rw.rewrite_function(cuda, helper=True)
+    return whole

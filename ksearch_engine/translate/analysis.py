@@ -1,0 +1,172 @@
+"""What the translator needs to know about a CUDA kernel beyond its signature: which pointer parameters
+it writes (outputs), which helpers it calls, how big its static shared memory is, and the values of the
+file's simple `#define` constants."""
+from __future__ import annotations
+
+import re
+
+from ..source.cfamily import parse_bytes
+from ..source.models import KernelInfo
+from .hostexpr import HostExprError, expr_to_py
+
+C_TO_MX = {"float": "float32", "int": "int32", "unsigned": "uint32", "unsigned int": "uint32", "uint": "uint32",
+           "uint32_t": "uint32", "int32_t": "int32", "half": "float16", "__half": "float16",
+           "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", "bool": "bool", "int64_t": "int64",
+           "long": "int64", "long long": "int64", "size_t": "int64", "double": "float32",
+           "float4": "float32", "float2": "float32", "uint8_t": "uint8", "int8_t": "int8"}
+MX_SIZE = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2, "bool": 1, "int64": 8,
+           "uint8": 1, "int8": 1}
+
+
+def walk(node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+def written_pointers(kernel: KernelInfo) -> set[str]:
+    """Pointer parameters the kernel writes through, directly or through local pointers derived from them."""
+    data = kernel.text.encode()
+    root = parse_bytes(data, "cuda").root_node
+    params = {p.name for p in kernel.params if p.pointer}
+    alias: dict[str, str] = {}
+
+    def t(n):
+        return data[n.start_byte:n.end_byte].decode("utf-8", "replace")
+
+    def base_of(n) -> str | None:
+        while n is not None and n.type in ("subscript_expression", "field_expression", "pointer_expression",
+                                           "parenthesized_expression", "cast_expression", "binary_expression"):
+            if n.type == "cast_expression":
+                n = n.child_by_field_name("value")
+            elif n.type == "binary_expression":
+                n = n.child_by_field_name("left")
+            elif n.type == "parenthesized_expression":
+                n = n.named_children[0] if n.named_children else None
+            else:
+                n = n.child_by_field_name("argument")
+        if n is None or n.type != "identifier":
+            return None
+        name = t(n)
+        return alias.get(name, name) if (name in params or name in alias) else None
+
+    nodes = list(walk(root))
+    for n in nodes:   # local pointers initialized from a parameter
+        if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None \
+                and n.child_by_field_name("declarator").type == "pointer_declarator":
+            d = n.child_by_field_name("declarator")
+            while d is not None and d.type != "identifier":
+                d = d.child_by_field_name("declarator")
+            idents = [t(x) for x in walk(n.child_by_field_name("value")) if x.type == "identifier"]
+            src = next((alias.get(i, i) for i in idents if i in params or i in alias), None)
+            if d is not None and src is not None:
+                alias[t(d)] = src
+    out = set()
+    for n in nodes:
+        target = None
+        if n.type == "assignment_expression":
+            left = n.child_by_field_name("left")
+            if left is not None and left.type != "identifier":
+                target = base_of(left)
+        elif n.type == "update_expression":
+            arg = n.child_by_field_name("argument")
+            if arg is not None and arg.type != "identifier":
+                target = base_of(arg)
+        elif n.type == "call_expression":
+            fn = n.child_by_field_name("function")
+            if fn is not None and t(fn).startswith("atomic"):
+                args = n.child_by_field_name("arguments").named_children
+                if args:
+                    a = args[0]
+                    if a.type == "pointer_expression":
+                        a = a.child_by_field_name("argument")
+                    target = base_of(a)
+        if target:
+            out.add(target)
+    return out
+
+
+def called_helpers(kernel: KernelInfo, helpers: list[KernelInfo]) -> list[KernelInfo]:
+    """Helpers the kernel calls, directly or through other helpers, in file order."""
+    by_name = {h.name: h for h in helpers}
+    want: set[str] = set()
+    todo = [kernel.text]
+    while todo:
+        words = set(re.findall(r"[A-Za-z_]\w*", todo.pop()))
+        for w in words & set(by_name) - want:
+            want.add(w)
+            todo.append(by_name[w].text)
+    return [h for h in helpers if h.name in want]
+
+
+def helper_pointer_spaces(kernel: KernelInfo, helpers: list[KernelInfo], shared: set[str]) -> dict[str, dict[int, str]]:
+    """{helper: {param index: 'threadgroup'}} for helper calls that pass a shared array."""
+    names = {h.name for h in helpers}
+    data = kernel.text.encode()
+    root = parse_bytes(data, "cuda").root_node
+    out: dict[str, dict[int, str]] = {}
+    for n in walk(root):
+        if n.type != "call_expression":
+            continue
+        fn = n.child_by_field_name("function")
+        name = data[fn.start_byte:fn.end_byte].decode() if fn is not None else ""
+        if name not in names:
+            continue
+        for i, a in enumerate(n.child_by_field_name("arguments").named_children):
+            idents = {data[x.start_byte:x.end_byte].decode() for x in walk(a) if x.type == "identifier"}
+            if idents & shared:
+                out.setdefault(name, {})[i] = "threadgroup"
+    return out
+
+
+def define_constants(preamble: list[str]) -> dict[str, str]:
+    """{NAME: python expression} for `#define NAME <arithmetic>` and `constexpr int NAME = <arithmetic>;`."""
+    out: dict[str, str] = {}
+    for line in preamble:
+        m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$", line)
+        if not m:
+            m = re.match(r"\s*(?:static\s+)?constexpr\s+\w+\s+([A-Za-z_]\w*)\s*=\s*(.+?);\s*$", line)
+        if not m:
+            continue
+        try:
+            out[m.group(1)] = expr_to_py(m.group(2))
+        except HostExprError:
+            continue
+    return out
+
+
+def eval_size(expr: str, env: dict) -> int | None:
+    try:
+        py = expr_to_py(expr)
+        return int(eval(py, {"__builtins__": {}, "_cdiv": _cdiv, "_cmod": _cmod, "min": min, "max": max,
+                                 "int": int, "float": float}, dict(env)))
+    except Exception:
+        return None
+
+
+def _cdiv(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    return a / b
+
+
+def _cmod(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a - _cdiv(a, b) * b
+    import math
+    return math.fmod(a, b)
+
+
+def constants_env(preamble: list[str], template_values: dict[str, object]) -> dict[str, object]:
+    env: dict[str, object] = {}
+    glb = {"__builtins__": {}, "_cdiv": _cdiv, "_cmod": _cmod, "min": min, "max": max, "int": int, "float": float}
+    for name, py in define_constants(preamble).items():
+        try:
+            env[name] = eval(py, glb, dict(env))
+        except Exception:
+            continue
+    env.update(template_values)
+    return env

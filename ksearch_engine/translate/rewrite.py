@@ -1,0 +1,395 @@
+"""Rewrites CUDA kernel bodies and device helpers into Metal by walking their tree-sitter tree.
+
+Each node is either replaced by a rule from the table (identifier, function, call pattern, type,
+qualifier), handled by one of the table's `special` rules (dynamic shared memory, address spaces of
+local pointers, device helpers), reported as unsupported, or rebuilt from its rewritten children with
+the original text between them kept as written.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pydantic.dataclasses import dataclass as pdataclass
+
+from ..source.cfamily import parse_bytes
+from .rules import Rule, RuleTable
+
+_ADDRESS_SPACES = {"device", "threadgroup", "constant", "thread"}
+_HELPER_WORDS = {"__device__", "__host__", "__forceinline__", "__noinline__"}
+
+
+@pdataclass
+class Issue:
+    """Something the translator could not do faithfully: the CUDA construct, its 0-based line, why."""
+    construct: str
+    line: int
+    message: str
+    severity: str = "error"   # error: the port is wrong or will not compile; warning: check it; info
+
+    def model_dump(self) -> dict:
+        return {"construct": self.construct, "line": self.line, "message": self.message, "severity": self.severity}
+
+
+@dataclass
+class RewriteContext:
+    """What the rewriter needs to know about the kernel around the text it rewrites."""
+    shared_names: set[str] = field(default_factory=set)
+    dynamic_shared: dict[str, str] = field(default_factory=dict)   # array name -> size constant
+    outputs: set[str] = field(default_factory=set)
+    atomic: bool = False
+    helper_pointer_spaces: dict[str, dict[int, str]] = field(default_factory=dict)  # helper -> {param idx: space}
+
+
+class Rewriter:
+    def __init__(self, table: RuleTable, line_offset: int = 0, context: RewriteContext | None = None):
+        self.table = table
+        self.ids = table.by_kind("identifier")
+        self.functions = table.by_kind("function")
+        self.calls = table.by_kind("call")
+        self.types = table.by_kind("type")
+        self.qualifiers = table.by_kind("qualifier")
+        self.unsupported = table.by_kind("unsupported")
+        self.special = {r.id for r in table.rules if r.kind == "special"}
+        self.line_offset = line_offset
+        self.ctx = context or RewriteContext()
+        self.issues: list[Issue] = []
+        self.applied: list[str] = []
+        self.data = b""
+        self.grid_objects: set[str] = set()
+
+    # -- entry points ---------------------------------------------------------------------------
+    def rewrite_function(self, text: str, helper: bool) -> tuple[str, str]:
+        """(rewritten whole function, rewritten body without braces) of one function definition."""
+        self.data = text.encode()
+        root = parse_bytes(self.data, "cuda").root_node
+        fn = _first(root, "function_definition")
+        if fn is None:
+            return self._emit(root), ""
+        self.grid_objects = self._find_grid_objects(fn)
+        if helper:
+            whole = self._emit_helper(fn)
+        else:
+            whole = self._emit(fn)
+        body = fn.child_by_field_name("body")
+        inner = ""
+        if body is not None:
+            inner = self._emit_children(body, skip_braces=True)
+        return whole, inner
+
+    def rewrite_snippet(self, text: str) -> str:
+        """Rewrites a run of statements (used by the rule examples and for small fragments)."""
+        wrapped = "__global__ void __snippet() {\n" + text + "\n}"
+        saved = self.line_offset
+        self.line_offset -= 1
+        _, body = self.rewrite_function(wrapped, helper=False)
+        self.line_offset = saved
+        return body.strip("\n")
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _line(self, node) -> int:
+        return node.start_point[0] + self.line_offset
+
+    def _text(self, node) -> str:
+        return self.data[node.start_byte:node.end_byte].decode("utf-8", errors="replace")
+
+    def _apply(self, rule: Rule) -> None:
+        if rule.id not in self.applied:
+            self.applied.append(rule.id)
+
+    def _report(self, construct: str, node, message: str, severity: str = "error") -> None:
+        issue = Issue(construct=construct, line=self._line(node), message=message, severity=severity)
+        if all((i.construct, i.line, i.message) != (issue.construct, issue.line, issue.message) for i in self.issues):
+            self.issues.append(issue)
+
+    def _find_grid_objects(self, fn) -> set[str]:
+        names = set()
+        text = self._text(fn)
+        for m in re.finditer(r"(?:grid_group|auto)\s+(\w+)\s*=\s*[\w:]*this_grid\s*\(", text):
+            names.add(m.group(1))
+        return names
+
+    # -- the walk -------------------------------------------------------------------------------
+    def _emit_children(self, node, skip_braces: bool = False, before: dict | None = None,
+                       replace: dict | None = None) -> str:
+        """Rebuilds `node` from its children's rewrites, keeping the text between them."""
+        children = node.children
+        if skip_braces and children and children[0].type == "{":
+            start = children[0].end_byte
+            children = children[1:]
+            end = children[-1].start_byte if children and children[-1].type == "}" else node.end_byte
+            if children and children[-1].type == "}":
+                children = children[:-1]
+        else:
+            start, end = node.start_byte, node.end_byte
+        out = []
+        pos = start
+        dropped = False
+        for c in children:
+            gap = self.data[pos:c.start_byte].decode("utf-8", errors="replace")
+            if dropped and gap.strip() == "":
+                prev = next((o for o in reversed(out) if o), "")
+                gap = "" if (not prev or prev[-1] in " \t\n(") else gap
+            out.append(gap)
+            if before and c.id in before:
+                out.append(before[c.id])
+            piece = replace[c.id] if replace and c.id in replace else self._emit(c)
+            dropped = piece == "" and c.end_byte > c.start_byte
+            out.append(piece)
+            pos = c.end_byte
+        tail = self.data[pos:end].decode("utf-8", errors="replace")
+        out.append(tail)
+        return "".join(out)
+
+    def _emit(self, node) -> str:
+        t = node.type
+        if node.child_count == 0 or t in ("identifier", "type_identifier", "primitive_type", "sized_type_specifier",
+                                          "field_identifier"):
+            return self._emit_leaf(node)
+        if t == "type_qualifier":
+            word = self._text(node).strip()
+            rule = self.qualifiers.get(word)
+            if rule is not None:
+                self._apply(rule)
+                return rule.metal or ""
+            return self._emit_children(node)
+        if t == "call_expression":
+            return self._emit_call(node)
+        if t in ("gnu_asm_expression", "asm_statement"):
+            rule = self.unsupported.get("asm")
+            reason = rule.reason if rule else "inline PTX assembly has no Metal equivalent"
+            self._report("asm(...)", node, reason)
+            return self._text(node)
+        if t == "declaration":
+            return self._emit_declaration(node)
+        if t == "type_descriptor":
+            return self._emit_type_descriptor(node)
+        if t == "assignment_expression" and self.ctx.atomic:
+            return self._emit_atomic_store(node)
+        return self._emit_children(node)
+
+    def _emit_leaf(self, node) -> str:
+        t = node.type
+        text = self._text(node)
+        if t == "identifier":
+            rule = self.ids.get(text)
+            if rule is not None and not _is_declared_name(node):
+                self._apply(rule)
+                return rule.metal or ""
+            if text in self.unsupported and (node.parent is None or node.parent.type != "call_expression"):
+                pass
+            return text
+        if t in ("type_identifier", "primitive_type", "sized_type_specifier"):
+            norm = " ".join(text.split())
+            rule = self.types.get(norm)
+            if rule is not None:
+                self._apply(rule)
+                if rule.severity:
+                    self._report(norm, node, rule.notes or f"{norm} is not available in Metal", rule.severity)
+                return rule.metal or ""
+            return text
+        if node.child_count:
+            return self._emit_children(node)
+        return text
+
+    def _call_name(self, fn) -> str:
+        if fn is None:
+            return ""
+        if fn.type in ("identifier", "qualified_identifier"):
+            return self._text(fn)
+        if fn.type == "template_function":
+            return self._text(fn.child_by_field_name("name"))
+        return ""
+
+    def _emit_call(self, node) -> str:
+        fn = node.child_by_field_name("function")
+        args_node = node.child_by_field_name("arguments")
+        name = self._call_name(fn)
+        short = name.split("::")[-1]
+        if any(c.type == "kernel_call_syntax" for c in node.children):
+            rule = self.table.by_kind("unsupported").get("child<<<grid,") or next(
+                (r for r in self.table.rules if r.id == "unsupported.dynamic_parallelism"), None)
+            self._report(f"{name}<<<...>>>", node,
+                         rule.reason if rule and rule.reason else "kernels cannot launch kernels in Metal")
+            return self._text(node)
+        if short == "this_grid" or (fn is not None and fn.type == "field_expression"
+                                    and self._text(fn.child_by_field_name("field")) == "sync"
+                                    and (self._text(fn.child_by_field_name("argument")) in self.grid_objects
+                                         or "this_grid" in self._text(fn.child_by_field_name("argument")))):
+            rule = next((r for r in self.table.rules if r.id == "unsupported.grid_sync"), None)
+            if rule is not None:
+                self._report("grid.sync()" if short != "this_grid" else "this_grid()", node,
+                             rule.reason or "grid-wide synchronization is not available in Metal")
+            return self._emit_children(node)
+        if name in self.unsupported:
+            rule = self.unsupported[name]
+            self._report(f"{name}(...)", node, rule.reason or f"{name} has no Metal equivalent")
+            return self._emit_children(node)
+        args = [a for a in (args_node.named_children if args_node is not None else []) if a.type != "comment"]
+        if name in self.calls:
+            rule = self.calls[name]
+            pattern = rule.arg_names()
+            required = sum(1 for _, opt in pattern if not opt)
+            if required <= len(args) <= len(pattern):
+                bound = {pname: self._emit(a) for (pname, _), a in zip(pattern, args)}
+                raw = {pname: self._text(a).strip() for (pname, _), a in zip(pattern, args)}
+                if rule.check is not None and rule.check.arg in raw and raw[rule.check.arg] not in rule.check.allowed:
+                    self._report(f"{name}(..., {rule.check.arg}={raw[rule.check.arg]})", node,
+                                 f"{rule.check.message} (width {raw[rule.check.arg]}; only "
+                                 f"{' or '.join(rule.check.allowed)} is translated faithfully)")
+                self._apply(rule)
+                out = rule.metal or ""
+                for pname, _ in pattern:
+                    out = re.sub(r"\$" + pname + r"\b", lambda _m, v=bound.get(pname, ""): v, out)
+                return out
+            self._report(f"{name}(...)", node,
+                         f"{name} called with {len(args)} arguments; rule {rule.id} expects {rule.cuda}", "warning")
+        if name in self.functions and fn is not None:
+            rule = self.functions[name]
+            self._apply(rule)
+            return self._emit_children(node, replace={fn.id: rule.metal or ""})
+        # helper calls: pointer arguments to shared arrays decide the helper's parameter address space
+        return self._emit_children(node)
+
+    # -- special rules --------------------------------------------------------------------------
+    def _emit_declaration(self, node) -> str:
+        words = [self._text(c).strip() for c in node.children if c.type in ("storage_class_specifier", "type_qualifier")]
+        is_shared = "__shared__" in words
+        if is_shared and "extern" in words and "mem.dynamic_shared" in self.special:
+            type_node = node.child_by_field_name("type")
+            decls = node.children_by_field_name("declarator")
+            if type_node is not None and decls:
+                pieces = []
+                for d in decls:
+                    name = _decl_name(d, self)
+                    size = self.ctx.dynamic_shared.get(name) or f"{name.upper()}_SIZE"
+                    self.ctx.dynamic_shared[name] = size
+                    pieces.append(f"{name}[{size}]")
+                self.applied.append("mem.dynamic_shared") if "mem.dynamic_shared" not in self.applied else None
+                if "mem.shared" in {r.id for r in self.table.rules}:
+                    self._apply(self.table.get("mem.shared"))
+                return f"threadgroup {self._emit(type_node)} {', '.join(pieces)};"
+        if is_shared:
+            return self._emit_children(node)
+        before = self._pointer_space_prefix(node, node.child_by_field_name("type"), node)
+        return self._emit_children(node, before=before)
+
+    def _pointer_space_prefix(self, node, type_node, value_scope) -> dict | None:
+        """{type node id: 'device '} when a declaration/type declares a pointer without an address space."""
+        if "mem.local_pointer_space" not in self.special or type_node is None:
+            return None
+        if not _has_pointer(node):
+            return None
+        words = {self._text(c).strip() for c in node.children if c.type in ("type_qualifier", "storage_class_specifier")}
+        if words & _ADDRESS_SPACES or self._text(type_node) in _ADDRESS_SPACES:
+            return None
+        idents = set(re.findall(r"[A-Za-z_]\w*", self._text(value_scope)))
+        space = "threadgroup" if idents & self.ctx.shared_names else "device"
+        if "mem.local_pointer_space" not in self.applied:
+            self.applied.append("mem.local_pointer_space")
+        return {type_node.id: f"{space} "}
+
+    def _emit_type_descriptor(self, node) -> str:
+        # casts such as (float4*)p or reinterpret_cast<const float4*>(p) need an address space too
+        scope = node.parent.parent if node.parent is not None and node.parent.parent is not None else node
+        if node.parent is not None and node.parent.type == "cast_expression":
+            scope = node.parent
+        before = self._pointer_space_prefix(node, node.child_by_field_name("type"), scope)
+        return self._emit_children(node, before=before)
+
+    def _emit_atomic_store(self, node) -> str:
+        left = node.child_by_field_name("left")
+        op = node.child_by_field_name("operator")
+        op_text = self._text(op) if op is not None else "="
+        target = left.child_by_field_name("argument") if left is not None and left.type == "subscript_expression" else None
+        if target is None or self._text(target) not in self.ctx.outputs:
+            return self._emit_children(node)
+        right = self._emit(node.child_by_field_name("right"))
+        addr = "&" + self._emit(left)
+        fn = {"=": "atomic_store_explicit", "+=": "atomic_fetch_add_explicit", "-=": "atomic_fetch_sub_explicit"}.get(op_text)
+        if fn is None:
+            self._report(f"{self._text(node)}", node, "this update of an atomic output has no atomic form; port it by hand")
+            return self._emit_children(node)
+        self._report(self._text(left), node, "outputs are atomic<T> in this port (the kernel uses atomics): "
+                     f"this write became {fn}", "info")
+        return f"{fn}({addr}, {right}, memory_order_relaxed)"
+
+    def _emit_helper(self, fn) -> str:
+        rule_on = "fn.device_helper" in self.special
+        replace: dict = {}
+        first = True
+        for c in fn.children:
+            if c.type in ("compound_statement", "function_declarator"):
+                break
+            word = self._text(c).strip()
+            if word in _HELPER_WORDS and rule_on:
+                replace[c.id] = "inline" if first else ""
+                first = False
+        if rule_on and replace:
+            if "fn.device_helper" not in self.applied:
+                self.applied.append("fn.device_helper")
+        # helper pointer parameters need an address space
+        name_node = fn.child_by_field_name("declarator")
+        fname = ""
+        while name_node is not None and name_node.type != "function_declarator":
+            name_node = name_node.child_by_field_name("declarator")
+        if name_node is not None:
+            fname = self._text(name_node.child_by_field_name("declarator"))
+            plist = name_node.child_by_field_name("parameters")
+            spaces = self.ctx.helper_pointer_spaces.get(fname, {})
+            idx = 0
+            for p in (plist.named_children if plist is not None else []):
+                if p.type != "parameter_declaration":
+                    continue
+                tnode = p.child_by_field_name("type")
+                if tnode is not None and _has_pointer(p) and "mem.local_pointer_space" in self.special:
+                    words = {self._text(c).strip() for c in p.children if c.type == "type_qualifier"}
+                    if not (words & _ADDRESS_SPACES):
+                        replace[tnode.id] = f"{spaces.get(idx, 'device')} " + self._emit(tnode)
+                idx += 1
+        return self._emit_children(fn, replace=replace)
+
+
+def _first(node, type_name):
+    for c in node.children:
+        if c.type == type_name:
+            return c
+        if c.type == "template_declaration":
+            f = _first(c, type_name)
+            if f is not None:
+                return f
+    return None
+
+
+def _has_pointer(node) -> bool:
+    stack = [c for c in node.children]
+    while stack:
+        n = stack.pop()
+        if n.type in ("pointer_declarator", "abstract_pointer_declarator"):
+            return True
+        if n.type in ("init_declarator", "array_declarator", "parenthesized_declarator", "reference_declarator"):
+            stack.extend(n.children[:1] if n.type == "init_declarator" else n.children)
+    return False
+
+
+def _decl_name(d, rw: Rewriter) -> str:
+    node = d
+    while node is not None and node.type not in ("identifier", "field_identifier"):
+        nxt = node.child_by_field_name("declarator")
+        node = nxt
+    return rw._text(node) if node is not None else "smem"
+
+
+def _is_declared_name(node) -> bool:
+    """True when an identifier is the name being declared (never rename those)."""
+    p = node.parent
+    if p is None:
+        return False
+    if p.type in ("init_declarator", "array_declarator", "pointer_declarator", "function_declarator",
+                  "reference_declarator") and p.child_by_field_name("declarator") == node:
+        return True
+    if p.type == "parameter_declaration" and p.child_by_field_name("declarator") == node:
+        return True
+    if p.type == "declaration" and node in p.children_by_field_name("declarator"):
+        return True
+    return False

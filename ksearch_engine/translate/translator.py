@@ -1,0 +1,475 @@
+"""translate_kernel: one CUDA kernel (from find_kernels) → the text of an MLX module with a Metal port
+(mx.fast.metal_kernel), a CUDA-backend port (mx.fast.cuda_kernel), a wrapper `kernel(*inputs)` and, when
+the family is recognized, a `reference(...)` in MLX ops.
+
+Conventions of the ports (documented in the module they emit):
+* pointer parameters the kernel writes are outputs, the others inputs (MLX: `const device T*` / `device T*`);
+* scalar parameters (ints, floats) become 1-element input arrays named `<name>_arg`, read back into a local
+  `<name>` on the first lines of the body: one compiled kernel serves every size;
+* template parameters of the kernel become MLX template arguments; `extern __shared__` arrays get a
+  template size constant (Metal) or `shared_memory=` bytes (CUDA backend);
+* the grid is in threads (blocks × threads per block), like MLX wants.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ..source.cfamily import param_from_node, parse_bytes
+from ..source.models import KernelInfo, Param, ParseResult
+from . import analysis
+from .hostexpr import HostExprError, expr_to_py, host_prelude, py_name
+from .profiles import Profile, find_profile
+from .rewrite import Issue
+from .rewrite import RewriteContext, Rewriter
+from .rules import RuleTable, load_rules
+
+APPLE_THREADGROUP_BYTES = 32768
+
+
+class Translation(BaseModel):
+    kernel: str
+    source_path: str | None = None
+    module_path: str | None = None
+    family: str | None = None
+    module_text: str
+    metal_source: str
+    cuda_source: str
+    header: str               # Metal header (helpers, constants)
+    cuda_header: str = ""
+    input_names: list[str] = []
+    output_names: list[str] = []
+    atomic_outputs: bool = False
+    report: list[Issue] = []
+    rules_applied: list[str] = []
+    task_hint: dict = {}
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.report if i.severity == "error"]
+
+
+class TranslateError(ValueError):
+    """The request cannot be translated at all (no such kernel, not a CUDA kernel)."""
+
+
+@dataclass
+class _Array:
+    name: str
+    ctype: str
+    dtype: str
+    output: bool
+    shape: list[str] | None = None
+
+
+@dataclass
+class _Scalar:
+    name: str
+    ctype: str
+    dtype: str
+    value: str = ""            # python expression in launch_config's namespace
+
+
+@dataclass
+class _Plan:
+    arrays: list[_Array] = field(default_factory=list)
+    scalars: list[_Scalar] = field(default_factory=list)
+    order: list[tuple[str, int]] = field(default_factory=list)   # ("array"|"scalar", index) in param order
+    config_lines: list[str] = field(default_factory=list)
+    kwargs: list[tuple[str, str]] = field(default_factory=list)   # wrapper keyword args (name, default)
+    template: list[tuple[str, str]] = field(default_factory=list)  # (name, python expr)
+    dims: dict[str, int] = field(default_factory=dict)
+    grid: str = "_dim3(1)"
+    block: str = "_dim3(256)"
+    smem: str = "0"
+
+
+def module_path_for(source_path: str | Path) -> Path:
+    """Where a port of `dir/name.cu` goes: `dir/name_mlx.py`."""
+    p = Path(source_path)
+    return p.with_name(p.stem + "_mlx.py")
+
+
+def _ctype_dtype(ctype: str, template_types: dict[str, str]) -> str:
+    c = " ".join(ctype.split())
+    if c in template_types:
+        return template_types[c]
+    return analysis.C_TO_MX.get(c, "float32")
+
+
+def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: str | Path | None = None,
+                     rules: RuleTable | None = None) -> Translation:
+    """Ports one CUDA kernel of `parse_result` to an MLX module. Raises TranslateError only when there is
+    nothing to translate; everything else the translator cannot do is in `report`."""
+    table = rules or load_rules()
+    k = parse_result.kernel(kernel_name)
+    src_path = str(source_path) if source_path else parse_result.path
+    where = src_path or "this file"
+    if k is None:
+        known = ", ".join(x.name for x in parse_result.kernels) or "none"
+        raise TranslateError(f"{where}: no kernel named '{kernel_name}' (kernels here: {known})")
+    if k.language != "cuda":
+        raise TranslateError(f"{where}: '{kernel_name}' is a {k.language} kernel; Port to MLX translates CUDA "
+                             "kernels (Metal and MLX kernels can be optimized directly)")
+    issues: list[Issue] = []
+    line0 = k.range.start.line
+    source_bytes = parse_result.source.encode()
+
+    # -- parameters ----------------------------------------------------------------------------
+    launch = k.launches[0] if k.launches else None
+    if k.launches and len(k.launches) > 1:
+        issues.append(Issue(construct=f"{k.name}<<<...>>>", line=k.launches[1].line, severity="info",
+                            message=f"{len(k.launches)} launch sites; the port follows the first (line "
+                                    f"{launch.line + 1})"))
+    template_values: dict[str, str] = {}     # name -> python expression
+    template_types: dict[str, str] = {}      # typename param -> mx dtype name
+    for i, tp in enumerate(k.template_params):
+        arg = launch.template_args[i] if launch and i < len(launch.template_args) else tp.default
+        if tp.kind == "typename":
+            dt = analysis.C_TO_MX.get(" ".join((arg or "float").split()), "float32")
+            template_types[tp.name] = dt
+            template_values[tp.name] = f"mx.{dt}"
+        elif arg is None:
+            issues.append(Issue(construct=f"template <{tp.text}>", line=line0, severity="error",
+                                message=f"no value for template parameter {tp.name}: no launch site gives one; "
+                                        f"set it in the port's template list"))
+            template_values[tp.name] = "0"
+        else:
+            try:
+                template_values[tp.name] = expr_to_py(arg)
+            except HostExprError as e:
+                issues.append(Issue(construct=arg, line=launch.line if launch else line0, message=str(e)))
+                template_values[tp.name] = "0"
+
+    written = analysis.written_pointers(k)
+    plan = _Plan()
+    for p in k.params:
+        if p.pointer:
+            out = p.name in written and not p.is_const
+            if not p.is_const and not out:
+                issues.append(Issue(construct=p.text, line=line0, severity="info",
+                                    message=f"'{p.name}' is not const but never written: treated as an input"))
+            if p.type in ("float4", "float2", "int4", "int2", "half2"):
+                issues.append(Issue(construct=p.text, line=line0, severity="warning",
+                                    message=f"'{p.name}' is a vector pointer ({p.type}); the port passes a scalar "
+                                            "array, so its length counts scalars: check the shapes"))
+            plan.order.append(("array", len(plan.arrays)))
+            plan.arrays.append(_Array(p.name, p.type, _ctype_dtype(p.type, template_types), out))
+        else:
+            plan.order.append(("scalar", len(plan.scalars)))
+            plan.scalars.append(_Scalar(p.name, p.type, _ctype_dtype(p.type, template_types)))
+    if not any(a.output for a in plan.arrays):
+        issues.append(Issue(construct=k.name, line=line0, severity="error",
+                            message="the kernel writes no pointer parameter: MLX kernels need at least one output"))
+
+    # -- Metal body and header ----------------------------------------------------------------
+    shared_names = {s.name for s in k.shared}
+    helpers = analysis.called_helpers(k, parse_result.helpers)
+    ctx = RewriteContext(shared_names=shared_names, outputs={a.name for a in plan.arrays if a.output},
+                         helper_pointer_spaces=analysis.helper_pointer_spaces(k, helpers, shared_names))
+    atomic_callees = {r.callee for r in table.rules if r.requires == "atomic_outputs"}
+    ctx.atomic = bool(atomic_callees & set(_identifiers(k.body)))
+    rw = Rewriter(table, line_offset=line0, context=ctx)
+    _, metal_body = rw.rewrite_function(k.text, helper=False)
+    header_parts = []
+    if parse_result.preamble:
+        pre = Rewriter(table, line_offset=0, context=ctx)
+        header_parts.append(pre.rewrite_snippet("\n".join(parse_result.preamble)))
+        rw.applied += [a for a in pre.applied if a not in rw.applied]
+    for h in helpers:
+        hr = Rewriter(table, line_offset=h.range.start.line, context=ctx)
+        whole, _ = hr.rewrite_function(h.text, helper=True)
+        header_parts.append(whole)
+        rw.issues += hr.issues
+        rw.applied += [a for a in hr.applied if a not in rw.applied]
+        if any(w in h.body for w in ("threadIdx", "blockIdx", "blockDim", "gridDim")):
+            issues.append(Issue(construct=h.name, line=h.range.start.line, severity="error",
+                                message=f"helper '{h.name}' reads CUDA thread indices; Metal exposes them only "
+                                        "to the kernel: pass them in as parameters"))
+    metal_header = "\n\n".join(header_parts)
+    for i in rw.issues:
+        issues.append(i)
+    dyn = [s for s in k.shared if s.dynamic]
+    if len(dyn) > 1:
+        issues.append(Issue(construct="extern __shared__", line=dyn[1].line, severity="error",
+                            message="several extern __shared__ arrays alias one buffer in CUDA; in Metal each "
+                                    "becomes its own array: merge them into one before porting"))
+
+    # -- CUDA-backend body ----------------------------------------------------------------------
+    cuda_header_parts = ["#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif"]
+    cuda_header_parts += parse_result.preamble
+    cuda_header_parts += [h.text for h in helpers]
+    cuda_header = "\n\n".join(cuda_header_parts)
+    for i in issues:
+        if i.construct.endswith("<<<...>>>") or "grid" in i.construct and "sync" in i.construct:
+            pass
+    # -- the launch, shapes and scalars ----------------------------------------------------------
+    profile = find_profile(k.name, src_path)
+    _plan_launch(plan, k, launch, profile, template_values, issues, source_bytes)
+    macros = [f"{py_name(n)} = {v}" for n, v in analysis.define_constants(parse_result.preamble).items()]
+    plan.config_lines = macros + plan.config_lines
+
+    # -- scalar prologue (same text for both dialects, Metal types translated) ---------------------
+    prologue_cuda = "".join(f"    {s.ctype} {s.name} = {s.name}_arg[0];\n" for s in plan.scalars)
+    prologue_metal = Rewriter(table).rewrite_snippet(prologue_cuda) + ("\n" if prologue_cuda else "")
+    metal_source = (("    // scalar parameters arrive as 1-element arrays\n" + prologue_metal) if prologue_cuda else "") \
+        + _dedent_body(metal_body)
+    cuda_source = (("    // scalar parameters arrive as 1-element arrays\n" + prologue_cuda) if prologue_cuda else "") \
+        + _dedent_body(k.body)
+
+    # -- shared memory budget --------------------------------------------------------------------
+    env = analysis.constants_env(parse_result.preamble, {n: _try_eval(v) for n, v in template_values.items()})
+    static_bytes = 0
+    for s in k.shared:
+        if s.dynamic:
+            continue
+        n = 1
+        for size in s.sizes:
+            v = analysis.eval_size(size, env) if size else None
+            if v is None:
+                n = None
+                break
+            n *= v
+        if n is None:
+            issues.append(Issue(construct=s.text, line=s.line, severity="info",
+                                message=f"size of shared array '{s.name}' not known at translation time"))
+            continue
+        static_bytes += n * analysis.MX_SIZE.get(analysis.C_TO_MX.get(s.type, "float32"), 4)
+    if static_bytes > APPLE_THREADGROUP_BYTES:
+        issues.append(Issue(construct="__shared__", line=k.shared[0].line, severity="error",
+                            message=f"{static_bytes} bytes of shared memory; an Apple GPU threadgroup has at most "
+                                    f"{APPLE_THREADGROUP_BYTES} (tile smaller, or keep more in registers)"))
+    dyn_templates = []
+    for s in dyn:
+        const = ctx.dynamic_shared.get(s.name, f"{s.name.upper()}_SIZE")
+        elem = analysis.MX_SIZE.get(analysis.C_TO_MX.get(s.type, "float32"), 4)
+        dyn_templates.append((const, f"max(1, int(shared_mem) // {elem})"))
+        if not launch or not launch.shared_mem:
+            issues.append(Issue(construct=s.text, line=s.line, severity="error",
+                                message=f"extern __shared__ '{s.name}' needs a size: no launch site gives the "
+                                        f"shared-memory bytes; set shared_mem in launch_config()"))
+
+    from .emit import emit_module   # local import: emit imports this module's types
+    tr = Translation(kernel=k.name, source_path=src_path,
+                     module_path=str(module_path_for(src_path)) if src_path else None,
+                     family=profile.family if profile else None, module_text="", metal_source=metal_source,
+                     cuda_source=cuda_source, header=metal_header, cuda_header=cuda_header,
+                     input_names=_input_names(plan), output_names=[a.name for a in plan.arrays if a.output],
+                     atomic_outputs=ctx.atomic, report=issues, rules_applied=list(rw.applied))
+    tr.task_hint = _task_hint(plan, profile, k, template_values)
+    tr.module_text = emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes, k)
+    return tr
+
+
+def _identifiers(text: str) -> list[str]:
+    import re
+    return re.findall(r"[A-Za-z_]\w*", text)
+
+
+def _try_eval(py: str):
+    try:
+        return eval(py, {"__builtins__": {}, "mx": None}, {})
+    except Exception:
+        return None
+
+
+def _dedent_body(body: str) -> str:
+    lines = body.strip("\n").splitlines()
+    return "\n".join(lines) + "\n"
+
+
+def _input_names(plan: _Plan) -> list[str]:
+    names = []
+    for kind, i in plan.order:
+        if kind == "array" and not plan.arrays[i].output:
+            names.append(plan.arrays[i].name)
+        elif kind == "scalar":
+            names.append(plan.scalars[i].name + "_arg")
+    return names
+
+
+def _host_params(host_text: bytes) -> list[Param]:
+    root = parse_bytes(host_text, "cuda").root_node
+    fn = next((c for c in root.children if c.type == "function_definition"), None)
+    if fn is None:
+        return []
+    d = fn.child_by_field_name("declarator")
+    while d is not None and d.type != "function_declarator":
+        d = d.child_by_field_name("declarator")
+    plist = d.child_by_field_name("parameters") if d is not None else None
+    out = []
+    for p in (plist.named_children if plist is not None else []):
+        prm = param_from_node(p, host_text, host_text)
+        if prm is not None:
+            out.append(prm)
+    return out
+
+
+def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, template_values: dict[str, str],
+                 issues: list[Issue], source_bytes: bytes) -> None:
+    """Fills plan.config_lines (Python run by launch_config), grid/block/smem, scalar values and shapes."""
+    lines: list[str] = []
+    inputs = [a for a in plan.arrays if not a.output]
+    # template constants first: shapes may use them
+    for name, value in template_values.items():
+        lines.append(f"{py_name(name)} = {value}")
+    host_scalars: list[Param] = []
+    host_text = b""
+    if launch is not None and launch.host_byte_range is not None:
+        host_text = source_bytes[launch.host_byte_range[0]:launch.host_byte_range[1]]
+        host_scalars = [p for p in _host_params(host_text) if not p.pointer and "Stream" not in p.type
+                        and p.type != "cudaStream_t"]
+    bind_to = host_scalars if launch is not None else [type("P", (), {"name": s.name, "type": s.ctype})()
+                                                       for s in plan.scalars]
+    # -- shapes from the family profile ---------------------------------------------------------
+    use_profile = profile is not None and len(profile.arrays) == len(plan.arrays) \
+        and len(profile.scalars) == len(bind_to)
+    if profile is not None and not use_profile:
+        issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+                            message=f"looks like a {profile.family} kernel but its parameters do not match the "
+                                    f"{profile.family} profile ({len(profile.arrays)} arrays, "
+                                    f"{len(profile.scalars)} sizes): shapes are guessed, check launch_config()"))
+    taken = {a.name for a in plan.arrays}
+    if use_profile:
+        for a, shape in zip(plan.arrays, profile.arrays):
+            a.shape = list(shape)
+        rename = {d: (d + "_dim" if d in taken else d) for s in profile.arrays for d in s}
+        for a in plan.arrays:
+            a.shape = [rename.get(d, d) if d not in template_values else d for d in a.shape]
+        plan.dims = {rename.get(d, d): v for d, v in profile.dims.items()}
+        known: set[str] = set(template_values)
+        for a in inputs:
+            for axis, d in enumerate(a.shape or []):
+                if d not in known:
+                    lines.append(f"{d} = {py_name(a.name)}.shape[{axis}]")
+                    known.add(d)
+        for p, spec in zip(bind_to, profile.scalars):
+            if spec.startswith("="):
+                plan.kwargs.append((py_name(p.name), spec[1:]))
+            else:
+                d = rename.get(spec, spec)
+                if d not in known:
+                    issues.append(Issue(construct=p.name, line=k.range.start.line, severity="warning",
+                                        message=f"size '{p.name}' is not readable from the input shapes"))
+                    plan.kwargs.append((py_name(p.name), "None"))
+                elif py_name(p.name) != d:
+                    lines.append(f"{py_name(p.name)} = {d}")
+    else:
+        ints = [p for p in bind_to if "float" not in p.type and "double" not in p.type]
+        floats = [p for p in bind_to if p not in ints]
+        if len(ints) == 1 and inputs:
+            n = py_name(ints[0].name)
+            lines.append(f"{n} = {py_name(inputs[0].name)}.size")
+            for a in plan.arrays:
+                a.shape = [n]
+            plan.dims = {n: 1024}
+            issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+                                message=f"kernel family not recognized: every array is taken as 1-D of length "
+                                        f"{ints[0].name} (= the first input's size); check launch_config()"))
+        else:
+            for p in ints:
+                plan.kwargs.append((py_name(p.name), "None"))
+            first = py_name(inputs[0].name) if inputs else None
+            for a in plan.arrays:
+                a.shape = None if first is None else [f"*{first}.shape"]
+            issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+                                message="kernel family not recognized: pass the sizes ("
+                                        + ", ".join(p.name for p in ints) + ") as keyword arguments to kernel(); "
+                                        "outputs are shaped like the first input: check launch_config()"))
+        for p in floats:
+            plan.kwargs.append((py_name(p.name), "1.0"))
+    # -- host code before the launch ------------------------------------------------------------
+    if launch is not None:
+        lines.append("stream = None")
+        if host_text:
+            rel = launch.range  # position of the launch in the file -> byte offset inside the host text
+            launch_byte = _byte_of_line(source_bytes, rel.start.line) - launch.host_byte_range[0]
+            prelude, skipped = host_prelude(host_text.decode("utf-8", "replace"), max(0, launch_byte),
+                                            _line_of_byte(source_bytes, launch.host_byte_range[0]))
+            lines += prelude
+            for line, why in skipped:
+                issues.append(Issue(construct="host code", line=line, severity="warning", message=why))
+        try:
+            plan.grid = f"_dim3({expr_to_py(launch.grid, launch.line)})"
+            plan.block = f"_dim3({expr_to_py(launch.block, launch.line)})"
+            plan.smem = expr_to_py(launch.shared_mem, launch.line) if launch.shared_mem else "0"
+        except HostExprError as e:
+            issues.append(Issue(construct=f"<<<{launch.grid}, {launch.block}>>>", line=e.line, message=str(e)))
+        for s, arg in zip(plan.scalars, _kernel_args_for(k, launch)):
+            try:
+                s.value = expr_to_py(arg, launch.line) if arg is not None else "0"
+            except HostExprError as e:
+                issues.append(Issue(construct=arg, line=e.line, message=str(e)))
+                s.value = "0"
+        for p, arg in zip(k.params, launch.args):
+            if p.pointer and arg.strip() != p.name and not arg.strip().isidentifier():
+                issues.append(Issue(construct=arg, line=launch.line, severity="warning",
+                                    message=f"'{p.name}' receives `{arg}` (an offset pointer?); the port passes "
+                                            "the whole array"))
+    else:
+        first_out = next((a for a in plan.arrays if a.output), None)
+        size = f"_numel({first_out.shape})" if first_out and first_out.shape and not first_out.shape[0].startswith("*") \
+            else (f"{py_name(inputs[0].name)}.size" if inputs else "1")
+        plan.grid = f"_dim3(_cdiv({size} + 255, 256))"
+        plan.block = "_dim3(256)"
+        for s in plan.scalars:
+            s.value = py_name(s.name)
+        issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+                            message="no launch site in this file: the port launches 1-D blocks of 256 threads over "
+                                    "the first output; check launch_config()"))
+    plan.config_lines = lines
+
+
+def _kernel_args_for(k: KernelInfo, launch) -> list[str | None]:
+    out = []
+    for i, p in enumerate(k.params):
+        if not p.pointer:
+            out.append(launch.args[i] if i < len(launch.args) else None)
+    return out
+
+
+def _byte_of_line(data: bytes, line: int) -> int:
+    pos = 0
+    for _ in range(line):
+        pos = data.index(b"\n", pos) + 1
+    return pos
+
+
+def _line_of_byte(data: bytes, off: int) -> int:
+    return data.count(b"\n", 0, off)
+
+
+def _task_hint(plan: _Plan, profile: Profile | None, k: KernelInfo, template_values: dict[str, str]) -> dict:
+    dims = dict(plan.dims)
+    tvals = {n: _try_eval(v) for n, v in template_values.items()}
+    env = {**{n: v for n, v in tvals.items() if isinstance(v, int)}, **dims}
+
+    def num(v):
+        if isinstance(v, str):
+            try:
+                return float(eval(v, {"__builtins__": {}}, env))
+            except Exception:
+                return 1.0
+        return v
+
+    inputs, outputs = [], []
+    for idx, a in enumerate(plan.arrays):
+        shape = [(tvals[d] if d in tvals and isinstance(tvals[d], int) else d) for d in (a.shape or ["N"])]
+        entry = {"name": a.name, "shape": shape, "dtype": a.dtype}
+        if a.output:
+            outputs.append(entry)
+            continue
+        init = dict(profile.init.get(idx, {})) if profile else {}
+        if a.dtype.startswith(("int", "uint")) and not init:
+            init = {"init": "randint", "low": 0, "high": 8}
+        for key in ("low", "high"):
+            if key in init:
+                init[key] = num(init[key])
+        entry.update(init)
+        inputs.append(entry)
+    return {"family": profile.family if profile else None, "kernel": k.name, "inputs": inputs, "outputs": outputs,
+            "dims": dims, "bench_dims": dict(profile.bench_dims) if profile else {},
+            "scalars": {n: d for n, d in plan.kwargs}, "template": {n: tvals[n] for n in tvals}}
