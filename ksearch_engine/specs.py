@@ -386,8 +386,9 @@ class Specs:
             parts.append(f"<!-- specs/{doc}.md{'#' + heading if heading else ''} -->\n{text.strip()}\n")
         return "\n".join(parts)
 
-    def docs_for(self, family: str, backend: str) -> list[str]:
-        """The doc names worth putting in a prompt for this family on this backend."""
+    def docs_for(self, family: str, backend: str, *, port: bool = False) -> list[str]:
+        """The doc names worth putting in a prompt for this family on this backend (for a port from CUDA, also
+        the translation table's prose when there is one): pass the result to section_text()."""
         names = []
         try:
             names.append(f"hardware/{self.hardware(backend).spec.id}")
@@ -399,6 +400,8 @@ class Specs:
                 names.append(f"patterns/{stem}")
         if "math" in self.docs:
             names.append("math")
+        if port and "translation" in self.docs:
+            names.append("translation")
         return names
 
 

@@ -255,7 +255,14 @@ def test_cached_specs_loads_once_per_folder(copy):
 def test_docs_for_picks_hardware_patterns_and_math(specs):
     names = specs.docs_for("paged_attention", "mlx-cuda")
     assert names[0] == "hardware/nvidia" and "patterns/decode_attention" in names and names[-1] == "math"
-    assert "patterns/matmul" not in names
+    assert "patterns/matmul" not in names and "translation" not in names
+
+
+def test_docs_for_a_port_adds_the_translation_prose(copy):
+    (copy / "translation.md").write_text("# CUDA to Metal\n")
+    s = load_specs(copy)
+    assert s.docs_for("softmax", "mlx-metal", port=True)[-1] == "translation"
+    assert "translation" not in s.docs_for("softmax", "mlx-metal")
 
 
 # ---------------------------------------------------------------- where specs are found
