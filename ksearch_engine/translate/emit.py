@@ -125,8 +125,7 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w(f"    shared_mem = int({plan.smem})")
     tmpl = [f"({n!r}, {py_name(n)})" for n in template_values] + [f"({c!r}, {e})" for c, e in dyn_templates]
     scal = ", ".join(f"{s.name!r}: {s.value}" for s in plan.scalars)
-    oshapes = ", ".join("(" + ", ".join(_shape_expr(d) for d in (a.shape or [])) + ("," if a.shape and len(a.shape) == 1 and not a.shape[0].startswith("*") else "") + ")"
-                        for a in outs)
+    oshapes = ", ".join(_shape_tuple(a.shape) for a in outs)
     w("    return {")
     w("        'grid': grid, 'block': block, 'shared_mem': shared_mem,")
     w(f"        'template': [{', '.join(tmpl)}],")
@@ -173,8 +172,13 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     return "\n".join(lines) + "\n"
 
 
-def _shape_expr(d: str) -> str:
-    return d if not d.startswith("*") else d
+def _shape_tuple(shape: list[str] | None) -> str:
+    """Python for an output shape: a tuple of dim names, or `tuple(x.shape)` for a copied shape."""
+    if not shape:
+        return "()"
+    if shape[0].startswith("*"):
+        return f"tuple({shape[0][1:]})"
+    return "(" + ", ".join(shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _replace_word(text: str, word: str, value: str) -> str:

@@ -255,6 +255,9 @@ class Rewriter:
     def _emit_declaration(self, node) -> str:
         words = [self._text(c).strip() for c in node.children if c.type in ("storage_class_specifier", "type_qualifier")]
         is_shared = "__shared__" in words
+        if is_shared:
+            for d in node.children_by_field_name("declarator"):
+                self.ctx.shared_names.add(_decl_name(d, self))
         if is_shared and "extern" in words and "mem.dynamic_shared" in self.special:
             type_node = node.child_by_field_name("type")
             decls = node.children_by_field_name("declarator")

@@ -411,7 +411,8 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
                                             "the whole array"))
     else:
         first_out = next((a for a in plan.arrays if a.output), None)
-        size = f"_numel({first_out.shape})" if first_out and first_out.shape and not first_out.shape[0].startswith("*") \
+        size = f"_numel(({', '.join(first_out.shape)},))" if first_out and first_out.shape \
+            and not first_out.shape[0].startswith("*") \
             else (f"{py_name(inputs[0].name)}.size" if inputs else "1")
         plan.grid = f"_dim3(_cdiv({size} + 255, 256))"
         plan.block = "_dim3(256)"
