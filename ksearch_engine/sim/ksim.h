@@ -167,42 +167,105 @@ template <class T> struct ident { typedef T type; };
 #endif
 
 template <class T, int N> struct vec;
+// A swizzle such as v.xy or v.zyx: a view of the parent's storage, readable as a vector and
+// assignable from one.
+template <class T, int N, int... I> struct swz {
+  T d[N];
+  typedef vec<T, (int)sizeof...(I)> V;
+  V get() const { return V(d[I]...); }
+  operator V() const { return get(); }
+  swz& operator=(const V& v) {
+    int k = 0;
+    ((d[I] = v[k++]), ...);
+    return *this;
+  }
+  T operator[](int i) const { return get()[i]; }
+};
+template <class T> struct is_swz : std::false_type {};
+template <class T, int N, int... I> struct is_swz<swz<T, N, I...>> : std::true_type {};
+
 template <class T> struct alignas(KSIM_VALIGN(T, 2)) vec<T, 2> {
-  T x, y;
+  union {
+    struct { T x, y; };
+    struct { T r, g; };
+    T v_[2];
+    swz<T, 2, 0, 0> xx;
+    swz<T, 2, 0, 1> xy;
+    swz<T, 2, 1, 0> yx;
+    swz<T, 2, 1, 1> yy;
+  };
   vec() = default;
-  vec(T s) : x(s), y(s) {}
-  vec(T a, T b) : x(a), y(b) {}
-  template <class U> explicit vec(const vec<U, 2>& o) : x(T(o.x)), y(T(o.y)) {}
-  T& operator[](int i) { return (&x)[i]; }
-  const T& operator[](int i) const { return (&x)[i]; }
-  vec<T, 2> yx() const { return vec<T, 2>(y, x); }
+  vec(T s) { x = s; y = s; }
+  vec(T a, T b) { x = a; y = b; }
+  template <class U> explicit vec(const vec<U, 2>& o) { x = T(o.x); y = T(o.y); }
+  T& operator[](int i) { return v_[i]; }
+  const T& operator[](int i) const { return v_[i]; }
 };
 template <class T> struct alignas(KSIM_VALIGN(T, 3)) vec<T, 3> {
-  T x, y, z;
+  union {
+    struct { T x, y, z; };
+    struct { T r, g, b; };
+    T v_[3];
+    swz<T, 3, 0, 0> xx;
+    swz<T, 3, 0, 1> xy;
+    swz<T, 3, 0, 2> xz;
+    swz<T, 3, 1, 0> yx;
+    swz<T, 3, 1, 1> yy;
+    swz<T, 3, 1, 2> yz;
+    swz<T, 3, 2, 0> zx;
+    swz<T, 3, 2, 1> zy;
+    swz<T, 3, 2, 2> zz;
+    swz<T, 3, 0, 1, 2> xyz;
+    swz<T, 3, 2, 1, 0> zyx;
+  };
   vec() = default;
-  vec(T s) : x(s), y(s), z(s) {}
-  vec(T a, T b, T c) : x(a), y(b), z(c) {}
-  vec(const vec<T, 2>& a, T c) : x(a.x), y(a.y), z(c) {}
-  vec(T a, const vec<T, 2>& b) : x(a), y(b.x), z(b.y) {}
-  template <class U> explicit vec(const vec<U, 3>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)) {}
-  T& operator[](int i) { return (&x)[i]; }
-  const T& operator[](int i) const { return (&x)[i]; }
+  vec(T s) { x = s; y = s; z = s; }
+  vec(T a, T b, T c) { x = a; y = b; z = c; }
+  vec(const vec<T, 2>& a, T c) { x = a.x; y = a.y; z = c; }
+  vec(T a, const vec<T, 2>& b) { x = a; y = b.x; z = b.y; }
+  template <class U> explicit vec(const vec<U, 3>& o) { x = T(o.x); y = T(o.y); z = T(o.z); }
+  T& operator[](int i) { return v_[i]; }
+  const T& operator[](int i) const { return v_[i]; }
 };
 template <class T> struct alignas(KSIM_VALIGN(T, 4)) vec<T, 4> {
-  T x, y, z, w;
+  union {
+    struct { T x, y, z, w; };
+    struct { T r, g, b, a; };
+    T v_[4];
+    swz<T, 4, 0, 0> xx;
+    swz<T, 4, 0, 1> xy;
+    swz<T, 4, 0, 2> xz;
+    swz<T, 4, 0, 3> xw;
+    swz<T, 4, 1, 0> yx;
+    swz<T, 4, 1, 1> yy;
+    swz<T, 4, 1, 2> yz;
+    swz<T, 4, 1, 3> yw;
+    swz<T, 4, 2, 0> zx;
+    swz<T, 4, 2, 1> zy;
+    swz<T, 4, 2, 2> zz;
+    swz<T, 4, 2, 3> zw;
+    swz<T, 4, 3, 0> wx;
+    swz<T, 4, 3, 1> wy;
+    swz<T, 4, 3, 2> wz;
+    swz<T, 4, 3, 3> ww;
+    swz<T, 4, 0, 1, 2> xyz;
+    swz<T, 4, 0, 1, 3> xyw;
+    swz<T, 4, 0, 2, 3> xzw;
+    swz<T, 4, 1, 2, 3> yzw;
+    swz<T, 4, 2, 1, 0> zyx;
+    swz<T, 4, 0, 1, 2, 3> xyzw;
+    swz<T, 4, 3, 2, 1, 0> wzyx;
+  };
   vec() = default;
-  vec(T s) : x(s), y(s), z(s), w(s) {}
-  vec(T a, T b, T c, T d) : x(a), y(b), z(c), w(d) {}
-  vec(const vec<T, 2>& a, const vec<T, 2>& b) : x(a.x), y(a.y), z(b.x), w(b.y) {}
-  vec(const vec<T, 2>& a, T c, T d) : x(a.x), y(a.y), z(c), w(d) {}
-  vec(const vec<T, 3>& a, T d) : x(a.x), y(a.y), z(a.z), w(d) {}
-  vec(T a, const vec<T, 3>& b) : x(a), y(b.x), z(b.y), w(b.z) {}
-  template <class U> explicit vec(const vec<U, 4>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)), w(T(o.w)) {}
-  T& operator[](int i) { return (&x)[i]; }
-  const T& operator[](int i) const { return (&x)[i]; }
-  vec<T, 2> xy() const { return vec<T, 2>(x, y); }
-  vec<T, 2> zw() const { return vec<T, 2>(z, w); }
-  vec<T, 3> xyz() const { return vec<T, 3>(x, y, z); }
+  vec(T s) { x = s; y = s; z = s; w = s; }
+  vec(T a_, T b_, T c_, T d_) { x = a_; y = b_; z = c_; w = d_; }
+  vec(const vec<T, 2>& a_, const vec<T, 2>& b_) { x = a_.x; y = a_.y; z = b_.x; w = b_.y; }
+  vec(const vec<T, 2>& a_, T c_, T d_) { x = a_.x; y = a_.y; z = c_; w = d_; }
+  vec(const vec<T, 3>& a_, T d_) { x = a_.x; y = a_.y; z = a_.z; w = d_; }
+  vec(T a_, const vec<T, 3>& b_) { x = a_; y = b_.x; z = b_.y; w = b_.z; }
+  template <class U> explicit vec(const vec<U, 4>& o) { x = T(o.x); y = T(o.y); z = T(o.z); w = T(o.w); }
+  T& operator[](int i) { return v_[i]; }
+  const T& operator[](int i) const { return v_[i]; }
 };
 template <class T, int N> struct is_scalar_num<vec<T, N>> : std::false_type {};
 
@@ -229,6 +292,12 @@ template <class T, int N> struct is_scalar_num<vec<T, N>> : std::false_type {};
 KSIM_VEC_BINOP(+) KSIM_VEC_BINOP(-) KSIM_VEC_BINOP(*) KSIM_VEC_BINOP(/)
 KSIM_VEC_BINOP(%) KSIM_VEC_BINOP(&) KSIM_VEC_BINOP(|) KSIM_VEC_BINOP(^)
 KSIM_VEC_BINOP(<<) KSIM_VEC_BINOP(>>)
+#define KSIM_SWZ_BINOP(op)                                                                      \
+  template <class S, class U, std::enable_if_t<is_swz<S>::value, int> = 0>                       \
+  inline auto operator op(const S& a, const U& b) { return a.get() op b; }                        \
+  template <class U, class S, std::enable_if_t<is_swz<S>::value && !is_swz<U>::value, int> = 0>   \
+  inline auto operator op(const U& a, const S& b) { return a op b.get(); }
+KSIM_SWZ_BINOP(+) KSIM_SWZ_BINOP(-) KSIM_SWZ_BINOP(*) KSIM_SWZ_BINOP(/)
 template <class T, int N> inline vec<T, N> operator-(const vec<T, N>& a) {
   vec<T, N> r;
   for (int i = 0; i < N; i++) r[i] = -a[i];
@@ -1354,6 +1423,64 @@ inline bool simd_is_first() {
   unsigned slot = ksim::warp_arrive(nullptr, 0);
   unsigned m = ksim::slot_mask(slot);
   return m && (unsigned)__builtin_ctz(m) == ksim::cur->lane;
+}
+
+// simdgroup matrices: every lane holds the whole tile. Metal requires the arguments of these calls
+// to be uniform across the simdgroup, so the lanes' copies stay equal and each lane can compute
+// the full product itself (thread_elements() is not modelled).
+template <class T, int Cols, int Rows> struct simdgroup_matrix {
+  T m[Rows][Cols];
+  simdgroup_matrix() = default;
+  explicit simdgroup_matrix(T diag) {
+    for (int i = 0; i < Rows; i++)
+      for (int j = 0; j < Cols; j++) m[i][j] = i == j ? diag : T(0);
+  }
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<_Float16, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<ksim::mbf16, 8, 8> simdgroup_bfloat8x8;
+template <class T, int C, int R> inline simdgroup_matrix<T, C, R> make_filled_simdgroup_matrix(T v) {
+  simdgroup_matrix<T, C, R> r;
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < C; j++) r.m[i][j] = v;
+  return r;
+}
+template <class T, int C, int R, class U>
+inline void simdgroup_load(simdgroup_matrix<T, C, R>& d, const U* src, unsigned long elements_per_row = C,
+                           ksim::vec<unsigned long, 2> origin = ksim::vec<unsigned long, 2>(0ul), bool transpose = false) {
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < C; j++)
+      d.m[i][j] = transpose ? T(src[(origin.y + j) * elements_per_row + origin.x + i])
+                            : T(src[(origin.y + i) * elements_per_row + origin.x + j]);
+}
+template <class T, int C, int R, class U>
+inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a, U* dst, unsigned long elements_per_row = C,
+                            ksim::vec<unsigned long, 2> origin = ksim::vec<unsigned long, 2>(0ul), bool transpose = false) {
+  ksim::warp_sync();  // every lane has its copy ready; each then writes the same values
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < C; j++) {
+      if (transpose) dst[(origin.y + j) * elements_per_row + origin.x + i] = U(a.m[i][j]);
+      else dst[(origin.y + i) * elements_per_row + origin.x + j] = U(a.m[i][j]);
+    }
+}
+template <class T, class TA, class TB, class TC, int M, int N, int K>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, N, M>& d, const simdgroup_matrix<TA, K, M>& a,
+                                          const simdgroup_matrix<TB, N, K>& b, const simdgroup_matrix<TC, N, M>& c) {
+  simdgroup_matrix<T, N, M> r;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float acc = float(c.m[i][j]);
+      for (int k = 0; k < K; k++) acc += float(a.m[i][k]) * float(b.m[k][j]);
+      r.m[i][j] = T(acc);
+    }
+  d = r;
+}
+template <class T, class TA, class TB, int M, int N, int K>
+inline void simdgroup_multiply(simdgroup_matrix<T, N, M>& d, const simdgroup_matrix<TA, K, M>& a,
+                               const simdgroup_matrix<TB, N, K>& b) {
+  simdgroup_matrix<T, N, M> zero(T(0));
+  for (int i = 0; i < M; i++) zero.m[i][i] = T(0);
+  simdgroup_multiply_accumulate(d, a, b, zero);
 }
 
 // atomics (a plain value: only one OS thread touches memory)

@@ -52,7 +52,7 @@ def dtype_name(d) -> str:
 
 
 def f32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
-    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = np.asarray(a, dtype=np.float32, order="C").view(np.uint32).astype(np.uint64)
     nan = (u & 0x7FFFFFFF) > 0x7F800000
     r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     r[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
@@ -68,9 +68,9 @@ def to_storage(a, name: str) -> np.ndarray:
     a = np.asarray(a)
     if name == "bfloat16":
         if a.dtype == np.uint16:
-            return np.ascontiguousarray(a)
+            return np.asarray(a, order="C")
         return f32_to_bf16_bits(a.astype(np.float32))
-    return np.ascontiguousarray(a, dtype=STORAGE[name])
+    return np.asarray(a, dtype=STORAGE[name], order="C")
 
 
 class Buffer:

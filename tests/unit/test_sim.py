@@ -352,3 +352,39 @@ def test_64_threadgroups_of_256_threads_run_well_under_a_second():
     t0 = time.time()
     metal(*args)
     assert time.time() - t0 < 0.5
+
+
+# --- Metal vector types, scalars, templates, simdgroup matrices ------------------------------------
+def test_metal_vectors_swizzles_scalar_input_and_bool_template():
+    x = rng.standard_normal(256).astype(np.float32)
+    src = """
+        uint i = thread_position_in_grid.x;
+        float4 v = ((const device float4*)inp)[i];
+        float2 lo = v.xy;
+        v.zw = v.zw * alpha;
+        float4 r = FLIP ? float4(v.wzyx) : v;
+        ((device float4*)out)[i] = r + float4(lo, lo) * 0.0f;
+    """
+    alpha = np.array(3.0, np.float32)  # a 0-d input: passed as `const constant float& alpha`
+    for flip in (True, False):
+        (out,) = metal("vec", [("inp", x), ("alpha", alpha)], [("out", x.shape, "float32")], src,
+                       [("FLIP", flip)], (64, 1, 1), (32, 1, 1))
+        v = x.reshape(64, 4).copy()
+        v[:, 2:] *= 3
+        np.testing.assert_allclose(out.reshape(64, 4), v[:, ::-1] if flip else v, rtol=1e-6)
+
+
+def test_metal_simdgroup_matrix_multiply():
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 16)).astype(np.float32)
+    src = """
+        uint sg = simdgroup_index_in_threadgroup;       // 4 simdgroups: one 8x8 tile of C each
+        uint tr = sg / 2, tc = sg % 2;
+        simdgroup_float8x8 ma, mb, mc = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        simdgroup_load(ma, A, 8, ulong2(0, tr * 8));
+        simdgroup_load(mb, B, 16, ulong2(tc * 8, 0));
+        simdgroup_multiply_accumulate(mc, ma, mb, mc);
+        simdgroup_store(mc, C, 16, ulong2(tc * 8, tr * 8));
+    """
+    (c,) = metal("sgmm", [("A", a), ("B", b)], [("C", (16, 16), "float32")], src, [], (128, 1, 1), (128, 1, 1))
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
