@@ -276,7 +276,7 @@ class PlanTree(BaseModel):
     def _validate(self, e) -> None:
         if isinstance(e, Insert):
             p = self.node(e.parent)
-            if p.status in ("failed", "not_runnable"):
+            if p.status in ("failed", "not_runnable") and p.id != ROOT:
                 raise EditError(f"cannot insert under '{p.id}': it {p.status} (plans grow from passing nodes)")
             self._check_specs(e.nodes)
         elif isinstance(e, Split):

@@ -107,3 +107,10 @@ def test_reset_running_reopens_unrecorded_nodes():
     t, (a,) = tree_with(spec("a"))
     t.mark_running(a)
     assert t.reset_running() == [a] and t.nodes[a].status == "open"
+
+
+def test_plans_still_grow_from_the_root_when_the_original_failed():
+    t = PlanTree.new()
+    t.record(ROOT, candidate_id="c0", status="runtime_error")
+    ids = t.apply(Insert(parent=ROOT, nodes=[spec("a")]))
+    assert t.select().id == ids[0]
