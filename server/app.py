@@ -1,0 +1,73 @@
+"""Builds the server: the state object plus every feature module, and the session lifecycle
+(initialize: root, encoding, secrets; initialized: settings, store, watching, workspace scan; shutdown)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from lsprotocol import types
+
+from . import code_actions, code_lens, commands, config, documents, hover, inlay_hints, results
+from .errors import guarded
+from .state import KsearchServer
+
+log = logging.getLogger(__name__)
+SECRET_ENV = "GEMINI_API_KEY"
+
+
+def _set_secret(ls: KsearchServer, key: Any) -> None:
+    if isinstance(key, str) and key.strip():
+        ls.secret_env[SECRET_ENV] = key.strip()
+    elif key in (None, ""):
+        ls.secret_env.pop(SECRET_ENV, None)
+
+
+def create_server() -> KsearchServer:
+    ls = KsearchServer()
+    for module in (documents, config, commands, code_actions, code_lens, inlay_hints, hover, results):
+        module.register(ls)
+    ls.watch_mode = "none"
+    ls.watch_stop = None
+
+    @ls.feature(types.INITIALIZE)
+    @guarded(ls, "Starting ksearch")
+    def initialize(params: types.InitializeParams) -> None:
+        root = ls.workspace.root_path
+        if not root and params.workspace_folders:
+            root = ls.path_of(params.workspace_folders[0].uri)
+        ls.root = root
+        enc = ls.workspace.position_encoding
+        ls.index.encoding = str(getattr(enc, "value", enc) or "utf-16")
+        opts = params.initialization_options if isinstance(params.initialization_options, dict) else {}
+        _set_secret(ls, opts.get("geminiApiKey"))
+        section = opts.get("settings", {}).get("ksearch") if isinstance(opts.get("settings"), dict) else opts.get("ksearch")
+        if isinstance(section, dict):
+            config._apply(ls, section)
+
+    @ls.feature(types.INITIALIZED)
+    @guarded(ls, "Starting ksearch")
+    async def initialized(params: types.InitializedParams) -> None:
+        await config.load_settings(ls)
+        try:
+            ls.store    # opens it; runs left 'running' by a dead worker become 'failed'
+        except Exception as e:  # noqa: BLE001
+            ls.error(f"cannot open the results store {ls.store_path()}: {e}. Set ksearch.storePath to a "
+                     f"writable location.")
+        await documents.start_watching(ls)
+        asyncio.ensure_future(guarded(ls, "Scanning the workspace for kernels")(documents.scan_workspace)(ls))
+
+    @ls.feature(types.SHUTDOWN)
+    def shutdown(params: None) -> None:
+        ls.jobs.shutdown()
+        if ls.watch_stop is not None:
+            ls.watch_stop.set()
+
+    @ls.feature("ksearch/secret")
+    def secret(params) -> None:
+        key = getattr(params, "geminiApiKey", None)
+        if key is None and isinstance(params, dict):
+            key = params.get("geminiApiKey")
+        _set_secret(ls, key)
+
+    return ls

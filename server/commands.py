@@ -1,0 +1,145 @@
+"""The commands that start and stop work: `ksearch.port`, `ksearch.optimize`, `ksearch.createTask`, `ksearch.cancel`.
+
+Port and Optimize answer when their job ends (so that `$/cancelRequest` of the command can stop it) with
+`{runId, status, candidateId}`; progress arrives meanwhile as work-done progress.
+"""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from ksearch_engine.store import source_hash
+
+from . import documents
+from .errors import UserError, guarded
+from .tasks import benchmark_task_text, task_file_path
+
+if TYPE_CHECKING:
+    from .state import KsearchServer
+
+
+def _args(args: tuple, n: int, usage: str) -> list:
+    flat = list(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple)) else list(args)
+    if len(flat) < n:
+        raise UserError(f"{usage}: expected {n} argument(s), got {len(flat)}")
+    return flat
+
+
+def _kernel(ls: "KsearchServer", uri: str, name: str):
+    documents.ensure_fresh(ls, uri)
+    path = ls.path_of(uri)
+    entry = ls.index.get(path)
+    if entry is None:
+        entry, _ = ls.index.update_from_disk(path)
+    k = ls.index.kernel(path, name)
+    if k is None:
+        raise UserError(f"{Path(path).name}: no kernel named '{name}' (was it renamed? save the file and try again)")
+    return path, ls.index.get(path), k
+
+
+def start_job(ls: "KsearchServer", kind: str, uri: str, kernel: str):
+    """Queue a Port or Optimize job for one kernel; raises UserError when it cannot start."""
+    path, entry, k = _kernel(ls, uri, kernel)
+    name = Path(path).name
+    running = ls.jobs.active_for(path, kernel)
+    if running is not None:
+        raise UserError(f"{kernel} in {name} already has a {running.kind} job running; cancel it first")
+    doc = ls.document(uri)
+    disk = None
+    try:
+        disk = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        pass
+    if doc is not None and disk is not None and doc.source != disk:
+        raise UserError(f"{name} has unsaved changes; the job reads the file from disk. Save it and run "
+                        f"{'Port to MLX' if kind == 'port' else 'Optimize kernel'} again.")
+    text = doc.source if doc is not None else (disk or "")
+    request: dict = {}
+    if kind == "port":
+        if not k.is_cuda:
+            raise UserError(f"{kernel} in {name} is not a CUDA kernel: Port to MLX works on CUDA kernels "
+                            f"(.cu/.cuh); use Optimize kernel for Metal and MLX kernels")
+        title = f"Port {kernel} to MLX"
+    else:
+        info = ls.tasks.find(path, kernel, entry.hash if entry else "")
+        if not info.has_task:
+            raise UserError(f"{kernel} in {name} has no benchmark task: run 'Create benchmark task', fill in "
+                            f"its shapes and reference, then Optimize again")
+        try:
+            from ksearch_engine.cli import UserError as CliError, resolve_task
+            task, _ = resolve_task(path, kernel)
+        except CliError as e:
+            raise UserError(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - a task that does not load is the user's to fix
+            raise UserError(f"the task for {kernel} in {name} does not load: {e}") from None
+        request = {"task": task.model_dump(mode="json"),
+                   "task_file": str(info.task_file) if info.task_file else None,
+                   "family": info.family}
+        title = f"Optimize {kernel}"
+    return ls.jobs.submit(kind=kind, uri=uri, path=path, kernel=kernel, title=title, request=request,
+                          doc_version=doc.version if doc is not None else None, source_hash=source_hash(text))
+
+
+def register(ls: "KsearchServer") -> None:
+
+    async def run_command(kind: str, args: tuple) -> dict | None:
+        uri, kernel = _args(args, 2, f"ksearch.{kind} [uri, kernel]")[:2]
+        msg_id = ls.protocol.msg_id
+        job = start_job(ls, kind, uri, kernel)
+        if msg_id is not None:
+            job.request_ids.add(msg_id)
+        final = await asyncio.shield(job.done)
+        return {"runId": job.run_id, "status": final["status"], "candidateId": final.get("best"),
+                "message": final.get("message", "")}
+
+    @ls.command("ksearch.port")
+    @guarded(ls, "Port to MLX")
+    async def port(*args):
+        return await run_command("port", args)
+
+    @ls.command("ksearch.optimize")
+    @guarded(ls, "Optimize kernel")
+    async def optimize(*args):
+        return await run_command("optimize", args)
+
+    @ls.command("ksearch.cancel")
+    @guarded(ls, "Cancel")
+    def cancel(*args):
+        run_id = _args(args, 1, "ksearch.cancel [runId]")[0]
+        if not ls.jobs.cancel(run_id):
+            ls.tell(f"run {run_id} is not running (nothing to cancel)")
+            return {"cancelled": False}
+        return {"cancelled": True}
+
+    @ls.command("ksearch.createTask")
+    @guarded(ls, "Create benchmark task")
+    async def create_task(*args):
+        uri, kernel = _args(args, 2, "ksearch.createTask [uri, kernel]")[:2]
+        edit, target = create_task_edit(ls, uri, kernel)
+        result = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(
+            edit=edit, label=f"ksearch: create benchmark task for {kernel}"))
+        if not result.applied:
+            raise UserError(f"the editor did not create {target.name}: {result.failure_reason or 'no reason given'}")
+        if ls.client_supports("window.show_document.support"):
+            await ls.window_show_document_async(types.ShowDocumentParams(uri=ls.uri_of(target), take_focus=True))
+        return {"taskFile": ls.uri_of(target)}
+
+
+def create_task_edit(ls: "KsearchServer", uri: str, kernel: str) -> tuple[types.WorkspaceEdit, Path]:
+    """CreateFile + insert of a new `<stem>.<kernel>.task.toml` with defaults from the kernel's signature."""
+    path, _entry, k = _kernel(ls, uri, kernel)
+    target = task_file_path(path, kernel)
+    if target.exists():
+        raise UserError(f"{target.name} already exists: edit it (it is next to {Path(path).name})")
+    t_uri = ls.uri_of(target)
+    edit = types.WorkspaceEdit(document_changes=[
+        types.CreateFile(uri=t_uri, options=types.CreateFileOptions(overwrite=False, ignore_if_exists=True)),
+        types.TextDocumentEdit(text_document=types.OptionalVersionedTextDocumentIdentifier(uri=t_uri, version=None),
+                               edits=[types.TextEdit(range=types.Range(start=types.Position(line=0, character=0),
+                                                                       end=types.Position(line=0, character=0)),
+                                                     new_text=benchmark_task_text(path, k.info))]),
+    ])
+    return edit, target

@@ -1,0 +1,176 @@
+"""The language server object: a pygls LanguageServer holding the workspace's state.
+
+State lives here (settings, the kernel index, the store, the job manager, which candidate each pending result
+shows); features live in their own modules and reach it through the server they are registered on.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.capabilities import get_capability
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.uris import from_fs_path, to_fs_path
+
+from ksearch_engine.store import Store
+
+from .config import Settings
+from .index import WorkspaceIndex
+from .jobs import Job, JobManager
+from .summary import Results
+from .tasks import TaskFinder
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+REFRESH_DELAY_S = 0.5
+
+
+class KsearchProtocol(LanguageServerProtocol):
+    """pygls' protocol, plus: `$/cancelRequest` of a running Port/Optimize command stops its worker.
+
+    pygls cancels the request's future (the editor gets RequestCancelled) but not the coroutine behind a
+    command, so the job manager is told which request went away.
+    """
+
+    def _handle_cancel_notification(self, msg_id):
+        super()._handle_cancel_notification(msg_id)
+        jobs = getattr(self._server, "jobs", None)
+        if jobs is not None:
+            jobs.cancel_for_request(msg_id)
+
+
+class RedactSecrets(logging.Filter):
+    """Keeps API keys out of every log line (pygls logs whole initialize params at INFO)."""
+
+    def __init__(self, server: "KsearchServer"):
+        super().__init__()
+        self.server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = [v for v in self.server.secret_env.values() if v]
+        if secrets:
+            msg = record.getMessage()
+            if any(s in msg for s in secrets):
+                for s in secrets:
+                    msg = msg.replace(s, "***")
+                record.msg, record.args = msg, None
+        return True
+
+
+class KsearchServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__("ksearch-lsp", VERSION, protocol_cls=KsearchProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.settings = Settings()
+        self.index = WorkspaceIndex()
+        self.tasks = TaskFinder()
+        self.results = Results()
+        self.jobs = JobManager(self)
+        self.offers: dict[str, int] = {}          # run id -> which ranked candidate the lenses offer
+        self.secret_env: dict[str, str] = {}      # passed to workers only
+        self.root: str | None = None
+        self._store: Store | None = None
+        self._refresh_handle: asyncio.TimerHandle | None = None
+        self.redactor = RedactSecrets(self)
+
+    # -- paths ---------------------------------------------------------------------------------------
+    @staticmethod
+    def path_of(uri: str) -> str:
+        return to_fs_path(uri) or uri
+
+    @staticmethod
+    def uri_of(path: str | Path) -> str:
+        return from_fs_path(str(path)) or str(path)
+
+    def document(self, uri: str):
+        """The open document for `uri`, or None when the editor does not hold it."""
+        return self.workspace.text_documents.get(uri)
+
+    def current_text(self, path: str) -> str | None:
+        """A file's text as the editor has it (open document) or as on disk; None when it does not exist."""
+        doc = self.document(self.uri_of(path))
+        if doc is not None:
+            return doc.source
+        try:
+            return Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    # -- store ---------------------------------------------------------------------------------------
+    def store_path(self) -> Path:
+        if self.settings.store_path:
+            p = Path(os.path.expanduser(self.settings.store_path))
+            return p if p.is_absolute() else Path(self.root or os.getcwd()) / p
+        if os.environ.get("KSEARCH_STORE"):
+            return Path(os.environ["KSEARCH_STORE"])
+        return Path(self.root or os.getcwd()) / ".ksearch" / "ksearch.db"
+
+    @property
+    def store(self) -> Store:
+        want = self.store_path()
+        if self._store is None or self._store.path != want:
+            self._store = Store(want)
+            failed = self._store.mark_orphans_failed()
+            if failed:
+                log.info("runs left running by a stopped worker marked failed: %s", failed)
+            self.results.invalidate()
+        return self._store
+
+    # -- capabilities --------------------------------------------------------------------------------
+    def client_supports(self, dotted: str) -> bool:
+        try:
+            return bool(get_capability(self.client_capabilities, dotted, False))
+        except Exception:  # noqa: BLE001 - before initialize
+            return False
+
+    # -- messages ------------------------------------------------------------------------------------
+    def tell(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        self.window_show_message(types.ShowMessageParams(type=kind, message=f"ksearch: {message}"))
+
+    def error(self, message: str) -> None:
+        self.tell(message, types.MessageType.Error)
+
+    # -- results changed -----------------------------------------------------------------------------
+    def results_changed(self, immediate: bool = False) -> None:
+        """Drop cached summaries and ask the client to re-request lenses and inlay hints (coalesced)."""
+        self.results.invalidate()
+        loop = asyncio.get_event_loop()
+        if self._refresh_handle is not None:
+            if not immediate:
+                return
+            self._refresh_handle.cancel()
+        self._refresh_handle = loop.call_later(0 if immediate else REFRESH_DELAY_S, self._refresh)
+
+    def _refresh(self) -> None:
+        self._refresh_handle = None
+        self.results.invalidate()
+        if self.client_supports("workspace.code_lens.refresh_support"):
+            self.workspace_code_lens_refresh(None)
+        if self.client_supports("workspace.inlay_hint.refresh_support"):
+            self.workspace_inlay_hint_refresh(None)
+
+    def on_job_finished(self, job: Job, final: dict) -> None:
+        name = f"{job.kernel} in {Path(job.path).name}"
+        what = "Port to MLX" if job.kind == "port" else "Optimize"
+        status = final["status"]
+        if status == "done":
+            ranked = self.store.ranked(job.run_id)
+            if ranked:
+                self.offers[job.run_id] = 0
+                self.protocol.notify("ksearch/showDiff", {"runId": job.run_id, "candidateId": ranked[0]["id"]})
+                self.tell(f"{what} of {name} finished: {len(ranked)} passing candidate(s). Review the diff, then "
+                          f"Accept or Reject it (code lenses above the kernel).")
+            else:
+                self.tell(f"{what} of {name} finished without a passing candidate "
+                          f"({final.get('message') or 'see the run log'}). Run `ksearch show {job.run_id}` for "
+                          f"each candidate's error, adjust the task or the budget, and try again.",
+                          types.MessageType.Warning)
+        elif status == "failed":
+            detail = final.get("message") or (job.errors[-1] if job.errors else "unknown error")
+            self.error(f"{what} of {name} failed: {detail}. Run `ksearch show {job.run_id}` for the log.")
+        elif status == "cancelled":
+            self.tell(f"{what} of {name} cancelled.")

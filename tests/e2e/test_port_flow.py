@@ -1,0 +1,93 @@
+"""The editor flow for a CUDA kernel, in VS Code's and Neovim's client profiles:
+open softmax.cu → lens and code action → Port to MLX with progress → the diff content → Accept creates the
+module → inlay hint and hover show the (simulator-verified, so untimed) result."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lsprotocol import types
+
+from .conftest import Editor
+
+KERNEL = "softmax_kernel"
+
+
+def doc(uri: str) -> types.TextDocumentIdentifier:
+    return types.TextDocumentIdentifier(uri=uri)
+
+
+def at(line: int, character: int = 0) -> types.Range:
+    return types.Range(start=types.Position(line=line, character=character),
+                       end=types.Position(line=line, character=character))
+
+
+def kernel_line(path: Path, name: str = KERNEL) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines()) if f" {name}(" in line)
+
+
+async def lens_titles(editor: Editor, uri: str) -> list[str]:
+    lenses = await editor.client.text_document_code_lens_async(types.CodeLensParams(text_document=doc(uri)))
+    return [lens.command.title for lens in lenses or []]
+
+
+async def execute(editor: Editor, command: types.Command):
+    return await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=command.command, arguments=command.arguments))
+
+
+async def test_port_to_mlx_then_accept(editor: Editor, workspace: Path):
+    client = editor.client
+    source = workspace / "softmax.cu"
+    uri = editor.open(source)
+    line = kernel_line(source)
+
+    assert "Port to MLX" in await lens_titles(editor, uri)
+
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=doc(uri), range=at(line + 10, 4), context=types.CodeActionContext(diagnostics=[])))
+    port = next(a for a in actions if a.title == "Port to MLX")
+    assert isinstance(port, types.CodeAction) and port.command.command == "ksearch.port"
+    assert list(port.command.arguments) == [uri, KERNEL]
+    outside = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=doc(uri), range=at(2, 0), context=types.CodeActionContext(diagnostics=[])))
+    assert not [a for a in outside or [] if a.title == "Port to MLX"]
+
+    done = await execute(editor, port.command)
+    assert done["status"] == "done", done["message"]
+    run_id, cand_id = done["runId"], done["candidateId"]
+    assert cand_id
+
+    kinds = [r.kind for r in client.progress_reports[f"ksearch-{run_id}"]]
+    assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds
+
+    shown = await editor.wait_for(lambda: editor.show_diff, what="ksearch/showDiff")
+    assert (shown[-1].runId, shown[-1].candidateId) == (run_id, cand_id)
+
+    payload = await client.protocol.send_request_async("ksearch/candidate", {"runId": run_id, "candidateId": cand_id})
+    target = workspace / "softmax_mlx.py"
+    assert Path(payload.uri.replace("file://", "")).name == target.name
+    assert payload.original == "" and payload.language == "python"
+    assert "def kernel(" in payload.candidate and "metal_kernel" in payload.candidate
+
+    titles = await lens_titles(editor, uri)
+    assert {"Accept", "Reject"} <= set(titles)
+
+    accepted = await execute(editor, types.Command(title="Accept", command="ksearch.accept", arguments=[run_id, cand_id]))
+    assert accepted["applied"] is True
+    assert target.read_text() == payload.candidate
+    created = editor.applied[-1].document_changes
+    assert isinstance(created[0], types.CreateFile) and isinstance(created[1], types.TextDocumentEdit)
+    assert "Accept" not in await lens_titles(editor, uri)
+
+    hints = await client.text_document_inlay_hint_async(types.InlayHintParams(
+        text_document=doc(uri), range=types.Range(start=types.Position(line=0, character=0),
+                                                  end=types.Position(line=200, character=0))))
+    assert [h.position.line for h in hints] == [line]
+    label = hints[0].label
+    assert label == "✓ verified (sim)", label       # the simulator checks; it never yields a time
+
+    hover = await client.text_document_hover_async(types.HoverParams(
+        text_document=doc(uri), position=types.Position(line=line, character=20)))
+    table = hover.contents.value
+    assert "| # | status | latency" in table and "verified (sim)" in table and run_id in table
+    assert "accepted" in table
