@@ -612,7 +612,7 @@ def _signature_line(obj: Any) -> str:
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
-def _call_signature(entry: ApiEntry, obj: Any) -> str | None:
+def _call_signature(obj: Any) -> str | None:
     """The callable's signature text, from the TypeError a bogus keyword provokes; None where it cannot be built."""
     try:
         kernel = obj(name="ksearch_probe", input_names=["a"], output_names=["o"], source="")
@@ -653,7 +653,7 @@ def check_mlx_api(api: MlxApiFile) -> list[str]:
             if not re.search(rf"\b{re.escape(prm)}\s*[:=,)]", sig):
                 problems.append(f"{e.name}: parameter '{prm}' not in its signature: {sig}")
         if e.call_params:
-            call_sig = _call_signature(e, obj)
+            call_sig = _call_signature(obj)
             for prm in e.call_params if call_sig else []:
                 if not re.search(rf"\b{re.escape(prm)}\s*:", call_sig):
                     problems.append(f"{e.name}: call parameter '{prm}' not accepted by the built kernel: {call_sig}")
