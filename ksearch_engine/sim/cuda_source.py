@@ -45,8 +45,12 @@ def _pointee(ptype: str) -> str | None:
 
 def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), args=None,
                     shared_mem_bytes: int = 0, *, template_args=None, filename: str = "kernel.cu",
-                    timeout_s: float = 20.0) -> dict[str, np.ndarray]:
-    """Launch `kernel` from `source` (a whole .cu file) over `grid` blocks of `block` threads."""
+                    timeout_s: float = 20.0, check_races: bool = True) -> dict[str, np.ndarray]:
+    """Launch `kernel` from `source` (a whole .cu file) over `grid` blocks of `block` threads.
+
+    With ``check_races`` the grid runs twice (forward, then warps and blocks in reverse) and a
+    result that depends on the order raises SimError(kind="race").
+    """
     args = dict(args or {})
     info = find_kernel(source, kernel)
     if info is None:
@@ -104,11 +108,23 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
                                        kind="usage")
                     v = v.reshape(()).item()
                 pointers.append(scalars.add(v))
-        if all(grid) and all(block):
-            total = tuple(g * b for g, b in zip(grid, block))
-            rt.launch(so, what, pointers, grid, block, total, False, dyn_smem=shared_mem_bytes,
-                      timeout_s=timeout_s, regions=[(n, b, False) for n, b, _ in buffers])
-        return {n: b.read(a.dtype, a.shape) for n, b, a in buffers}
+        runs = []
+        for reverse in ((False, True) if check_races else (False,)):
+            if reverse:
+                for _, b, a in buffers:
+                    b.write(a)
+            if all(grid) and all(block):
+                total = tuple(g * b for g, b in zip(grid, block))
+                rt.launch(so, what, pointers, grid, block, total, False, dyn_smem=shared_mem_bytes,
+                          timeout_s=timeout_s, regions=[(n, b, False) for n, b, _ in buffers],
+                          reverse=reverse)
+            runs.append({n: b.read(a.dtype, a.shape) for n, b, a in buffers})
+        if check_races:
+            for n in runs[0]:
+                why = rt.schedule_dependent(runs[0][n], runs[1][n])
+                if why:
+                    raise SimError(f"{what}: pointer argument '{n}': {rt.RACE_HINT}; {why}", kind="race")
+        return runs[0]
     finally:
         for _, b, _ in buffers:
             b.close()

@@ -417,7 +417,8 @@ struct Grid {
   char* msg;
   int msglen;
   unsigned long atomic_ops;
-  const char* stall_kind;
+  int reverse;  // schedule warps and threadgroups in reverse order (the race check's second run)
+  int* order;   // fiber indices in scheduling order
 };
 inline Grid g;
 inline Fiber* cur;
@@ -594,10 +595,23 @@ inline void run_block() {
                (unsigned)i / (g.bdim.x * g.bdim.y));
     ctx_make(&f.ctx, g.stacks + (size_t)i * g.stack_stride, g.stack_size, fiber_main);
   }
+  for (int k = 0; k < n; k++) {
+    int w = k / WARP, l = k % WARP;
+    g.order[k] = g.reverse ? (g.nwarps - 1 - w) * WARP + l : k;
+    if (g.order[k] >= n) g.order[k] = -1;
+  }
+  if (g.reverse) {  // the last warp may be partial: compact the order
+    int m = 0;
+    for (int k = 0; k < g.nwarps * WARP; k++) {
+      int w = k / WARP, l = k % WARP, i = (g.nwarps - 1 - w) * WARP + l;
+      if (i < n) g.order[m++] = i;
+    }
+  }
   if (g.dyn_smem_size) memset(g.dyn_smem, 0xff, g.dyn_smem_size);  // garbage, like real memory
   while (g.done < n) {
     bool ran = false;
-    for (int i = 0; i < n; i++) {
+    for (int k = 0; k < n; k++) {
+      int i = g.order[k];
       if (g.fibers[i].state == F_RUN) {
         ran = true;
         cur = &g.fibers[i];
@@ -663,7 +677,7 @@ inline void* map_guarded(size_t bytes, size_t* out_total) {
   return p + data - ((bytes + 15) / 16 * 16);
 }
 
-// cfg: nblocks[3], tg[3], total[3], partial, dyn_smem_bytes, timeout_ms, stack_kb
+// cfg: nblocks[3], tg[3], total[3], partial, dyn_smem_bytes, timeout_ms, stack_kb, reverse
 inline int run_grid_child(void** args, const long long* cfg) {
   g.args = args;
   g.nblocks = u3((unsigned)cfg[0], (unsigned)cfg[1], (unsigned)cfg[2]);
@@ -698,14 +712,19 @@ inline int run_grid_child(void** args, const long long* cfg) {
   for (int i = 0; i < maxn; i++) mprotect(g.stacks + (size_t)i * g.stack_stride, ps, PROT_NONE);
   g.stacks += ps;  // each stack starts after its guard page
   g.fibers = (Fiber*)calloc((size_t)maxn, sizeof(Fiber));
+  g.order = (int*)calloc((size_t)maxn + WARP, sizeof(int));
+  g.reverse = (int)cfg[13];
   g.warps = (Warp*)calloc((size_t)(maxn + WARP - 1) / WARP, sizeof(Warp));
   if (g.dyn_smem_size) {
     size_t tot;
     g.dyn_smem = (char*)map_guarded(g.dyn_smem_size, &tot);
   }
-  for (unsigned bz = 0; bz < g.nblocks.z; bz++)
-    for (unsigned by = 0; by < g.nblocks.y; by++)
-      for (unsigned bx = 0; bx < g.nblocks.x; bx++) {
+  for (unsigned bz_ = 0; bz_ < g.nblocks.z; bz_++)
+    for (unsigned by_ = 0; by_ < g.nblocks.y; by_++)
+      for (unsigned bx_ = 0; bx_ < g.nblocks.x; bx_++) {
+        unsigned bx = g.reverse ? g.nblocks.x - 1 - bx_ : bx_;
+        unsigned by = g.reverse ? g.nblocks.y - 1 - by_ : by_;
+        unsigned bz = g.reverse ? g.nblocks.z - 1 - bz_ : bz_;
         g.block = u3(bx, by, bz);
         u3 d = g.tg_req;
         if (g.partial) {

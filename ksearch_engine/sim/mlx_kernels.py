@@ -178,8 +178,12 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                    inputs=(), template=(), grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=(),
                    output_dtypes=(), init_value=None, atomic_outputs: bool = False,
                    shared_memory: int = 0, *, input_dtypes=None, timeout_s: float = 20.0,
-                   ensure_row_contiguous: bool = True) -> list[np.ndarray]:
-    """Run a metal_kernel / cuda_kernel body on the CPU; returns the outputs as numpy arrays."""
+                   ensure_row_contiguous: bool = True, check_races: bool = True) -> list[np.ndarray]:
+    """Run a metal_kernel / cuda_kernel body on the CPU; returns the outputs as numpy arrays.
+
+    With ``check_races`` the grid runs twice (warps and threadgroups forward, then in reverse) and
+    a result that depends on the order raises SimError(kind="race").
+    """
     if dialect not in ("metal", "cuda"):
         raise SimError(f"dialect must be 'metal' or 'cuda', not {dialect!r}", kind="usage")
     what = f"{dialect}_kernel '{name}'"
@@ -266,16 +270,23 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
             tgc = tg
             nblocks = tuple(-(-g // t) for g, t in zip(grid, tg))
             total, partial = tuple(n * t for n, t in zip(nblocks, tg)), False
-        if any(n == 0 for n in nblocks):
-            pass  # an empty grid runs nothing; outputs stay as initialized
-        else:
-            rt.launch(so, what, pointers, nblocks, tgc, total, partial, dyn_smem=shared_memory,
-                      timeout_s=timeout_s, regions=regions)
-        results = []
-        for b, dt, shp in zip(outs, out_dtypes, out_shapes):
-            a = b.read(rt.STORAGE[dt], shp)
-            results.append(rt.bf16_bits_to_f32(a).reshape(shp) if dt == "bfloat16" else a)
-        return results
+        initial = [b.read(np.uint8, (b.nbytes,)) for b in outs]
+        runs = []
+        for reverse in ((False, True) if check_races else (False,)):
+            if reverse:
+                for b, raw in zip(outs, initial):
+                    b.write(raw)
+            if all(n > 0 for n in nblocks):  # an empty grid runs nothing
+                rt.launch(so, what, pointers, nblocks, tgc, total, partial, dyn_smem=shared_memory,
+                          timeout_s=timeout_s, regions=regions, reverse=reverse)
+            runs.append([b.read(rt.STORAGE[dt], shp) for b, dt, shp in zip(outs, out_dtypes, out_shapes)])
+        if check_races:
+            for nm, a, b in zip(output_names, runs[0], runs[1]):
+                why = rt.schedule_dependent(a, b)
+                if why:
+                    raise SimError(f"{what}: output '{nm}': {rt.RACE_HINT}; {why}", kind="race")
+        return [rt.bf16_bits_to_f32(a).reshape(shp) if dt == "bfloat16" else a
+                for a, dt, shp in zip(runs[0], out_dtypes, out_shapes)]
     finally:
         for b in buffers:
             b.close()

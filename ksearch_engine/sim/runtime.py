@@ -165,12 +165,13 @@ def describe_address(addr: int, regions) -> str:
 
 
 def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial: bool,
-           dyn_smem: int = 0, timeout_s: float = 20.0, stack_kb: int = 256, regions=()) -> None:
+           dyn_smem: int = 0, timeout_s: float = 20.0, stack_kb: int = 256, regions=(),
+           reverse: bool = False) -> None:
     """Run the grid; raise SimError (with the kernel line of a fault when known) if it fails."""
     lib = load(so)
     argv = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
-    cfg = (ctypes.c_longlong * 13)(*nblocks, *tg, *total, int(partial), int(dyn_smem),
-                                   int(timeout_s * 1000), int(stack_kb))
+    cfg = (ctypes.c_longlong * 14)(*nblocks, *tg, *total, int(partial), int(dyn_smem),
+                                   int(timeout_s * 1000), int(stack_kb), int(reverse))
     msg = ctypes.create_string_buffer(4096)
     rc = lib.ksim_run(argv, cfg, msg, 4096)
     if rc == 0:
@@ -185,3 +186,23 @@ def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial
     if rc == 4 and am:
         text += describe_address(int(am.group(1), 16), regions)
     raise SimError(f"{what}: {text}", line, file=file, kind=_KINDS.get(rc, "crash"))
+
+
+def schedule_dependent(a: np.ndarray, b: np.ndarray) -> str | None:
+    """Why two runs' outputs differ beyond float reordering noise, or None when they agree."""
+    if a.dtype.kind == "f":
+        af, bf = a.astype(np.float64), b.astype(np.float64)
+        tol = 1e-3 if a.dtype.itemsize == 2 else 1e-5
+        bad = ~np.isclose(af, bf, rtol=tol, atol=tol, equal_nan=True)
+    else:
+        bad = a != b
+    if not bad.any():
+        return None
+    idx = np.unravel_index(int(np.argmax(bad)), a.shape) if a.ndim else ()
+    return f"{int(bad.sum())} elements differ, first at index {tuple(int(i) for i in idx)}: {a[idx]!r} vs {b[idx]!r}"
+
+
+RACE_HINT = ("the result depends on the order in which threads run (a missing threadgroup_barrier / "
+             "__syncthreads between writing and reading shared memory, a read of another threadgroup's "
+             "output, or an order-dependent atomic). Two schedules were compared: warps and "
+             "threadgroups forward, then in reverse")

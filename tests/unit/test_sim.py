@@ -93,8 +93,36 @@ def test_threadgroup_reduction_with_barrier_is_exact():
 def test_reduction_without_its_barrier_gives_a_wrong_answer():
     x = rng.random(64 * 256).astype(np.float32)
     src = TREE_REDUCE.replace("BARRIER", "")
-    (out,) = metal("tree_nb", [("inp", x)], [("out", (64,), "float32")], src, [], (64 * 256, 1, 1), (256, 1, 1))
+    args = ("tree_nb", [("inp", x)], [("out", (64,), "float32")], src, [], (64 * 256, 1, 1), (256, 1, 1))
+    (out,) = metal(*args, check_races=False)
     assert not np.allclose(out, x.reshape(64, 256).sum(1), rtol=1e-3)
+    with pytest.raises(SimError) as e:  # by default the run is repeated in another order
+        metal(*args)
+    assert e.value.kind == "race" and "output 'out'" in str(e.value)
+
+
+def test_race_that_the_forward_schedule_hides_is_reported():
+    # each thread reads its left neighbour's shared value without a barrier: in forward order the
+    # neighbour has always written already, so only the reversed schedule exposes the race
+    x = rng.random(256).astype(np.float32)
+    src = """
+        __shared__ float s[256];
+        int t = threadIdx.x;
+        s[t] = inp[t];
+        MISSING_SYNC
+        out[t] = t > 0 ? s[t - 1] : 0.0f;
+    """
+    expect = np.concatenate([[0], x[:-1]])
+    for sync in ("__syncthreads();", ""):
+        args = ("nbr", [("inp", x)], [("out", (256,), "float32")], src.replace("MISSING_SYNC", sync), [],
+                (256, 1, 1), (256, 1, 1))
+        (out,) = cuda(*args, check_races=False)
+        np.testing.assert_array_equal(out, expect)
+        if sync:
+            np.testing.assert_array_equal(cuda(*args)[0], expect)
+        else:
+            with pytest.raises(SimError, match="depends on the order"):
+                cuda(*args)
 
 
 def test_cuda_block_reduction_with_syncthreads():
