@@ -4,7 +4,9 @@ The file may hold host code (``main``, ``cudaMalloc``, ``<<<...>>>`` launches): 
 neither ``__global__`` nor ``__device__`` are blanked before compiling, and CUDA's own headers are
 provided by ksim.h. The launch follows CUDA: ``grid`` counts blocks, ``block`` threads per block.
 Pointer parameters take numpy arrays (copied in; every pointer argument is returned after the run),
-scalar parameters take Python numbers; both by parameter name.
+scalar parameters take Python numbers; both by parameter name. A ``__constant__`` / ``__device__``
+variable of the file can be given by its name too (numpy array): it is set before the launch, as
+``cudaMemcpyToSymbol`` would.
 """
 
 from __future__ import annotations
@@ -43,6 +45,29 @@ def _pointee(ptype: str) -> str | None:
     return words[-1] if words else None
 
 
+def _is_global_symbol(source: str, name: str) -> bool:
+    """Whether `name` is a __constant__ or __device__ variable of the file."""
+    pat = rf"__(?:constant|device)__\s[^;(){{}}]*?\b{re.escape(name)}\s*(?:\[|;|=)"
+    return re.search(pat, source) is not None
+
+
+def _set_symbols(so, what: str, symbols: dict) -> None:
+    """Copy values into __constant__/__device__ variables, as cudaMemcpyToSymbol would."""
+    import ctypes
+
+    lib = rt.load(so)
+    for n, v in symbols.items():
+        addr = getattr(lib, f"ksim_sym_{n}")
+        addr.restype = ctypes.c_void_p
+        size = getattr(lib, f"ksim_symsize_{n}")
+        size.restype = ctypes.c_ulong
+        data = np.ascontiguousarray(v)
+        if data.nbytes > size():
+            raise SimError(f"{what}: {data.nbytes} bytes given for '{n}', which holds {size()} bytes",
+                           kind="usage")
+        ctypes.memmove(addr(), data.ctypes.data, data.nbytes)
+
+
 def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), args=None,
                     shared_mem_bytes: int = 0, *, template_args=None, filename: str = "kernel.cu",
                     timeout_s: float = 20.0, check_races: bool = True) -> dict[str, np.ndarray]:
@@ -63,7 +88,8 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
                        kind="usage")
     names = [p.name for p in info.params]
     missing = [n for n in names if n not in args]
-    extra = [n for n in args if n not in names]
+    symbols = {n: args[n] for n in args if n not in names and _is_global_symbol(source, n)}
+    extra = [n for n in args if n not in names and n not in symbols]
     if missing or extra:
         raise SimError(f"{what} takes ({', '.join(names)}); missing: {', '.join(missing) or '-'}; "
                        f"unknown: {', '.join(extra) or '-'}", kind="usage")
@@ -78,9 +104,12 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
         "#define KSIM_CUDA 1", '#include "ksim.h"', f'#line 1 "{filename}"', body,
         '#line 1 "ksim-launch"',
         f"static void ksim_entry() {{ ksim::call_kernel(&{info.qualified}{targs}, ksim::g.args); }}",
+        *(f'extern "C" void* ksim_sym_{n}() {{ return (void*)&{n}; }}\n'
+          f'extern "C" unsigned long ksim_symsize_{n}() {{ return sizeof({n}); }}' for n in symbols),
         "KSIM_EXPORT_RUN(ksim_entry)", ""])
     so = _build.build(code, what, user_files={filename})
 
+    _set_symbols(so, what, symbols)
     buffers: list[tuple[str, rt.Buffer, np.ndarray]] = []
     scalars = rt.Scalars()
     pointers: list[int] = []

@@ -416,3 +416,26 @@ def test_metal_simdgroup_matrix_multiply():
     """
     (c,) = metal("sgmm", [("A", a), ("B", b)], [("C", (16, 16), "float32")], src, [], (128, 1, 1), (128, 1, 1))
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_run_cuda_source_sets_constant_memory_like_memcpy_to_symbol():
+    src = """
+    #include <cuda_runtime.h>
+    __constant__ float coeffs[4];
+    __global__ void poly(const float* x, float* y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = coeffs[0] + x[i] * (coeffs[1] + x[i] * (coeffs[2] + x[i] * coeffs[3]));
+    }
+    void launch(const float* x, float* y, int n, const float* host_coeffs) {
+        cudaMemcpyToSymbol(coeffs, host_coeffs, 4 * sizeof(float));
+        poly<<<(n + 127) / 128, 128>>>(x, y, n);
+    }
+    """
+    x = rng.standard_normal(300).astype(np.float32)
+    c = np.array([1.0, -2.0, 0.5, 0.25], np.float32)
+    out = run_cuda_source(src, "poly", (3, 1, 1), (128, 1, 1),
+                          {"x": x, "y": np.zeros(300, np.float32), "n": 300, "coeffs": c})
+    np.testing.assert_allclose(out["y"], c[0] + x * (c[1] + x * (c[2] + x * c[3])), rtol=1e-5, atol=1e-6)
+    with pytest.raises(SimError, match="holds 16 bytes"):
+        run_cuda_source(src, "poly", (3, 1, 1), (128, 1, 1),
+                        {"x": x, "y": np.zeros(300, np.float32), "n": 300, "coeffs": np.zeros(8, np.float32)})
