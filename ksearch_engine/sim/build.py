@@ -88,7 +88,7 @@ def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
     so = d / f"k{key}.so"
     if so.exists():
         return so
-    src = d / f"k{key}.cpp"
+    src = d / f"k{key}.{os.getpid()}.cpp"
     src.write_text(code)
     tmp = d / f"k{key}.{os.getpid()}.tmp.so"
     cmd = [cxx, *FLAGS, f"-I{HEADER.parent}", str(src), "-o", str(tmp)]
@@ -98,9 +98,11 @@ def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
         raise SimError(f"compiling {what} took more than 180 s", kind="compile") from None
     if r.returncode != 0:
         tmp.unlink(missing_ok=True)
+        src.unlink(missing_ok=True)
         msg, line, file = map_diagnostics(r.stderr, _user_files(user_files or set()))
         raise SimError(f"{what}: {msg}", line, file=file, kind="compile", details=r.stderr)
     os.replace(tmp, so)
+    os.replace(src, d / f"k{key}.cpp")  # kept next to the library for debugging
     return so
 
 

@@ -1393,6 +1393,16 @@ template <class To, class From> inline To as_type(const From& f) {
 }
 namespace fast = ::metal;
 namespace precise = ::metal;
+// metal_stdlib's type traits are std's
+using std::is_same; using std::enable_if; using std::enable_if_t; using std::conditional;
+using std::conditional_t; using std::is_floating_point; using std::is_integral; using std::is_signed;
+using std::is_unsigned; using std::integral_constant; using std::true_type; using std::false_type;
+using std::remove_cv_t; using std::remove_reference_t; using std::decay_t; using std::is_arithmetic;
+template <class A, class B> constexpr bool is_same_v = std::is_same<A, B>::value;
+template <class T> constexpr bool is_floating_point_v = std::is_floating_point<T>::value || std::is_same<T, _Float16>::value || std::is_same<T, ksim::mbf16>::value;
+template <class T> constexpr bool is_integral_v = std::is_integral<T>::value;
+template <class T> constexpr bool is_signed_v = std::is_signed<T>::value;
+template <class T> constexpr bool is_unsigned_v = std::is_unsigned<T>::value;
 
 // simdgroup (32 lanes, lockstep)
 template <class T> inline T simd_sum(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a + b); }); }
