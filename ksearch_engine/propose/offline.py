@@ -20,6 +20,9 @@ from ..worldmodel import ROOT, Impact, Insert, NodeSpec, PlanNode, PlanTree, Upd
 from .base import Attempt, CandidateDraft, ProposeContext, ProposerError, Usage
 
 
+MAX_TEMPLATE_FAILURES = 3
+
+
 class OfflineProposer:
     name = "offline"
     max_new_nodes: int | None = 12
@@ -30,6 +33,18 @@ class OfflineProposer:
         self.children_per_pass = children_per_pass
         self.usage = Usage()
         self.warnings: list[str] = []
+        self._specs = None      # loaded once, on first use
+        self._specs_tried = False
+
+    def _spec_impact(self, t: Template, knob: str | None = None) -> Impact:
+        if not self._specs_tried:
+            self._specs_tried = True
+            try:
+                from ..specs import load_specs
+                self._specs = load_specs()
+            except Exception as e:  # noqa: BLE001 - specs are optional for the offline proposer
+                self.warnings.append(f"specs not loaded ({str(e).splitlines()[0][:160]}); node impacts are defaults")
+        return _impact(t, knob, self._specs)
 
     # -- analysis ------------------------------------------------------------------------------------
     def analyze(self, task: KernelTask, backend: str, device: str = "") -> Analysis:
@@ -51,6 +66,8 @@ class OfflineProposer:
                 edits += self._expand(tree, last, history, rng, step)
             elif last.status in ("failed", "not_runnable"):
                 edits += self._demote_siblings(tree, last)
+                if last.status == "failed" and last.template:
+                    edits += self._alternative(tree, last, rng)
         if not tree.frontier() and not any(isinstance(e, Insert) for e in edits):
             for n in self._passed_by_speed(tree):
                 more = self._expand(tree, n, history, rng, step)
@@ -75,7 +92,7 @@ class OfflineProposer:
             prior = 0.25 + 0.6 * min(1.0, t.predicted_speedup / top) - 0.04 * (t.difficulty - 1)
             specs.append(NodeSpec(
                 decision=f"approach ({t.pattern})", choice=t.description or t.id, template=t.id, knobs=knobs,
-                kind=kind, impact=_impact(t), difficulty=t.difficulty, confidence=0.4,
+                kind=kind, impact=self._spec_impact(t), difficulty=t.difficulty, confidence=0.4,
                 score=round(min(1.0, max(0.05, prior)), 3), predicted_speedup=t.predicted_speedup,
                 notes=f"seeded from template {t.id} with its default knobs"))
         return [Insert(parent=ROOT, nodes=specs[i:i + 3]) for i in range(0, len(specs), 3)]
@@ -124,7 +141,7 @@ class OfflineProposer:
             pred = (node.speedup or 1.0) * (1.0 + max(-0.2, min(0.3, gain)) + 0.05)
             specs.append(NodeSpec(
                 decision=f"tune {knob}", choice=f"{knob} {old} → {new}", template=t.id,
-                knobs={**node.knobs, knob: new}, kind=node.kind, impact=_impact(t, knob), difficulty=t.difficulty,
+                knobs={**node.knobs, knob: new}, kind=node.kind, impact=self._spec_impact(t, knob), difficulty=t.difficulty,
                 confidence=0.5 if gain else 0.35, score=round(min(1.0, max(0.05, score)), 3),
                 predicted_speedup=round(pred, 3),
                 notes=(f"this direction paid {gain:+.2f} before" if gain else "untried direction")))
@@ -138,6 +155,39 @@ class OfflineProposer:
                 out.append(Update(node=n.id, score=round(max(0.05, n.score - 0.15), 3),
                                   notes=(n.notes + f"; sibling {failed.id} {failed.status}").strip("; ")))
         return out
+
+    def _alternative(self, tree: PlanTree, failed: PlanNode, rng: random.Random) -> list:
+        """A failed configuration gets one sibling with one knob moved (a template may fail only at some
+        settings), until the template has failed `MAX_TEMPLATE_FAILURES` times in this kind."""
+        fails = [n for n in tree.nodes.values() if n.template == failed.template and n.kind == failed.kind
+                 and n.status == "failed"]
+        if len(fails) >= MAX_TEMPLATE_FAILURES:
+            return []
+        try:
+            t = self.family.template(failed.template)
+        except KeyError:
+            return []
+        seen = tree.configs()
+        options = []
+        for knob, values in t.knobs.items():
+            if failed.knobs.get(knob) not in values:
+                continue
+            i = values.index(failed.knobs[knob])
+            for j in (i + 1, i - 1):
+                if 0 <= j < len(values):
+                    knobs = {**failed.knobs, knob: values[j]}
+                    probe = NodeSpec(decision="x", choice="x", template=t.id, knobs=knobs, kind=failed.kind)
+                    if config_key(probe) not in seen and t.valid(knobs):
+                        options.append((knob, failed.knobs[knob], values[j], knobs))
+        if not options:
+            return []
+        knob, old, new, knobs = options[rng.randrange(len(options))]
+        spec = NodeSpec(decision=f"work around a failure ({knob})", choice=f"{knob} {old} → {new} after {failed.id} failed",
+                        template=t.id, knobs=knobs, kind=failed.kind, impact=self._spec_impact(t, knob),
+                        difficulty=t.difficulty, confidence=0.25, score=round(max(0.05, failed.score - 0.2), 3),
+                        predicted_speedup=failed.predicted_speedup,
+                        notes=f"{failed.id} failed: {failed.message[:120]}")
+        return [Insert(parent=failed.parent or ROOT, nodes=[spec])]
 
     @staticmethod
     def _passed_by_speed(tree: PlanTree) -> list[PlanNode]:
@@ -191,11 +241,10 @@ def _direction_gains(tree: PlanTree, family: Family) -> dict[tuple, float]:
     return {key: sum(v) / len(v) for key, v in acc.items()}
 
 
-def _impact(t: Template, knob: str | None = None) -> Impact:
+def _impact(t: Template, knob: str | None, specs) -> Impact:
     """The spec pattern's predicted impact for a template, when the spec has it."""
     try:
-        from ..specs import load_specs
-        imp = load_specs().pattern(t.pattern).impact
+        imp = specs.pattern(t.pattern).impact
         return Impact(memory_traffic=imp.memory_traffic, occupancy=imp.occupancy, compute_fit=imp.compute_fit,
                       notes=f"from specs pattern {t.pattern}" + (f"; tuning {knob}" if knob else ""))
     except Exception:  # noqa: BLE001 - no specs, or the template's pattern is not in them

@@ -1,0 +1,110 @@
+"""The offline proposer: seeds the plan tree from a family's templates, then tunes the knobs of passing nodes,
+steered by what paid before. Deterministic for a seed; needs no network."""
+import pytest
+
+from ksearch_engine.propose import ProposerError
+from ksearch_engine.propose.base import Attempt, ProposeContext
+from ksearch_engine.propose.offline import OfflineProposer
+from ksearch_engine.worldmodel import ROOT, Insert, NodeSpec, PlanTree
+from tests.fakes import toy_family
+
+
+def ctx(tree, new_round=False):
+    return ProposeContext(task=toy_family.make_task(), backend="mlx-cpu", kinds=["ops"], tree=tree,
+                          new_round=new_round)
+
+
+def seeded(seed=0, with_broken=False):
+    p = OfflineProposer(toy_family.family(with_broken), seed=seed)
+    tree = PlanTree.new()
+    outcomes = tree.apply_all(p.edit_tree(tree, [], ctx(tree)), max_new=p.max_new_nodes)
+    assert all(o.ok for o in outcomes), outcomes
+    return p, tree
+
+
+def passed(tree, nid, speedup):
+    tree.record(nid, candidate_id=f"c-{nid}", status="passed", median_ms=1.0 / speedup, speedup=speedup)
+    return Attempt(node_id=nid, candidate_id=f"c-{nid}", status="passed", speedup=speedup)
+
+
+def test_seeding_puts_one_node_per_template_with_default_knobs():
+    p, tree = seeded(with_broken=True)
+    kids = tree.children(ROOT)
+    assert {n.template for n in kids} == {"toy.chunked", "toy.fused", "toy.broken"}
+    chunked = next(n for n in kids if n.template == "toy.chunked")
+    assert chunked.knobs == {"rows": 2, "subtract_max": True} and chunked.kind == "ops"
+    # toy.fused predicts more but is difficulty 4: the gate (3) makes the easy template go first
+    assert tree.select().template == "toy.chunked"
+
+
+def test_a_passing_node_gets_children_that_each_move_one_knob_to_a_neighbouring_value():
+    p, tree = seeded()
+    n = tree.select()
+    history = [passed(tree, n.id, 1.5)]
+    tree.set_best(n.id, 1.5)
+    edits = p.edit_tree(tree, history, ctx(tree))
+    tree.apply_all(edits, max_new=p.max_new_nodes)
+    kids = tree.children(n.id)
+    assert kids and all(k.template == n.template for k in kids)
+    rows = toy_family.CHUNKED.knobs["rows"]
+    for k in kids:
+        changed = [key for key in k.knobs if k.knobs[key] != n.knobs[key]]
+        assert changed == ["rows"]
+        assert abs(rows.index(k.knobs["rows"]) - rows.index(n.knobs["rows"])) == 1
+    assert tree.select().parent == n.id
+
+
+def test_directions_that_paid_before_rank_first():
+    p, tree = seeded()
+    root_kid = next(n for n in tree.children(ROOT) if n.template == "toy.chunked")
+    tree.apply(Insert(parent=ROOT, nodes=[NodeSpec(decision="x", choice="x", template="toy.chunked",
+                                                   knobs={"rows": 32, "subtract_max": True})]))
+    mid = "n3"
+    passed(tree, mid, 1.0)
+    tree.apply(Insert(parent=mid, nodes=[NodeSpec(decision="tune rows", choice="rows 32 → 128", template="toy.chunked",
+                                                  knobs={"rows": 128, "subtract_max": True})]))
+    up = tree.children(mid)[0]
+    history = [passed(tree, up.id, 2.0)]            # moving rows up doubled the speed
+    tree.set_best(up.id, 2.0)
+    tree.apply_all(p.edit_tree(tree, history, ctx(tree)), max_new=None)
+    kids = {k.knobs["rows"]: k for k in tree.children(up.id)}
+    assert set(kids) == {512}                        # 32 is already in the tree: never proposed twice
+    assert kids[512].score > root_kid.score and "paid" in kids[512].notes
+
+
+def test_same_seed_same_edits():
+    a = [e.model_dump() for e in OfflineProposer(toy_family.family(), seed=3).edit_tree(PlanTree.new(), [], ctx(PlanTree.new()))]
+    b = [e.model_dump() for e in OfflineProposer(toy_family.family(), seed=3).edit_tree(PlanTree.new(), [], ctx(PlanTree.new()))]
+    assert a == b and a
+
+
+def test_a_failure_demotes_its_twins_and_tries_one_other_setting():
+    p, tree = seeded(with_broken=True)
+    broken = next(n for n in tree.children(ROOT) if n.template == "toy.broken")
+    tree.record(broken.id, candidate_id="cb", status="failed", message="compile_error · line 3")
+    edits = p.edit_tree(tree, [Attempt(node_id=broken.id, candidate_id="cb", status="compile_error")], ctx(tree))
+    tree.apply_all(edits, max_new=p.max_new_nodes)
+    alt = [n for n in tree.open_nodes() if n.template == "toy.broken"]
+    assert len(alt) == 1 and alt[0].knobs == {"variant": "ok"} and alt[0].score < broken.score
+
+
+def test_an_empty_frontier_reexpands_the_best_passing_node():
+    p, tree = seeded()
+    for n in list(tree.open_nodes()):
+        passed(tree, n.id, 1.0 if n.template == "toy.fused" else 3.0)
+    assert tree.frontier() == []
+    tree.apply_all(p.edit_tree(tree, [], ctx(tree)), max_new=None)
+    assert tree.frontier() and tree.frontier()[0].template == "toy.chunked"
+
+
+def test_write_candidate_renders_the_template_and_refuses_free_form_nodes():
+    p, tree = seeded()
+    n = tree.select()
+    n.knobs["rows"] = 128
+    draft = p.write_candidate(n, ctx(tree))
+    assert "ROWS = 128" in draft.source and "def kernel(x)" in draft.source
+    tree.apply(Insert(parent=ROOT, nodes=[NodeSpec(decision="d", choice="an idea without a template")]))
+    with pytest.raises(ProposerError, match="--proposer gemini"):
+        p.write_candidate(tree.nodes["n3"], ctx(tree))
+    assert OfflineProposer(None).edit_tree(PlanTree.new(), [], ctx(PlanTree.new())) == []
+    assert p.debug("source", "error") is None
