@@ -12,14 +12,14 @@ from typing import Literal
 from pydantic import BaseModel
 
 BackendName = Literal["mlx-metal", "mlx-cuda", "mlx-cpu", "sim"]
-CandidateKind = Literal["ops", "metal", "cuda"]
+CandidateKind = Literal["ops", "metal", "cuda", "gpu"]  # gpu: carries both a Metal and a CUDA port
 BACKENDS: tuple[str, ...] = ("mlx-metal", "mlx-cuda", "mlx-cpu", "sim")
 
 _RUNS = {
-    "mlx-metal": {"ops", "metal"},
-    "mlx-cuda": {"ops", "cuda"},
+    "mlx-metal": {"ops", "metal", "gpu"},
+    "mlx-cuda": {"ops", "cuda", "gpu"},
     "mlx-cpu": {"ops"},
-    "sim": {"ops", "metal", "cuda"},
+    "sim": {"ops", "metal", "cuda", "gpu"},
 }
 
 
@@ -32,11 +32,11 @@ class BackendInfo(BaseModel):
 
 def candidate_kind(source: str) -> CandidateKind:
     """Read a candidate's kind from its text: which custom-kernel API it builds, if any."""
-    if re.search(r"\bmetal_kernel\s*\(", source):
-        return "metal"
-    if re.search(r"\b(precompiled_)?cuda_kernel\s*\(", source):
-        return "cuda"
-    return "ops"
+    metal = re.search(r"\bmetal_kernel\s*\(", source) is not None
+    cuda = re.search(r"\b(precompiled_)?cuda_kernel\s*\(", source) is not None
+    if metal and cuda:
+        return "gpu"
+    return "metal" if metal else "cuda" if cuda else "ops"
 
 
 def can_run(backend: str, kind: str) -> tuple[bool, str]:
@@ -45,6 +45,7 @@ def can_run(backend: str, kind: str) -> tuple[bool, str]:
         return True, ""
     why = {
         "metal": "Metal kernels need an Apple GPU (mlx-metal); check it here with --backend sim, time it on a Mac",
+        "gpu": "custom GPU kernels need an Apple GPU (mlx-metal) or MLX's CUDA backend (mlx-cuda); check them here with --backend sim",
         "cuda": "CUDA kernels need MLX's CUDA backend on an NVIDIA GPU (mlx-cuda); check it here with --backend sim",
     }.get(kind, f"backend {backend} cannot run {kind} candidates")
     return False, why

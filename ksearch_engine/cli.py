@@ -116,6 +116,17 @@ def cmd_port(args) -> int:
     req = SearchRequest(kind="port", store_path=str(args.store or default_path()), source_file=str(p.resolve()),
                         kernel=args.kernel, backend=args.backend, proposer="offline")
     rc = _run(req, args, title=f"port {p.name}" + (f" :: {args.kernel}" if args.kernel else ""))
+    store = Store(req.store_path)
+    run = store.run(req.run_id) or {}
+    best = store.candidate(run["best_candidate"]) if run.get("best_candidate") else None
+    if best and best.get("target_file"):
+        out = Path(best["target_file"])
+        if out.exists() and out.read_text() != best["target_text"] and not args.force:
+            err.print(f"{out} exists and differs from the new port: not overwritten (use --force, or "
+                      f"`ksearch show {req.run_id} --json` to read the port)")
+            return 1
+        out.write_text(best["target_text"])
+        console.print(f"wrote {out} ({best['status']}: {best.get('message', '')})")
     return rc
 
 
@@ -294,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("file")
     pt.add_argument("--kernel")
     pt.add_argument("--backend", choices=["mlx-metal", "mlx-cuda", "mlx-cpu", "sim"])
+    pt.add_argument("--force", action="store_true", help="overwrite an existing, different port module")
     pt.set_defaults(fn=cmd_port)
 
     e = sub.add_parser("eval", help="verify and time one candidate module")
