@@ -112,6 +112,7 @@ class _Run:
         self.evals = 0
         self.history: list[Attempt] = []
         self.tree = PlanTree.new(stagnation=max(1, req.stagnation))
+        self.tree.kinds = list(kinds)
         self.original_ms: float | None = None
         self.original_source = ""
         self.best: dict | None = None        # {"candidate_id", "node_id", "median_ms", "speedup", "vs_original", "source"}

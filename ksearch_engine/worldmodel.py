@@ -128,6 +128,7 @@ class PlanTree(BaseModel):
     since_improvement: int = 0              # evaluations since the best last improved
     best_node: str | None = None
     best_speedup: float | None = None
+    kinds: list[str] = ["ops", "metal", "cuda"]   # candidate kinds the run's backend can run
 
     @classmethod
     def new(cls, summary: str = "", *, stagnation: int = 6, difficulty_gate: int = 3) -> "PlanTree":
@@ -313,6 +314,9 @@ class PlanTree(BaseModel):
                 raise EditError("a node needs a decision and a choice")
             if s.kind not in ("ops", "metal", "cuda"):
                 raise EditError(f"kind '{s.kind}' is not one of ops, metal, cuda")
+            if s.kind not in self.kinds:
+                raise EditError(f"'{s.choice[:60]}' is a {s.kind} candidate; this run's backend runs "
+                                f"{', '.join(self.kinds)} candidates only")
 
     def _add(self, parent: str, spec: NodeSpec) -> str:
         nid = f"n{self.next_id}"
@@ -348,8 +352,8 @@ def _node_line(tree: PlanTree, n: PlanNode) -> str:
             head += f" · {n.status}"
         return head
     knobs = ", ".join(f"{k}={v}" for k, v in n.knobs.items())
-    tpl = f" [{n.template}{' ' + knobs if knobs else ''}]" if n.template else ""
-    line = f"{_MARK.get(n.status, '?')} {n.id} {n.decision}: {n.choice}{tpl} ({n.kind}, d{n.difficulty}, s{n.score:.2f})"
+    tpl = f" · {n.template}({knobs})" if n.template else ""
+    line = f"{_MARK.get(n.status, '?')} {n.id} {n.decision}: {n.choice}{tpl} · {n.kind} d{n.difficulty} s{n.score:.2f}"
     if n.status == "passed":
         if n.speedup is not None:
             vs_o = f", {n.speedup_vs_original:.2f}x vs original" if n.speedup_vs_original else ""
@@ -361,7 +365,7 @@ def _node_line(tree: PlanTree, n: PlanNode) -> str:
     if tree.best_node == n.id:
         line += "  ★ best"
     if n.gap:
-        line += f"  [{n.gap}]"
+        line += f"  ({n.gap})"
     return line
 
 
@@ -388,3 +392,9 @@ def render_tree(tree: PlanTree, *, max_nodes: int = 200) -> str:
     if len(lines) > max_nodes:
         lines.append(f"... ({len(tree.nodes)} nodes in all)")
     return "\n".join(lines)
+
+
+def render_tree_json(tree_json: str, **kw) -> str:
+    """`render_tree` for a stored snapshot (the store keeps trees as JSON text). No square brackets appear in
+    the output, so it prints safely through rich's markup too."""
+    return render_tree(PlanTree.model_validate_json(tree_json), **kw)

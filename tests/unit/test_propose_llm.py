@@ -200,3 +200,21 @@ def test_search_with_an_llm_debugs_code_that_does_not_compile(api, tmp_path):
     assert "LLM calls" in done.message
     tree = PlanTree.model_validate_json(store.latest_tree(req.run_id))
     assert tree.nodes[cands[2]["node_id"]].attempts == 2 and tree.nodes[cands[2]["node_id"]].status == "passed"
+
+
+def test_the_token_budget_stops_an_llm_search(tmp_path):
+    def responder(req):
+        if req.wants_json:
+            return Reply(ANALYSIS if "Analyze this kernel" in req.prompt else EDITS, tokens=(150, 50))
+        return Reply(GOOD_CODE, tokens=(150, 50))
+
+    store = Store(tmp_path / "ks.db")
+    with FakeLLMServer("gemini", responder=responder) as srv:
+        p = make("gemini", srv)
+        req = SearchRequest(store_path=str(store.path), backend="mlx-cpu", max_evals=20, max_tokens=500,
+                            proposer="gemini")
+        done = run_search(req, store, lambda e: None, proposer=p, family=toy_family.family(), limits=Limits(wall_s=30),
+                          repeats=3)
+    assert "token budget spent" in done.message
+    assert p.usage.tokens >= 500 and done.evals < 5
+    assert "$" in done.message                      # cost is reported with the run

@@ -2,7 +2,7 @@
 import pytest
 
 from ksearch_engine.worldmodel import (ROOT, DeleteOpenLeaf, EditError, Impact, Insert, NodeSpec, PlanTree, Split,
-                                       Update, render_tree)
+                                       Update, render_tree, render_tree_json)
 
 
 def spec(choice, score=0.5, difficulty=2, **kw):
@@ -101,6 +101,7 @@ def test_json_round_trip_and_render():
     text = render_tree(again)
     assert "vectorize rows" in text and "rows=8" in text and "★ best" in text and "8.00x vs original" in text
     assert text.index("n1") < text.index("n2")
+    assert render_tree_json(t.model_dump_json()) == text and "[" not in text   # safe through rich markup
 
 
 def test_reset_running_reopens_unrecorded_nodes():
@@ -114,3 +115,11 @@ def test_plans_still_grow_from_the_root_when_the_original_failed():
     t.record(ROOT, candidate_id="c0", status="runtime_error")
     ids = t.apply(Insert(parent=ROOT, nodes=[spec("a")]))
     assert t.select().id == ids[0]
+
+
+def test_nodes_of_a_kind_the_backend_cannot_run_are_rejected():
+    t = PlanTree.new()
+    t.kinds = ["ops"]
+    with pytest.raises(EditError, match="runs ops candidates only"):
+        t.apply(Insert(parent=ROOT, nodes=[spec("simdgroup reduction", kind="metal")]))
+    assert t.children(ROOT) == []
