@@ -1547,23 +1547,26 @@ using namespace metal;
 
 // MLX's Metal utilities (mlx/backend/metal/kernels/utils.h) that custom kernels commonly use
 using ksim::elem_to_loc;
+// As in MLX's Metal utils.h, Limits<T>::max / min / finite_max / finite_min are values.
 template <class T> struct Limits {
-  static T max() { return metal::numeric_limits<T>::max(); }
-  static T min() { return metal::numeric_limits<T>::lowest(); }
-  static T finite_max() { return metal::numeric_limits<T>::max(); }
-  static T finite_min() { return metal::numeric_limits<T>::lowest(); }
+  static inline const T max = metal::numeric_limits<T>::max();
+  static inline const T min = metal::numeric_limits<T>::min();
+  static inline const T finite_max = metal::numeric_limits<T>::max();
+  static inline const T finite_min = metal::numeric_limits<T>::min();
 };
-template <> struct Limits<float> {
-  static float max() { return __builtin_inff(); }
-  static float min() { return -__builtin_inff(); }
-  static float finite_max() { return FLT_MAX; }
-  static float finite_min() { return -FLT_MAX; }
-};
-template <> struct Limits<_Float16> {
-  static _Float16 max() { return (_Float16)__builtin_inff(); }
-  static _Float16 min() { return (_Float16)-__builtin_inff(); }
-  static _Float16 finite_max() { return (_Float16)65504.0f; }
-  static _Float16 finite_min() { return (_Float16)-65504.0f; }
+#define KSIM_FLOAT_LIMITS(T, FMAX)                              \
+  template <> struct Limits<T> {                                \
+    static inline const T max = T(__builtin_inff());            \
+    static inline const T min = T(-__builtin_inff());           \
+    static inline const T finite_max = T(FMAX);                 \
+    static inline const T finite_min = T(-(FMAX));              \
+  };
+KSIM_FLOAT_LIMITS(float, FLT_MAX)
+KSIM_FLOAT_LIMITS(_Float16, 65504.0f)
+KSIM_FLOAT_LIMITS(ksim::mbf16, 3.38953139e38f)
+template <> struct Limits<bool> {
+  static inline const bool max = true;
+  static inline const bool min = false;
 };
 template <class T, class U> inline T ceildiv(T a, U b) { return (a + T(b) - 1) / T(b); }
 #define M_PI_F 3.14159265358979323846f

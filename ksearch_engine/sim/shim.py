@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import SimError
 from .mlx_kernels import run_mlx_kernel
 
 _saved: dict[str, object] = {}
+_options: dict[str, object] = {"timeout_s": 20.0, "check_races": True}
 
 
 def _dtype_name(d) -> str:
@@ -67,14 +67,12 @@ class SimKernel:
         for n, v in template or []:
             tmpl.append((n, _dtype_name(v) if isinstance(v, mx.Dtype) else v))
         out_names = [_dtype_name(d) for d in output_dtypes]
-        try:
-            outs = run_mlx_kernel(self.dialect, self.name, self.input_names, self.output_names,
-                                  self.source, self.header, np_inputs, tmpl, tuple(grid),
-                                  tuple(threadgroup), [tuple(s) for s in output_shapes], out_names,
-                                  init_value=init_value, atomic_outputs=self.atomic_outputs,
-                                  shared_memory=self.shared_memory, input_dtypes=in_dtypes)
-        except SimError:
-            raise
+        outs = run_mlx_kernel(self.dialect, self.name, self.input_names, self.output_names,
+                              self.source, self.header, np_inputs, tmpl, tuple(grid),
+                              tuple(threadgroup), [tuple(s) for s in output_shapes], out_names,
+                              init_value=init_value, atomic_outputs=self.atomic_outputs,
+                              shared_memory=self.shared_memory, input_dtypes=in_dtypes,
+                              **_options)
         result = []
         for a, dn in zip(outs, out_names):
             arr = mx.array(a)
@@ -84,10 +82,15 @@ class SimKernel:
         return result
 
 
-def install_mlx_shim() -> None:
-    """Patch mx.fast.metal_kernel and mx.fast.cuda_kernel in this process (idempotent)."""
+def install_mlx_shim(timeout_s: float = 20.0, check_races: bool = True) -> None:
+    """Patch mx.fast.metal_kernel and mx.fast.cuda_kernel in this process (idempotent).
+
+    `timeout_s` limits each kernel run; `check_races` repeats each run in another thread order
+    and rejects results that depend on it (see run_mlx_kernel).
+    """
     import mlx.core as mx
 
+    _options.update(timeout_s=timeout_s, check_races=check_races)
     if _saved:
         return
     _saved["metal_kernel"] = mx.fast.metal_kernel
