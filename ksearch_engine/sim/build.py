@@ -39,6 +39,43 @@ def compiler() -> str:
     return cxx
 
 
+def _is_gcc(cxx: str) -> bool:
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "clang" not in out.lower() and ("g++" in out or "gcc" in out.lower() or "free software" in out.lower())
+
+
+def pch_dir(cxx: str) -> Path | None:
+    """A directory holding precompiled ksim_metal.h / ksim_cuda.h (built once per header version).
+
+    Only for GCC. If a precompiled header is missing or does not match, g++ reads the real header,
+    so this only ever saves time (about a third of each compile)."""
+    if os.environ.get("KSEARCH_SIM_NO_PCH") or not _is_gcc(cxx):
+        return None
+    texts = b"".join(HEADER.with_name(n).read_bytes() for n in ("ksim.h", "ksim_metal.h", "ksim_cuda.h"))
+    key = hashlib.sha256(texts + " ".join([cxx] + FLAGS).encode()).hexdigest()[:16]
+    d = cache_dir() / f"pch-{key}"
+    d.mkdir(exist_ok=True)
+    for dialect in ("metal", "cuda"):
+        gch = d / f"ksim_{dialect}.h.gch"
+        if gch.exists():
+            continue
+        tmp = d / f"ksim_{dialect}.h.{os.getpid()}.tmp"
+        flags = [f for f in FLAGS if f != "-shared"]
+        cmd = [cxx, *flags, "-x", "c++-header", str(HEADER.with_name(f"ksim_{dialect}.h")), "-o", str(tmp)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if r.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            return None
+        os.replace(tmp, gch)
+    return d
+
+
 def _user_files(extra: set[str]) -> set[str]:
     return {"source", "header"} | extra
 
@@ -81,7 +118,7 @@ def map_diagnostics(stderr: str, user_files: set[str]) -> tuple[str, int | None,
 
 def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
     """Compile `code` (a full C++ translation unit) to a cached ``.so``; raise SimError on errors."""
-    header_text = HEADER.read_bytes()
+    header_text = b"".join(HEADER.with_name(n).read_bytes() for n in ("ksim.h", "ksim_metal.h", "ksim_cuda.h"))
     cxx = compiler()
     key = hashlib.sha256(code.encode() + header_text + " ".join([cxx] + FLAGS).encode()).hexdigest()[:24]
     d = cache_dir()
@@ -91,7 +128,8 @@ def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
     src = d / f"k{key}.{os.getpid()}.cpp"
     src.write_text(code)
     tmp = d / f"k{key}.{os.getpid()}.tmp.so"
-    cmd = [cxx, *FLAGS, f"-I{HEADER.parent}", str(src), "-o", str(tmp)]
+    pch = pch_dir(cxx)
+    cmd = [cxx, *FLAGS, *([f"-I{pch}"] if pch else []), f"-I{HEADER.parent}", str(src), "-o", str(tmp)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     except subprocess.TimeoutExpired:

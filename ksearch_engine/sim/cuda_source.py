@@ -101,7 +101,7 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
     body = prepare(strip_host_code(source), "cuda")
     targs = "<" + ", ".join(str(t) for t in template_args) + ">" if template_args else ""
     code = "\n".join([
-        "#define KSIM_CUDA 1", '#include "ksim.h"', f'#line 1 "{filename}"', body,
+        '#include "ksim_cuda.h"', f'#line 1 "{filename}"', body,
         '#line 1 "ksim-launch"',
         f"static void ksim_entry() {{ ksim::call_kernel(&{info.qualified}{targs}, ksim::g.args); }}",
         *(f'extern "C" void* ksim_sym_{n}() {{ return (void*)&{n}; }}\n'

@@ -136,7 +136,7 @@ def generate(dialect: str, name: str, input_names, output_names, source: str, he
         k += 1
 
     fname = f"custom_kernel_{name}"
-    lines = [f"#define KSIM_{dialect.upper()} 1", '#include "ksim.h"']
+    lines = [f'#include "ksim_{dialect}.h"']
     if dialect == "cuda":
         lines.append("#define inf cuda::std::numeric_limits<float>::infinity()")
     lines += ['#line 1 "header"', prepare(header or "", dialect), '#line 1 "ksim-signature"']
