@@ -306,12 +306,11 @@ class _FileScan:
             call = node.parent
             fn = call.child_by_field_name("function")
             targs: list[str] = []
-            if fn is not None and fn.type == "template_function":
-                al = fn.child_by_field_name("arguments")
-                targs = [text(a, self.data) for a in (al.named_children if al is not None else [])
-                         if a.type != "comment"]
-                fn = fn.child_by_field_name("name")
-            while fn is not None and fn.type == "qualified_identifier":
+            while fn is not None and fn.type in ("qualified_identifier", "template_function"):
+                if fn.type == "template_function":   # ns::kernel<float, 256>
+                    al = fn.child_by_field_name("arguments")
+                    targs = [text(a, self.data) for a in (al.named_children if al is not None else [])
+                             if a.type != "comment"]
                 fn = fn.child_by_field_name("name")
             if fn is None:
                 continue

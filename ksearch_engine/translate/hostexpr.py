@@ -47,10 +47,10 @@ def _number(text: str) -> str:
 class HostTranslator:
     """Translates tree-sitter nodes of host code into Python expressions/statements."""
 
-    def __init__(self, data: bytes, line_offset: int = 0, constants: dict[str, str] | None = None):
+    def __init__(self, data: bytes, line_offset: int = 0, functions: set[str] | frozenset = frozenset()):
         self.data = data
         self.line_offset = line_offset
-        self.constants = constants or {}
+        self.functions = functions   # host helpers / function-like macros the port defines in Python
 
     def text(self, node) -> str:
         return self.data[node.start_byte:node.end_byte].decode("utf-8", errors="replace")
@@ -118,6 +118,8 @@ class HostTranslator:
             name = self.text(fn)
             if name in _CALLS:
                 return f"{_CALLS[name]}(" + ", ".join(self.expr(a) for a in args) + ")"
+            if name in self.functions:
+                return f"{py_name(name)}(" + ", ".join(self.expr(a) for a in args) + ")"
             self.fail(node, f"call of a host function `{name}` that ksearch does not evaluate")
         if t == "initializer_list":
             return "_dim3(" + ", ".join(self.expr(a) for a in node.named_children) + ")"
@@ -162,7 +164,7 @@ class HostTranslator:
                     args = [self.text(a) for a in params.named_children if a.type != "comment"]
                     name = py_name(self.text(d.child_by_field_name("declarator")))
                     line = d.start_point[0] + self.line_offset
-                    lines.append(f"{name} = _dim3(" + ", ".join(expr_to_py(a, line) for a in args) + ")")
+                    lines.append(f"{name} = _dim3(" + ", ".join(expr_to_py(a, line, self.functions) for a in args) + ")")
                 elif ty == "dim3" and d.type == "identifier":
                     lines.append(f"{py_name(self.text(d))} = _dim3(1)")
             return lines
@@ -185,7 +187,8 @@ class HostTranslator:
         return []
 
 
-def host_prelude(host_text: str, launch_start: int, line_offset: int) -> tuple[list[str], list[tuple[int, str]]]:
+def host_prelude(host_text: str, launch_start: int, line_offset: int,
+                 functions: set[str] | frozenset = frozenset()) -> tuple[list[str], list[tuple[int, str]]]:
     """Python lines for the host function's statements before byte `launch_start` (relative to host_text),
     plus [(line, why)] for statements that were skipped."""
     data = host_text.encode()
@@ -194,7 +197,7 @@ def host_prelude(host_text: str, launch_start: int, line_offset: int) -> tuple[l
     if fn is None:
         return [], []
     body = fn.child_by_field_name("body")
-    tr = HostTranslator(data, line_offset)
+    tr = HostTranslator(data, line_offset, functions)
     lines, skipped = [], []
     for st in body.named_children:
         if st.start_byte >= launch_start:
@@ -217,7 +220,7 @@ def host_prelude(host_text: str, launch_start: int, line_offset: int) -> tuple[l
     return lines, skipped
 
 
-def expr_to_py(text: str, line: int = 0) -> str:
+def expr_to_py(text: str, line: int = 0, functions: set[str] | frozenset = frozenset()) -> str:
     """Python for one C expression given as text (launch configuration and kernel arguments)."""
     data = f"void __f() {{ __x = {text}; }}".encode()
     root = parse_bytes(data, "cuda").root_node
@@ -228,4 +231,50 @@ def expr_to_py(text: str, line: int = 0) -> str:
             node = node.child_by_field_name("body")
     if node is None or root.has_error:
         raise HostExprError(f"cannot read the expression `{text}`", line)
-    return HostTranslator(data, line - 0).expr(node.child_by_field_name("right"))
+    return HostTranslator(data, line, functions).expr(node.child_by_field_name("right"))
+
+
+def host_functions(source: bytes, preamble: list[str]) -> dict[str, str]:
+    """{name: python `lambda`} for function-like macros and one-line host helpers such as
+    `inline int cdiv(int a, int b) { return (a + b - 1) / b; }` that launch configurations call."""
+    out: dict[str, str] = {}
+    for line in preamble:
+        m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\(([^)]*)\)\s+(.+?)\s*$", line)
+        if m:
+            params = [p.strip() for p in m.group(2).split(",") if p.strip()]
+            try:
+                out[m.group(1)] = f"lambda {', '.join(map(py_name, params))}: {expr_to_py(m.group(3), 0, set(out))}"
+            except HostExprError:
+                continue
+    root = parse_bytes(source, "cuda").root_node
+    for fn in root.children:
+        if fn.type != "function_definition":
+            continue
+        toks = {source[c.start_byte:c.end_byte].decode() for c in fn.children if not c.is_named}
+        if "__global__" in toks or ("__device__" in toks and "__host__" not in toks):
+            continue
+        body = fn.child_by_field_name("body")
+        stmts = [c for c in (body.named_children if body is not None else []) if c.type != "comment"]
+        if len(stmts) != 1 or stmts[0].type != "return_statement" or not stmts[0].named_children:
+            continue
+        d = fn.child_by_field_name("declarator")
+        while d is not None and d.type != "function_declarator":
+            d = d.child_by_field_name("declarator")
+        if d is None:
+            continue
+        name = source[d.child_by_field_name("declarator").start_byte:d.child_by_field_name("declarator").end_byte].decode()
+        params = []
+        for p in d.child_by_field_name("parameters").named_children:
+            pd = p.child_by_field_name("declarator")
+            if pd is None or pd.type != "identifier":
+                params = None
+                break
+            params.append(source[pd.start_byte:pd.end_byte].decode())
+        if params is None:
+            continue
+        try:
+            expr = HostTranslator(source, 0, set(out) | {name}).expr(stmts[0].named_children[0])
+        except HostExprError:
+            continue
+        out[name] = f"lambda {', '.join(map(py_name, params))}: {expr}"
+    return out

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from ..source.cfamily import param_from_node, parse_bytes
 from ..source.models import KernelInfo, Param, ParseResult
 from . import analysis
-from .hostexpr import HostExprError, expr_to_py, host_prelude, py_name
+from .hostexpr import HostExprError, expr_to_py, host_functions, host_prelude, py_name
 from .profiles import Profile, find_profile
 from .rewrite import Issue
 from .rewrite import RewriteContext, Rewriter
@@ -124,6 +124,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         issues.append(Issue(construct=f"{k.name}<<<...>>>", line=k.launches[1].line, severity="info",
                             message=f"{len(k.launches)} launch sites; the port follows the first (line "
                                     f"{launch.line + 1})"))
+    host_fns = host_functions(source_bytes, parse_result.preamble) if launch is not None else {}
+    fnames = set(host_fns)
     template_values: dict[str, str] = {}     # name -> python expression
     template_types: dict[str, str] = {}      # typename param -> mx dtype name
     for i, tp in enumerate(k.template_params):
@@ -139,7 +141,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             template_values[tp.name] = "0"
         else:
             try:
-                template_values[tp.name] = expr_to_py(arg)
+                template_values[tp.name] = expr_to_py(arg, launch.line if launch else line0, fnames)
             except HostExprError as e:
                 issues.append(Issue(construct=arg, line=launch.line if launch else line0, message=str(e)))
                 template_values[tp.name] = "0"
@@ -159,6 +161,11 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             plan.order.append(("array", len(plan.arrays)))
             plan.arrays.append(_Array(p.name, p.type, _ctype_dtype(p.type, template_types), out))
         else:
+            ctype = " ".join(p.type.split())
+            if ctype not in analysis.C_TO_MX and ctype not in template_types:
+                issues.append(Issue(construct=p.text, line=line0, severity="error",
+                                    message=f"parameter '{p.name}' of type {ctype} is passed by value: only scalars "
+                                            "and pointers map onto MLX kernel inputs; pass its fields separately"))
             plan.order.append(("scalar", len(plan.scalars)))
             plan.scalars.append(_Scalar(p.name, p.type, _ctype_dtype(p.type, template_types)))
     if not any(a.output for a in plan.arrays):
@@ -208,9 +215,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             pass
     # -- the launch, shapes and scalars ----------------------------------------------------------
     profile = find_profile(k.name, src_path)
-    _plan_launch(plan, k, launch, profile, template_values, issues, source_bytes)
+    _plan_launch(plan, k, launch, profile, template_values, issues, source_bytes, fnames)
     macros = [f"{py_name(n)} = {v}" for n, v in analysis.define_constants(parse_result.preamble).items()]
-    plan.config_lines = macros + plan.config_lines
+    plan.config_lines = macros + [f"{py_name(n)} = {v}" for n, v in host_fns.items()] + plan.config_lines
 
     # -- scalar prologue (same text for both dialects, Metal types translated) ---------------------
     prologue_cuda = "".join(f"    {s.ctype} {s.name} = {s.name}_arg[0];\n" for s in plan.scalars)
@@ -309,7 +316,7 @@ def _host_params(host_text: bytes) -> list[Param]:
 
 
 def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, template_values: dict[str, str],
-                 issues: list[Issue], source_bytes: bytes) -> None:
+                 issues: list[Issue], source_bytes: bytes, fnames: set[str]) -> None:
     """Fills plan.config_lines (Python run by launch_config), grid/block/smem, scalar values and shapes."""
     lines: list[str] = []
     inputs = [a for a in plan.arrays if not a.output]
@@ -358,7 +365,8 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
                 elif py_name(p.name) != d:
                     lines.append(f"{py_name(p.name)} = {d}")
     else:
-        ints = [p for p in bind_to if "float" not in p.type and "double" not in p.type]
+        ints = [p for p in bind_to if " ".join(p.type.split()) in analysis.C_TO_MX
+                and "float" not in p.type and "double" not in p.type]
         floats = [p for p in bind_to if p not in ints]
         if len(ints) == 1 and inputs:
             n = py_name(ints[0].name)
@@ -388,19 +396,19 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
             rel = launch.range  # position of the launch in the file -> byte offset inside the host text
             launch_byte = _byte_of_line(source_bytes, rel.start.line) - launch.host_byte_range[0]
             prelude, skipped = host_prelude(host_text.decode("utf-8", "replace"), max(0, launch_byte),
-                                            _line_of_byte(source_bytes, launch.host_byte_range[0]))
+                                            _line_of_byte(source_bytes, launch.host_byte_range[0]), fnames)
             lines += prelude
             for line, why in skipped:
                 issues.append(Issue(construct="host code", line=line, severity="warning", message=why))
         try:
-            plan.grid = f"_dim3({expr_to_py(launch.grid, launch.line)})"
-            plan.block = f"_dim3({expr_to_py(launch.block, launch.line)})"
-            plan.smem = expr_to_py(launch.shared_mem, launch.line) if launch.shared_mem else "0"
+            plan.grid = f"_dim3({expr_to_py(launch.grid, launch.line, fnames)})"
+            plan.block = f"_dim3({expr_to_py(launch.block, launch.line, fnames)})"
+            plan.smem = expr_to_py(launch.shared_mem, launch.line, fnames) if launch.shared_mem else "0"
         except HostExprError as e:
             issues.append(Issue(construct=f"<<<{launch.grid}, {launch.block}>>>", line=e.line, message=str(e)))
         for s, arg in zip(plan.scalars, _kernel_args_for(k, launch)):
             try:
-                s.value = expr_to_py(arg, launch.line) if arg is not None else "0"
+                s.value = expr_to_py(arg, launch.line, fnames) if arg is not None else "0"
             except HostExprError as e:
                 issues.append(Issue(construct=arg, line=e.line, message=str(e)))
                 s.value = "0"

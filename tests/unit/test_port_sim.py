@@ -77,6 +77,14 @@ def _agree(got, want) -> bool:
     return all(g.shape == w.shape and np.allclose(g, w, atol=1e-5, rtol=1e-4) for g, w in zip(got, want))
 
 
+def _caught(mod, inputs, original, monkeypatch) -> bool:
+    """A wrong port is caught when its outputs differ, or when the simulator sees the race it causes."""
+    try:
+        return not _agree(_run_port(mod, "metal", inputs, monkeypatch), original)
+    except sim.SimError as e:
+        return e.kind == "race"
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.parent.name for p in EXAMPLES])
 def test_ports_agree_with_the_original_cuda_kernel(path, monkeypatch):
     text, k, tr, mod = _port(path)
@@ -106,7 +114,7 @@ def test_dropping_the_barrier_is_caught(example, monkeypatch):
     inputs = _inputs(tr)
     cfg = mod.launch_config(*[mx.array(a) for a in inputs])
     original = _run_original(text, k, tr, cfg, inputs)
-    assert not _agree(_run_port(mod, "metal", inputs, monkeypatch), original)
+    assert _caught(mod, inputs, original, monkeypatch)
 
 
 @pytest.mark.parametrize("example", ["softmax/softmax.cu", "paged_attention/paged_decode.cu"])
@@ -117,7 +125,7 @@ def test_a_shuffle_of_the_wrong_width_is_caught(example, monkeypatch):
     inputs = _inputs(tr)
     cfg = mod.launch_config(*[mx.array(a) for a in inputs])
     original = _run_original(text, k, tr, cfg, inputs)
-    assert not _agree(_run_port(mod, "metal", inputs, monkeypatch), original)
+    assert _caught(mod, inputs, original, monkeypatch)
 
 
 def test_a_wrong_math_rule_is_caught(monkeypatch):
@@ -126,5 +134,35 @@ def test_a_wrong_math_rule_is_caught(monkeypatch):
     inputs = _inputs(tr)
     cfg = mod.launch_config(*[mx.array(a) for a in inputs])
     original = _run_original(text, k, tr, cfg, inputs)
-    assert not _agree(_run_port(mod, "metal", inputs, monkeypatch), original)
+    assert _caught(mod, inputs, original, monkeypatch)
     assert _agree(_run_port(mod, "cuda", inputs, monkeypatch), original)   # the CUDA port does not use the table
+
+
+GRID_STRIDE = """namespace ops {
+template <typename T, int BLOCK>
+__global__ void __launch_bounds__(256) scale(const T* __restrict__ x, T* y, T s, size_t n) {
+    for (size_t i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) y[i] = __ldg(x + i) * s;
+}
+}  // namespace ops
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+static inline int clamp_blocks(int b) { return b > 4 ? 4 : b; }
+void run(const float* x, float* y, float s, size_t n) {
+    ops::scale<float, 256><<<clamp_blocks(CEIL_DIV(n, 256)), 256>>>(x, y, s, n);
+}
+"""
+
+
+def test_grid_stride_template_kernel_with_host_helpers(monkeypatch):
+    result = find_kernels(GRID_STRIDE, "scale.cu")
+    tr = translate_kernel(result, "scale", "scale.cu")
+    mod = types.ModuleType("port")
+    exec(compile(tr.module_text, "scale_mlx.py", "exec"), mod.__dict__)
+    x = np.random.default_rng(0).uniform(-1, 1, 3000).astype(np.float32)
+    cfg = mod.launch_config(mx.array(x), s=3.0)
+    original = sim.run_cuda_source(GRID_STRIDE, "scale", cfg["grid"], cfg["block"],
+                                   {"x": x, "y": np.zeros_like(x), "s": 3.0, "n": 3000},
+                                   template_args=["float", "256"])["y"]
+    assert np.allclose(original, 3 * x)
+    for kind in ("metal", "cuda"):
+        monkeypatch.setenv("KSEARCH_PORT_BACKEND", kind)
+        assert np.allclose(np.array(mod.kernel(mx.array(x), s=3.0)), original)

@@ -237,21 +237,28 @@ def test_five_megabyte_generated_file_parses_in_under_a_second():
     table = "__constant__ float table[] = {" + ", ".join(f"{i}.5f" for i in range(480000)) + "};\n"
     text = table + _all_examples()
     assert len(text) >= 5_000_000
-    t0 = time.perf_counter()
-    r = find_kernels(text, "big.cu")
-    elapsed = time.perf_counter() - t0
+    elapsed = []
+    for _ in range(2):   # best of two: other processes share this machine
+        t0 = time.perf_counter()
+        r = find_kernels(text, "big.cu")
+        elapsed.append(time.perf_counter() - t0)
     assert len(r.kernels) == 8
-    assert elapsed < 1.0, f"{elapsed:.2f} s"
+    assert min(elapsed) < 1.0, f"{min(elapsed):.2f} s"
     k = r.kernels[-1]
     assert text.splitlines()[k.name_range.start.line].find(k.name) == k.name_range.start.character
 
 
 def test_five_megabytes_of_dense_kernels_stays_fast():
     # Worst case: every byte is kernel code (about 2,000 kernels). Tree-sitter alone takes ~0.8 s here.
+    # The bound is relative to tree-sitter's own parse of the same text, so a busy machine does not fail it.
+    from ksearch_engine.source import parse_bytes
     unit = _all_examples().replace("#define", "// #define")
     text = unit * (5_000_000 // len(unit) + 1)
+    t0 = time.perf_counter()
+    parse_bytes(text.encode(), "cuda")
+    parse_only = time.perf_counter() - t0
     t0 = time.perf_counter()
     r = find_kernels(text, "dense.cu")
     elapsed = time.perf_counter() - t0
     assert len(r.kernels) == 8 * (5_000_000 // len(unit) + 1)
-    assert elapsed < 4.0, f"{elapsed:.2f} s"
+    assert elapsed < 4 * parse_only, f"{elapsed:.2f} s for a {parse_only:.2f} s parse"

@@ -215,3 +215,42 @@ def test_errors_name_the_file_and_the_kernels():
 
 def test_module_path_is_next_to_the_source():
     assert module_path_for("/a/b/softmax.cu") == Path("/a/b/softmax_mlx.py")
+
+
+GRID_STRIDE = """namespace ops {
+template <typename T, int BLOCK>
+__global__ void __launch_bounds__(256) scale(const T* __restrict__ x, T* y, T s, size_t n) {
+    for (size_t i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) y[i] = __ldg(x + i) * s;
+}
+}  // namespace ops
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+static inline int clamp_blocks(int b) { return b > 4 ? 4 : b; }
+void run(const float* x, float* y, float s, size_t n) {
+    ops::scale<float, 256><<<clamp_blocks(CEIL_DIV(n, 256)), 256>>>(x, y, s, n);
+}
+"""
+
+
+def test_namespaced_template_launch_with_macros_and_host_helpers():
+    result = find_kernels(GRID_STRIDE, "scale.cu")
+    assert result.kernels[0].launches[0].template_args == ["float", "256"]
+    tr = translate_kernel(result, "scale", "scale.cu")
+    assert [i for i in tr.report if i.severity == "error"] == []
+    mod = _load(tr.module_text)
+    cfg = mod.launch_config(mx.zeros((3000,)), s=3.0)
+    assert cfg["grid"] == (4, 1, 1)                      # clamp_blocks(CEIL_DIV(3000, 256)) = min(12, 4)
+    assert cfg["template"] == [("T", mx.float32), ("BLOCK", 256)]
+    assert cfg["scalars"] == {"s": 3.0, "n": 3000}
+    assert "T s = s_arg[0];" in tr.metal_source and "threadgroups_per_grid.x * BLOCK" in tr.metal_source
+    cfg = mod.launch_config(mx.zeros((300,)), s=1.0)
+    assert cfg["grid"] == (2, 1, 1)
+
+
+def test_struct_parameters_are_reported():
+    src = """struct Params { int n; float alpha; };
+__global__ void axpy(Params p, const float* x, float* y) { int i = threadIdx.x; if (i < p.n) y[i] += p.alpha * x[i]; }
+void go(Params p, const float* x, float* y) { axpy<<<1, p.n>>>(p, x, y); }"""
+    tr = translate_kernel(find_kernels(src, "axpy.cu"), "axpy", "axpy.cu")
+    assert any(i.construct == "Params p" and i.line == 1 and i.severity == "error" for i in tr.report)
+    assert any("p.n" in i.message and i.line == 2 for i in tr.report)
+    compile(tr.module_text, "axpy_mlx.py", "exec")
