@@ -148,7 +148,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.workspace.onDidGrantWorkspaceTrust(() => restartSoon("the workspace is now trusted")),
   );
 
-  await host.start();
+  // Not awaited: activation returns at once; the server's own start reports its errors.
+  void host.start();
 }
 
 export async function deactivate(): Promise<void> {

@@ -56,14 +56,15 @@ export function readSettings(get: (key: string) => unknown): KsearchSettings {
 }
 
 export interface InitializationOptions {
-  settings: Omit<KsearchSettings, "interpreter">;
+  /** The `ksearch` settings section, as `workspace/configuration` would return it. */
+  ksearch: Omit<KsearchSettings, "interpreter">;
   geminiApiKey?: string;
 }
 
 /** What the server gets in `initialize`: the settings, and the key when the user stored one. */
 export function initializationOptions(settings: KsearchSettings, geminiApiKey?: string): InitializationOptions {
   const { interpreter: _interpreter, ...forServer } = settings;
-  const out: InitializationOptions = { settings: forServer };
+  const out: InitializationOptions = { ksearch: forServer };
   if (geminiApiKey !== undefined && geminiApiKey !== "") {
     out.geminiApiKey = geminiApiKey;
   }
@@ -72,7 +73,7 @@ export function initializationOptions(settings: KsearchSettings, geminiApiKey?: 
 
 /** A log line describing the options without the key. */
 export function describeOptions(options: InitializationOptions): string {
-  const s = options.settings;
+  const s = options.ksearch;
   return (
     `proposer=${s.proposer}${s.model ? ` model=${s.model}` : ""} backend=${s.backend} ` +
     `budget.evaluations=${s.budget.evaluations} concurrency=${s.concurrency}` +

@@ -22,7 +22,8 @@ test("settings are read with defaults for missing or invalid values", () => {
 test("initializationOptions carry the settings and the key, the description never the key", () => {
   const opts = initializationOptions(readSettings(() => undefined), "AIzaSECRETKEY123");
   assert.equal(opts.geminiApiKey, "AIzaSECRETKEY123");
-  assert.equal("interpreter" in opts.settings, false);
+  assert.equal("interpreter" in opts.ksearch, false);
+  assert.equal(opts.ksearch.budget.evaluations, 24);
   const line = describeOptions(opts);
   assert.doesNotMatch(line, /SECRETKEY/);
   assert.match(line, /geminiApiKey=set/);

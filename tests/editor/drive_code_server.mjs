@@ -47,6 +47,17 @@ async function runCommand(page, label) {
 }
 
 async function openFile(page, name) {
+  // An open tab first, then the explorer (both what a user clicks); quick open as the last resort.
+  const tab = page.locator(".tabs-container .tab", { hasText: name }).first();
+  const row = page.locator(".explorer-folders-view .monaco-list-row", { hasText: name }).first();
+  if (await tab.isVisible()) {
+    await tab.click();
+  } else if (await row.isVisible()) {
+    await row.click();
+  }
+  if (await page.locator(".tab.active", { hasText: name }).isVisible()) {
+    return;
+  }
   await page.keyboard.press("Control+P");
   const input = page.locator(".quick-input-widget input");
   await input.waitFor({ state: "visible", timeout: 10_000 });
@@ -83,6 +94,8 @@ try {
   await page.goto(`${cfg.url}/?folder=${encodeURIComponent(cfg.folder)}`);
   await page.locator(".monaco-workbench").waitFor({ timeout: cfg.timeoutsMs.start });
   await page.locator(".statusbar").waitFor({ timeout: cfg.timeoutsMs.start });
+  await page.locator(".explorer-folders-view .monaco-list-row", { hasText: cfg.file }).first()
+    .waitFor({ timeout: cfg.timeoutsMs.start });
   step("workbench loaded");
 
   await openFile(page, cfg.file);
@@ -101,7 +114,7 @@ try {
   await bulb.waitFor({ state: "visible", timeout: 20_000 });
   step("lightbulb shown");
   await page.keyboard.press("Control+.");
-  const menu = page.locator(".action-widget");
+  const menu = page.locator(".action-widget:not(.action-list-submenu-panel)").first();
   await menu.waitFor({ state: "visible", timeout: 10_000 });
   await menu.locator(".action-list-item, .monaco-list-row", { hasText: cfg.portTitle }).first().waitFor({ timeout: 10_000 });
   seen.actions = (await menu.innerText()).split("\n").map((s) => s.trim()).filter(Boolean);
