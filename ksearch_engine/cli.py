@@ -23,7 +23,8 @@ from .events import SearchRequest
 from .store import Store, default_path
 from .task import KernelTask, TaskError, find_task_file
 
-console = Console(highlight=False)
+# Piped output (CI logs, `| less`) would otherwise wrap tables at 80 columns.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 err = Console(stderr=True, highlight=False)
 
 
@@ -230,7 +231,7 @@ def show_run(store: Store, run_id: str, tree: bool) -> None:
     cands = store.candidates(r["id"])
     t = Table(title=f"run {r['id']} · {r['kind']} · {r.get('task_name') or r.get('kernel') or ''} · {r['status']}")
     for c in ("#", "status", "plan", "median ms", "±IQR", "vs baseline", "vs original", "trials", "device"):
-        t.add_column(c)
+        t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=44 if c == "plan" else None)
     original = next((c for c in cands if (c.get("result") or {}).get("timing")), None)
     orig_ms = original["result"]["timing"]["median_ms"] if original else None
     for c in cands:
@@ -239,7 +240,7 @@ def show_run(store: Store, run_id: str, tree: bool) -> None:
         status = c["status"] + (" *" if c["id"] == r.get("best_candidate") else "")
         if c["status"] == "passed" and not tm:
             status += f" ({res.get('verified_by')})"
-        t.add_row(str(c["seq"]), status, (c.get("plan") or "")[:48],
+        t.add_row(str(c["seq"]), status, (c.get("plan") or "")[:88],
                   f"{tm['median_ms']:.4g}" if tm else "-", f"{tm['iqr_ms']:.2g}" if tm else "-",
                   (f"{tm['speedup']:.2f}x" + ("!" if tm.get("suspect") else "")) if tm else "-",
                   f"{orig_ms / tm['median_ms']:.2f}x" if tm and orig_ms else "-", str(res.get("trials", "-")),

@@ -75,6 +75,8 @@ class KernelTask(BaseModel):
     baseline_name: str = "MLX reference"
     workloads: list[Workload] = [Workload(name="default")]
     bench_workloads: list[Workload] = []
+    cpu_bench_workloads: list[Workload] = Field([], description="timed on mlx-cpu instead of bench_workloads "
+                                                "(GPU-sized shapes take minutes there); default: the small workloads")
     seeds: list[int] = [0, 1, 2]
     tolerances: dict[str, Tolerance] = {}
     initial: str | None = Field(None, description="a starting candidate module (source text)")
@@ -107,6 +109,12 @@ class KernelTask(BaseModel):
 
     def timing_workloads(self) -> list[Workload]:
         return self.bench_workloads or self.workloads
+
+    def for_backend(self, backend: str) -> "KernelTask":
+        """The task as timed on `backend`: on the CPU, CPU-sized timing workloads replace GPU-sized ones."""
+        if backend != "mlx-cpu" or not self.bench_workloads:
+            return self
+        return self.model_copy(update={"bench_workloads": list(self.cpu_bench_workloads or self.workloads)})
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
