@@ -545,6 +545,32 @@ inline void atomic_tick() {
 
 inline void* dyn_smem() { return g.dyn_smem; }
 
+// Threadgroup/__shared__ variables are function statics; the first thread of each threadgroup
+// that reaches the declaration fills them with 0xFF bytes (NaN, -1), as real threadgroup memory
+// holds garbage: a kernel that reads shared memory it never wrote gets visibly wrong results.
+inline unsigned long block_gen;
+struct PoisonEntry {
+  void* p;
+  unsigned long gen;
+};
+inline PoisonEntry poison_tab[512];
+inline int poison_n;
+template <class T> inline void poison(T& obj) {
+  if constexpr (std::is_trivially_copyable<T>::value) {
+    void* p = (void*)&obj;
+    int i = 0;
+    while (i < poison_n && poison_tab[i].p != p) i++;
+    if (i == poison_n) {
+      if (poison_n == 512) return;
+      poison_tab[poison_n++] = PoisonEntry{p, 0};
+    }
+    if (poison_tab[i].gen != block_gen) {
+      poison_tab[i].gen = block_gen;
+      memset(p, 0xff, sizeof(T));
+    }
+  }
+}
+
 inline void fiber_main() {
   g.entry();
   cur->state = F_DONE;
@@ -607,6 +633,7 @@ inline void run_block() {
       if (i < n) g.order[m++] = i;
     }
   }
+  block_gen++;
   if (g.dyn_smem_size) memset(g.dyn_smem, 0xff, g.dyn_smem_size);  // garbage, like real memory
   while (g.done < n) {
     bool ran = false;

@@ -150,7 +150,7 @@ def generate(dialect: str, name: str, input_names, output_names, source: str, he
             lines.append("template <" + ", ".join(f"{kinds[kd]} {n}" for n, kd, _ in targs) + ">")
         lines.append(f"[[kernel]] void {fname}(")
         lines.append(",\n".join(params) + ") {")
-        lines += ['#line 1 "source"', prepare(source, dialect), "}"]
+        lines += ['#line 1 "source"', prepare(source, dialect, in_function=True), "}"]
         tlist = ""
         if targs:
             vals = [types[v] if kd == "type" else (str(int(v)) if kd == "bool" else str(v)) for _, kd, v in targs]
@@ -167,7 +167,7 @@ def generate(dialect: str, name: str, input_names, output_names, source: str, he
                 lines.append(f"  constexpr bool {n} = {'true' if v else 'false'};")
             else:
                 lines.append(f"  using {n} = {types[v]};")
-        lines += ['#line 1 "source"', prepare(source, dialect), "}", "}}}  // namespace mlx::core::cu",
+        lines += ['#line 1 "source"', prepare(source, dialect, in_function=True), "}", "}}}  // namespace mlx::core::cu",
                   '#line 1 "ksim-launch"',
                   f"static void ksim_entry() {{ mlx::core::cu::{fname}(" + ", ".join(call) + "); }"]
     lines.append("KSIM_EXPORT_RUN(ksim_entry)")

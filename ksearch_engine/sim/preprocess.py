@@ -56,42 +56,93 @@ def rewrite_extern_shared(text: str) -> str:
 _QUAL = re.compile(r"\b(threadgroup|__shared__)\b")
 
 
-def rewrite_block_shared(text: str, words: tuple[str, ...]) -> str:
-    """``threadgroup float s[64];`` -> ``static float s[64];``; ``threadgroup float* p`` -> ``float* p``."""
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def mask_comments(text: str) -> str:
+    """`text` with comments and string literals blanked (same length, same newlines)."""
+    return _COMMENT_OR_STRING.sub(lambda m: _blank(m.group(0)), text)
+
+
+def _declared_names(decl: str) -> list[str]:
+    """Names declared by ``float a[32], b[4][4]`` (the text after the qualifier, before ';')."""
+    parts, depth, cur = [], 0, ""
+    for c in decl:
+        if c in "([<{":
+            depth += 1
+        elif c in ")]>}":
+            depth -= 1
+        if c == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += c
+    parts.append(cur)
+    names = []
+    for p in parts:
+        head = re.sub(r"\([^()]*\)", "", p.split("[")[0].split("=")[0])
+        m = re.search(r"([A-Za-z_]\w*)\s*$", head)
+        if m:
+            names.append(m.group(1))
+    return names
+
+
+def rewrite_block_shared(text: str, words: tuple[str, ...], base_depth: int = 0) -> str:
+    """``threadgroup float s[64];`` -> ``static float s[64]; ksim::poison(s);``;
+    ``threadgroup float* p`` -> ``float* p``. Declarations inside functions (brace depth > 0) get
+    the poison call, which fills the variable with garbage at the start of each threadgroup."""
     out: list[str] = []
     pos = 0
-    for m in _QUAL.finditer(text):
+    depth = base_depth
+    scanned = 0
+    code = mask_comments(text)  # scan this; copy from `text`
+    for m in _QUAL.finditer(code):
         if m.group(1) not in words or m.start() < pos:
             continue
+        depth += code.count("{", scanned, m.start()) - code.count("}", scanned, m.start())
+        scanned = m.start()
         # the declarator that follows, up to the end of this declaration/parameter
-        i, depth = m.end(), 0
-        while i < len(text):
-            c = text[i]
+        i, bdepth = m.end(), 0
+        while i < len(code):
+            c = code[i]
             if c in "([<":
-                depth += 1
+                bdepth += 1
             elif c in ")]>":
-                if depth == 0:
+                if bdepth == 0:
                     break
-                depth -= 1
-            elif c in ";,={" and depth == 0:
+                bdepth -= 1
+            elif c in ";,={" and bdepth == 0:
                 break
             i += 1
-        decl = text[m.end():i]
+        decl = code[m.end():i]
         pointer_like = "*" in decl or "&" in decl
         out.append(text[pos:m.start()])
-        out.append(" " * len(m.group(1)) if pointer_like else "static" + " " * (len(m.group(1)) - 6))
-        pos = m.end()
+        if pointer_like:
+            out.append(" " * len(m.group(1)))
+            pos = m.end()
+            continue
+        out.append("static" + " " * (len(m.group(1)) - 6))
+        end = code.find(";", m.end())
+        if depth <= 0 or end < 0:
+            pos = m.end()
+            continue
+        names = _declared_names(code[m.end():end])
+        out.append(text[m.end():end + 1])
+        out.append("".join(f" ksim::poison({n});" for n in names))
+        pos = end + 1
     out.append(text[pos:])
     return "".join(out)
 
 
-def prepare(text: str, dialect: str) -> str:
-    """All rewrites for kernel text of `dialect` ("metal" or "cuda")."""
+def prepare(text: str, dialect: str, in_function: bool = False) -> str:
+    """All rewrites for kernel text of `dialect` ("metal" or "cuda"); `in_function`: the text is a
+    function body (an MLX kernel source) rather than a file or header."""
     text = strip_gpu_includes(text, dialect)
+    depth = 1 if in_function else 0
     if dialect == "cuda":
         text = rewrite_extern_shared(text)
-        return rewrite_block_shared(text, ("__shared__",))
-    return rewrite_block_shared(text, ("threadgroup",))
+        return rewrite_block_shared(text, ("__shared__",), depth)
+    return rewrite_block_shared(text, ("threadgroup",), depth)
 
 
 # ------------------------------------------------------------------------------------------------

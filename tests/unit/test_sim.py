@@ -439,3 +439,25 @@ def test_run_cuda_source_sets_constant_memory_like_memcpy_to_symbol():
     with pytest.raises(SimError, match="holds 16 bytes"):
         run_cuda_source(src, "poly", (3, 1, 1), (128, 1, 1),
                         {"x": x, "y": np.zeros(300, np.float32), "n": 300, "coeffs": np.zeros(8, np.float32)})
+
+
+def test_reading_shared_memory_nobody_wrote_gives_garbage_not_zeros():
+    # only 200 of 256 slots are written, but all 256 are summed: on a GPU the rest is garbage
+    x = rng.random(200).astype(np.float32)
+    src = """
+        threadgroup float buf[256];
+        uint lid = thread_position_in_threadgroup.x;
+        if (lid < 200) buf[lid] = inp[lid];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (lid == 0) {
+            float s = 0.0f;
+            for (uint k = 0; k < 256; k++) s += buf[k];
+            out[0] = s;
+        }
+    """
+    (out,) = metal("uninit", [("inp", x)], [("out", (1,), "float32")], src, [], (256, 1, 1), (256, 1, 1))
+    assert np.isnan(out[0])
+    (ok,) = metal("uninit_fixed", [("inp", x)], [("out", (1,), "float32")],
+                  src.replace("if (lid < 200) buf[lid] = inp[lid];", "buf[lid] = lid < 200 ? inp[lid] : 0.0f;"),
+                  [], (256, 1, 1), (256, 1, 1))
+    assert ok[0] == pytest.approx(x.sum(), rel=1e-5)
