@@ -17,6 +17,9 @@ from .rules import Rule, RuleTable
 
 _ADDRESS_SPACES = {"device", "threadgroup", "constant", "thread"}
 _HELPER_WORDS = {"__device__", "__host__", "__forceinline__", "__noinline__"}
+# identifiers that are keywords (or reserved attribute words) in Metal Shading Language but not in CUDA
+METAL_KEYWORDS = {"device", "constant", "threadgroup", "thread", "kernel", "vertex", "fragment", "threadgroup_imageblock",
+                  "ray_data", "object_data", "visible", "stage_in", "patch"}
 
 
 @pdataclass
@@ -176,8 +179,10 @@ class Rewriter:
             if rule is not None and not _is_declared_name(node):
                 self._apply(rule)
                 return rule.metal or ""
-            if text in self.unsupported and (node.parent is None or node.parent.type != "call_expression"):
-                pass
+            if text in METAL_KEYWORDS and "ident.metal_keyword" in self.special:
+                if "ident.metal_keyword" not in self.applied:
+                    self.applied.append("ident.metal_keyword")
+                return text + "_"
             return text
         if t in ("type_identifier", "primitive_type", "sized_type_specifier"):
             norm = " ".join(text.split())
@@ -229,6 +234,14 @@ class Rewriter:
         if name in self.calls:
             rule = self.calls[name]
             pattern = rule.arg_names()
+            if rule.requires == "atomic_outputs" and args and "unsupported.shared_atomics" in self.special:
+                idents = {self._text(x) for x in _walk(args[0]) if x.type == "identifier"}
+                if idents & self.ctx.shared_names:
+                    if "unsupported.shared_atomics" not in self.applied:
+                        self.applied.append("unsupported.shared_atomics")
+                    self._report(f"{name}(...)", node, "atomic on shared memory: Metal needs the array declared "
+                                 "`threadgroup atomic<T>` and every access to it atomic (atomic_load_explicit / "
+                                 "atomic_store_explicit); port this array by hand")
             required = sum(1 for _, opt in pattern if not opt)
             if required <= len(args) <= len(pattern):
                 bound = {pname: self._emit(a) for (pname, _), a in zip(pattern, args)}
@@ -351,6 +364,14 @@ class Rewriter:
                         replace[tnode.id] = f"{spaces.get(idx, 'device')} " + self._emit(tnode)
                 idx += 1
         return self._emit_children(fn, replace=replace)
+
+
+def _walk(node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)
 
 
 def _first(node, type_name):
