@@ -13,7 +13,7 @@ import pytest
 
 from editor_helpers import KERNEL, REPO, kernel_line, new_python_files
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
 
 
 def test_port_to_mlx_in_neovim(tools, language_server, kernel_workspace, tmp_path, artifacts):
@@ -39,10 +39,17 @@ def test_port_to_mlx_in_neovim(tools, language_server, kernel_workspace, tmp_pat
     assert any("Port to MLX" in t for t in seen["lenses"]), seen["lenses"]
     assert any("Port to MLX" in t for t in seen["actions"]), seen["actions"]
     assert any(j["running"] > 0 or j["queued"] > 0 for j in seen["jobs"]), seen["jobs"]
+    assert seen["show_diff"] and seen["show_diff"][-1]["runId"] and seen["show_diff"][-1]["candidateId"], (
+        f"no ksearch/showDiff notification named the finished run: {seen['show_diff']}")
     assert any("Accept" in t for t in seen["lenses_after"]), seen["lenses_after"]
+    assert seen["accept_result"]["applied"] is True, seen["accept_result"]
 
     ported = new_python_files(kernel_workspace, before)
     assert ported, f"the Accept lens wrote no Python module into {kernel_workspace}"
     module = ported[0].read_text()
     assert "mlx" in module and "def " in module, f"{ported[0]} does not look like an MLX port:\n{module[:400]}"
-    assert seen["hover"].strip(), "the hover over the kernel is empty"
+    assert seen["accept_result"]["uri"].endswith("/" + ported[0].name), (seen["accept_result"], ported)
+
+    on_kernel = [h["label"] for h in seen["inlay_hints"] if h["line"] == cfg["kernel_line"]]
+    assert on_kernel and all(label.strip() for label in on_kernel), f"no inlay hint on the kernel line: {seen['inlay_hints']}"
+    assert KERNEL in seen["hover"] and "ksearch" in seen["hover"], seen["hover"]
