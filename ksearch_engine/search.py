@@ -8,6 +8,9 @@ up to `max_debug` repair attempts fed its error → the result is written on the
 → a snapshot goes to the store. A round ends after `req.stagnation` evaluations without a new best; each new
 round raises the difficulty gate by one.
 
+Candidates are ranked by their measured speedup over the task's baseline (timed interleaved with it); a new
+best must beat the previous one by `MIN_GAIN`.
+
 Only a PASSED and MEASURED (timed, not flagged suspect) candidate can become the best. On a backend that does
 not time (the simulator), candidates are verified only and no latency or speedup is ever reported.
 `req.resume=True` with an existing run id reloads the latest tree snapshot and the run's candidates.
@@ -27,6 +30,7 @@ from .task import KernelTask, TaskError
 from .worldmodel import ROOT, PlanTree, render_tree
 
 ORIGINAL = "original"
+MIN_GAIN = 0.02   # a new best must beat the old one by 2%: smaller gains are within timing noise
 
 
 class SearchError(RuntimeError):
@@ -180,7 +184,10 @@ class _Run:
             self.log(f"candidate {cid}: {t.speedup:.1f}x stays flagged after re-measurement; not taken as best",
                      "warning")
             return False
-        if self.best is not None and self.best["median_ms"] is not None and t.median_ms >= self.best["median_ms"]:
+        # Ranked by the speedup over the baseline: it is measured interleaved with the baseline in the same
+        # worker, so it drifts less with machine load than a median taken at another moment.
+        if self.best is not None and self.best["speedup"] is not None and \
+                t.speedup <= self.best["speedup"] * (1 + MIN_GAIN):
             return False
         self.best = {"candidate_id": cid, "node_id": node_id, "median_ms": t.median_ms, "speedup": t.speedup,
                      "vs_original": vs_orig, "source": source}
@@ -242,7 +249,8 @@ class _Run:
                                         message=(c.get("message") or "")[:300], median_ms=t and t["median_ms"],
                                         speedup=t and t["speedup"], speedup_vs_original=vs))
             if c["status"] == "passed" and (t and not t.get("suspect") or not self.timed and c["plan"] != ORIGINAL):
-                if self.best is None or (t and self.best["median_ms"] is not None and t["median_ms"] < self.best["median_ms"]):
+                if self.best is None or (t and self.best["speedup"] is not None
+                                         and t["speedup"] > self.best["speedup"] * (1 + MIN_GAIN)):
                     self.best = {"candidate_id": c["id"], "node_id": c["node_id"], "median_ms": t and t["median_ms"],
                                  "speedup": t and t["speedup"], "vs_original": vs, "source": c["source"]}
         self.log(f"resumed run {self.run_id}: {self.evals} evaluations so far, tree round {self.tree.round}"
