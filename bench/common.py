@@ -1,0 +1,135 @@
+"""Shared GPU-bench helpers: load candidate modules, check them, time one call per eval + synchronize.
+
+Timing follows NOTES.md (H200 section): one call per `mx.eval` + `mx.synchronize()` (MLX records each eval as
+a CUDA graph; several calls in one eval run concurrently and under-report), input copies rotated so the working
+set exceeds the ~50 MB L2, and for short kernels the GPU time read from torch.profiler (CUPTI sees MLX's kernels):
+the sum of kernel durations per call. Both numbers are reported; GPU time is the headline.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+import types
+
+import mlx.core as mx
+import numpy as np
+
+L2_BYTES = 120e6
+
+
+def load(source: str, name: str = "candidate") -> types.ModuleType:
+    mod = types.ModuleType(name)
+    exec(compile(source, f"<{name}>", "exec"), mod.__dict__)
+    return mod
+
+
+def as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def to_mx(task, arrays):
+    out = []
+    for spec, a in zip(task.inputs, arrays):
+        x = mx.array(a)
+        if spec.dtype == "float16":
+            x = x.astype(mx.float16)
+        elif spec.dtype == "bfloat16":
+            x = x.astype(mx.bfloat16)
+        out.append(x)
+    mx.eval(*out)
+    return out
+
+
+def compare(task, got, expected, scale: float = 1.0) -> tuple[bool, float]:
+    """(ok, worst excess over the task's tolerance) for output tuples; `scale` loosens it (long reductions)."""
+    dts = {s.dtype for s in task.inputs}
+    dt = "float16" if "float16" in dts else ("bfloat16" if "bfloat16" in dts else "float32")
+    tol = task.tolerance(dt)
+    worst = -math.inf
+    if len(got) != len(expected):
+        return False, math.inf
+    for g, e in zip(got, expected):
+        g = np.array(g.astype(mx.float32) if g.dtype in (mx.float16, mx.bfloat16) else g, dtype=np.float64)
+        e = np.array(e.astype(mx.float32) if e.dtype in (mx.float16, mx.bfloat16) else e, dtype=np.float64)
+        if g.shape != e.shape:
+            return False, math.inf
+        err = np.abs(g - e) - (tol.atol + tol.rtol * np.abs(e)) * scale
+        if np.isnan(g).any() and not np.isnan(e).any():
+            return False, math.inf
+        worst = max(worst, float(np.nanmax(err)) if err.size else -math.inf)
+    return worst <= 0, worst
+
+
+def input_sets(task, workload, seed: int = 1234):
+    arrays = task.make_inputs(workload, seed)
+    nbytes = sum(a.nbytes for a in arrays)
+    copies = max(1, min(64, math.ceil(L2_BYTES / max(nbytes, 1))))
+    base = to_mx(task, arrays)
+    sets = [base] + [[x + 0 for x in base] for _ in range(copies - 1)]  # distinct buffers, same values
+    for s in sets:
+        mx.eval(*s)
+    return sets, nbytes
+
+
+def wall_ms(fn, sets, repeats: int) -> list[float]:
+    ts = []
+    for i in range(repeats):
+        xs = sets[i % len(sets)]
+        t0 = time.perf_counter()
+        mx.eval(*as_tuple(fn(*xs)))
+        mx.synchronize()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return ts
+
+
+class GpuTimer:
+    """GPU kernel time per call through torch.profiler (CUPTI); unavailable -> None."""
+
+    def __init__(self):
+        self.ok = False
+        self.why = ""
+        try:
+            import torch  # noqa: F401
+            from torch.profiler import ProfilerActivity, profile  # noqa: F401
+            self.ok = True
+        except Exception as e:  # noqa: BLE001
+            self.why = f"torch.profiler unavailable: {type(e).__name__}: {e}"
+
+    def per_call_ms(self, fn, sets, repeats: int) -> tuple[float | None, int]:
+        if not self.ok:
+            return None, 0
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i in range(repeats):
+                mx.eval(*as_tuple(fn(*sets[i % len(sets)])))
+                mx.synchronize()
+        fd, path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                ev = json.load(f).get("traceEvents", [])
+        finally:
+            os.unlink(path)
+        kern = [e for e in ev if e.get("cat") == "kernel" and "dur" in e]
+        if not kern:
+            return None, 0
+        return sum(float(e["dur"]) for e in kern) / 1e3 / repeats, len(kern) // max(repeats, 1)
+
+
+def measure(fn, sets, gpu: GpuTimer, budget_s: float = 1.5, max_repeats: int = 50) -> dict:
+    for i in range(2):  # warm-up (compiles, allocator)
+        mx.eval(*as_tuple(fn(*sets[i % len(sets)])))
+    mx.synchronize()
+    first = wall_ms(fn, sets, 1)[0]
+    reps = int(max(3, min(max_repeats, budget_s * 1e3 / max(first, 1e-3) / 2)))
+    w = wall_ms(fn, sets, reps)
+    g, nk = gpu.per_call_ms(fn, sets, reps)
+    med = statistics.median(w)
+    q = np.percentile(w, [25, 75])
+    return {"wall_ms": med, "wall_iqr_ms": float(q[1] - q[0]), "gpu_ms": g, "kernels_per_call": nk, "repeats": reps}

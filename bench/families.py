@@ -1,0 +1,203 @@
+"""Per kernel family, on the GPU machine: the family's baseline vs the best of a fixed sweep of its templates'
+knobs (MLX ops and CUDA-backend kernels), in one table.
+
+    python bench/families.py [--families softmax,scan,...] [--out bench/results/families.json] [--budget-s 420]
+
+Every candidate is first checked against the task's reference on a small workload and against the baseline's
+output at the timed shape; only passing candidates are timed. Timing: see bench/common.py (GPU time from
+torch.profiler per call, one call per eval + synchronize, inputs rotated past the L2; wall time too).
+This is a fixed sweep of hand-picked knob settings, not the search loop (`ksearch_engine.search.run_search`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mlx.core as mx  # noqa: E402
+
+from common import GpuTimer, as_tuple, compare, input_sets, load, measure, to_mx  # noqa: E402
+from ksearch_engine import families as F  # noqa: E402
+
+TARGETS = {"softmax": 1.5, "layernorm": 2.0, "rmsnorm": 1.0, "scan": 100.0, "decode": 2.0, "paged_decode": 5.0,
+           "attention": 0.97, "moe_gating": 3.0, "ssd": 10.0, "moe": 3.0}
+
+
+def _row_sweep(fast: bool, online: bool):
+    s = [("simd_row", dict(threads_per_row=32, rows_per_group=4, vec=8, strategy="registers")),
+         ("simd_row", dict(threads_per_row=32, rows_per_group=8, vec=4, strategy="registers")),
+         ("simd_row", dict(threads_per_row=32, rows_per_group=2, vec=8, strategy="reread")),
+         ("group_row", dict(threads_per_row=256, rows_per_group=1, vec=8, strategy="registers")),
+         ("group_row", dict(threads_per_row=128, rows_per_group=1, vec=8, strategy="registers")),
+         ("group_row", dict(threads_per_row=512, rows_per_group=1, vec=8, strategy="registers")),
+         ("group_row", dict(threads_per_row=1024, rows_per_group=1, vec=4, strategy="registers"))]
+    if online:
+        s += [("simd_row", dict(threads_per_row=32, rows_per_group=4, vec=8, strategy="online")),
+              ("group_row", dict(threads_per_row=256, rows_per_group=1, vec=8, strategy="online"))]
+    if fast:
+        s = [(t, dict(k, fast_math=f)) for t, k in s for f in ((False, True) if k["strategy"] == "registers" and t == "group_row" else (False,))]
+    return s
+
+
+_DEC = [dict(lanes_per_key=16, warps=4, splits=16), dict(lanes_per_key=16, warps=4, splits=32),
+        dict(lanes_per_key=16, warps=4, splits=64), dict(lanes_per_key=8, warps=4, splits=32),
+        dict(lanes_per_key=32, warps=4, splits=32), dict(lanes_per_key=16, warps=8, splits=16),
+        dict(lanes_per_key=16, warps=2, splits=64), dict(lanes_per_key=16, warps=4, splits=32, fast_exp=True)]
+
+SWEEPS = {
+    "softmax": [("ops", dict(formulation="max_sub", upcast=True, compile=True))] + _row_sweep(True, True),
+    "rmsnorm": [("ops", dict(formulation="mean_square", upcast=True, compile=True))] + _row_sweep(False, False),
+    "layernorm": [("ops", dict(formulation="two_pass", upcast=True, compile=True))] + _row_sweep(False, True),
+    "scan": [("ops_chunked", dict(chunk=32, compile=False)), ("ops_chunked", dict(chunk=64, compile=True)), ("naive", {}),
+             ("registers", dict(states_per_thread=1, chunk=8, threads_per_group=128, fast_exp=False)),
+             ("registers", dict(states_per_thread=1, chunk=16, threads_per_group=128, fast_exp=True)),
+             ("registers", dict(states_per_thread=2, chunk=16, threads_per_group=128, fast_exp=True)),
+             ("registers", dict(states_per_thread=4, chunk=16, threads_per_group=64, fast_exp=True)),
+             ("registers", dict(states_per_thread=4, chunk=8, threads_per_group=128, fast_exp=True)),
+             ("registers", dict(states_per_thread=8, chunk=8, threads_per_group=64, fast_exp=True)),
+             ("registers", dict(states_per_thread=16, chunk=4, threads_per_group=64, fast_exp=True)),
+             ("registers", dict(states_per_thread=2, chunk=32, threads_per_group=64, fast_exp=True))],
+    "decode": [("ops", dict(upcast=True, compile=False))] + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC],
+    "paged_decode": [("ops", dict(gather="take", compile=False))] + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC],
+}
+
+
+def candidate_source(fam, tname: str, knobs: dict) -> tuple[str, str]:
+    if tname == "naive":
+        return fam.naive("cuda"), f"{fam.name}.naive"
+    t = fam.template(f"{fam.name}.{tname}")
+    full = dict(t.defaults(), **knobs)
+    if not t.valid(full):
+        raise ValueError(f"knobs {full} rejected by {t.id}.valid")
+    kind = "ops" if t.kinds == ("ops",) else "cuda"
+    return t.render(full, kind), f"{t.id}({', '.join(f'{k}={v}' for k, v in knobs.items())})"
+
+
+def run_family(name: str, gpu: GpuTimer, deadline: float, log, small: bool = False) -> dict:
+    fam = F.get(name)
+    task = fam.make_task()
+    ref = load(task.reference, "reference").reference
+    base = load(task.baseline_source(), "baseline").baseline
+    wl_small = task.workloads[0]
+    xs_small = to_mx(task, task.make_inputs(wl_small, 0))
+    exp_small = [mx.array(a) for a in as_tuple(ref(*xs_small))]
+    mx.eval(*exp_small)
+    if small:  # a smoke test of this script on the CPU: time the correctness shapes instead
+        task = task.model_copy(update={"bench_workloads": task.workloads})
+    main = task.bench_workloads[-1]
+    sets, nbytes = input_sets(task, main)
+    base_out = as_tuple(base(*sets[0]))
+    mx.eval(*base_out)
+    b = measure(base, sets, gpu)
+    log({"family": name, "workload": main.name, "candidate": "baseline:" + task.baseline_name, **b})
+    results = []
+    for tname, knobs in SWEEPS.get(name, []):
+        if time.monotonic() > deadline:
+            log({"family": name, "candidate": tname, "skipped": "time budget"})
+            continue
+        row = {"family": name, "workload": main.name}
+        try:
+            src, label = candidate_source(fam, tname, knobs)
+            row["candidate"] = label
+            fn = load(src).kernel
+            ok, worst = compare(task, as_tuple(fn(*xs_small)), exp_small)
+            if not ok:
+                row["status"] = f"wrong on {wl_small.name} (excess {worst:.3g})"
+                log(row); continue
+            ok, worst = compare(task, as_tuple(fn(*sets[0])), base_out, scale=5.0)
+            if not ok:
+                row["status"] = f"disagrees with the baseline at {main.name} (excess {worst:.3g})"
+                log(row); continue
+            row.update(measure(fn, sets, gpu))
+            row["status"] = "passed"
+            row["source"] = src
+            results.append(row)
+        except Exception as e:  # noqa: BLE001 - one broken candidate must not stop the table
+            row["status"] = f"error: {type(e).__name__}: {str(e)[:600]}"
+        log({k: v for k, v in row.items() if k != "source"})
+    key = (lambda r: r["gpu_ms"]) if gpu.ok and all(r.get("gpu_ms") for r in results) else (lambda r: r["wall_ms"])
+    best = min(results, key=key) if results else None
+    summary = {"family": name, "workload": main.name, "bytes_in": nbytes, "baseline": task.baseline_name,
+               "base": b, "best": {k: v for k, v in best.items() if k != "source"} if best else None,
+               "best_source": best["source"] if best else None, "others": []}
+    # the best candidate at the family's other bench shapes, against the baseline there
+    if best:
+        fn = load(best["source"]).kernel
+        for wl in task.bench_workloads[:-1]:
+            if time.monotonic() > deadline:
+                break
+            try:
+                s2, _ = input_sets(task, wl)
+                ok, worst = compare(task, as_tuple(fn(*s2[0])), as_tuple(base(*s2[0])), scale=5.0)
+                summary["others"].append({"workload": wl.name, "ok": ok, "base": measure(base, s2, gpu),
+                                          "best": measure(fn, s2, gpu)})
+            except Exception as e:  # noqa: BLE001
+                summary["others"].append({"workload": wl.name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+    return summary
+
+
+def table(summaries: list[dict], gpu_ok: bool) -> str:
+    t = "gpu" if gpu_ok else "wall"
+    head = f"{'family':<13} {'workload':<30} {'baseline':<44} {'base ms':>9} {'best ms':>9} {'speedup':>8} {'target':>7}  best candidate"
+    lines = [head, "-" * len(head)]
+    for s in summaries:
+        rows = [(s["workload"], s["base"], s["best"])] + [(o["workload"], o.get("base"), o.get("best")) for o in s.get("others", [])]
+        for wl, b, c in rows:
+            if not b:
+                continue
+            bm = b.get(f"{t}_ms") or b["wall_ms"]
+            cm = (c.get(f"{t}_ms") or c["wall_ms"]) if c else None
+            sp = f"{bm / cm:.2f}x" if cm else "-"
+            lines.append(f"{s['family']:<13} {wl:<30} {s['baseline'][:44]:<44} {bm:>9.4f} {cm if cm else float('nan'):>9.4f} {sp:>8} "
+                         f"{TARGETS.get(s['family'], 0):>6}x  {(s['best'] or {}).get('candidate', 'none passed')}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", default=",".join(SWEEPS))
+    ap.add_argument("--out", default="bench/results/families.json")
+    ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--small", action="store_true", help="time the small correctness shapes (a smoke test on CPU)")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    deadline = t0 + args.budget_s
+    gpu = GpuTimer()
+    raw = []
+
+    def log(row):
+        raw.append(row)
+        print(json.dumps(row), flush=True)
+
+    info = {"device": str(mx.device_info().get("device_name", "")), "mlx": mx.__version__, "default_device": str(mx.default_device()),
+            "python": platform.python_version(), "timing": ("GPU kernel time per call from torch.profiler (CUPTI), one call per "
+                                                           "mx.eval + mx.synchronize, inputs rotated past the L2"
+                                                           if gpu.ok else "wall time per call (eval + synchronize): " + gpu.why),
+            "selection": "fixed knob sweep (bench/families.py SWEEPS), not run_search"}
+    print(json.dumps(info), flush=True)
+    names = [n for n in args.families.split(",") if n]
+    summaries = []
+    for i, n in enumerate(names):
+        now = time.monotonic()  # a fair share of what is left, with slack for families that finish early
+        fam_deadline = min(deadline, now + 1.5 * max(20.0, (deadline - now) / (len(names) - i)))
+        try:
+            summaries.append(run_family(n, gpu, fam_deadline, log, args.small))
+        except Exception as e:  # noqa: BLE001
+            log({"family": n, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]})
+    tab = table(summaries, gpu.ok)
+    print("\n" + info["timing"] + "\n" + tab, flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"info": info, "summaries": summaries, "rows": raw, "table": tab}, indent=1))
+    print(f"wrote {out} in {time.monotonic() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
