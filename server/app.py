@@ -60,6 +60,12 @@ def create_server() -> KsearchServer:
     @ls.feature(types.SHUTDOWN)
     def shutdown(params: None) -> None:
         ls.jobs.shutdown()
+        # pygls cancels pending requests while iterating over them, and a cancelled executeCommand
+        # removes itself from that dict at once (RuntimeError): cancel them here, over a copy.
+        current = ls.protocol.msg_id
+        for msg_id, fut in list(ls.protocol._request_futures.items()):
+            if msg_id != current and not fut.done():
+                fut.cancel()
         if ls.watch_stop is not None:
             ls.watch_stop.set()
 

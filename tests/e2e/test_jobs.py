@@ -1,0 +1,151 @@
+"""Jobs: cancelling a running Optimize (three ways), the API key reaching only the worker's environment,
+settings changes reaching the next job, and results surviving a server restart."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+
+from ksearch_engine.store import Store
+
+from .conftest import Editor, start_editor, stop_editor
+from .test_port_flow import KERNEL, at, doc, execute, kernel_line, lens_titles
+
+SECRET = "test-gemini-key-3141"
+
+
+def store_of(root: Path) -> Store:
+    return Store(root / ".ksearch" / "ksearch.db")
+
+
+async def wait_running(editor: Editor, root: Path) -> dict:
+    store = store_of(root)
+
+    def running():
+        rows = [r for r in store.runs(limit=5) if r["status"] == "running" and r["worker_pid"]]
+        return rows[0] if rows else None
+    return await editor.wait_for(running, timeout=60, what="a running worker")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["cancelRequest", "progress", "command"])
+async def test_cancel_a_running_optimize(workspace: Path, how: str):
+    ed = await start_editor(workspace, "vscode", settings={"budget": {"evaluations": 500}, "backend": "mlx-cpu"})
+    try:
+        uri = ed.open(workspace / "softmax.cu")
+        titles = await lens_titles(ed, uri)
+        assert "Optimize kernel" in titles, titles         # softmax is a family the engine knows
+        params = types.ExecuteCommandParams(command="ksearch.optimize", arguments=[uri, KERNEL])
+        fut = ed.client.protocol.send_request(types.WORKSPACE_EXECUTE_COMMAND, params, msg_id="optimize-1")
+        run = await wait_running(ed, workspace)
+        assert alive(run["worker_pid"])
+        if how == "cancelRequest":
+            ed.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="optimize-1"))
+        elif how == "progress":
+            token = f"ksearch-{run['id']}"
+            await ed.wait_for(lambda: ed.client.progress_reports.get(token), what="progress begin")
+            ed.client.protocol.notify(types.WINDOW_WORK_DONE_PROGRESS_CANCEL,
+                                      types.WorkDoneProgressCancelParams(token=token))
+        else:
+            assert (await execute(ed, types.Command(title="Cancel", command="ksearch.cancel",
+                                                    arguments=[run["id"]])))["cancelled"] is True
+        store = store_of(workspace)
+        await ed.wait_for(lambda: store.run(run["id"])["status"] == "cancelled", timeout=30, what="status cancelled")
+        await ed.wait_for(lambda: not alive(run["worker_pid"]), timeout=15, what="the worker to exit")
+        reports = await ed.wait_for(lambda: [r for r in ed.client.progress_reports.get(f"ksearch-{run['id']}", [])
+                                             if r.kind == "end"], what="progress end")
+        assert "cancel" in reports[-1].message
+        if how == "cancelRequest":
+            with pytest.raises(Exception, match="cancel"):
+                await asyncio.wrap_future(fut)
+        else:
+            assert (await asyncio.wrap_future(fut))["status"] == "cancelled"
+        assert store.integrity() == "ok"
+    finally:
+        await stop_editor(ed)
+
+
+async def test_api_key_only_in_the_worker_environment(workspace: Path):
+    holder_settings = {"budget": {"evaluations": 500}, "backend": "mlx-cpu"}
+    ed = await start_editor(workspace, "vscode", settings=holder_settings)
+    try:
+        ed.client.protocol.notify("ksearch/secret", {"geminiApiKey": SECRET})
+        uri = ed.open(workspace / "softmax.cu")
+        params = types.ExecuteCommandParams(command="ksearch.optimize", arguments=[uri, KERNEL])
+        ed.client.protocol.send_request(types.WORKSPACE_EXECUTE_COMMAND, params)
+        run = await wait_running(ed, workspace)
+        env = Path(f"/proc/{run['worker_pid']}/environ").read_bytes().split(b"\0")
+        assert f"GEMINI_API_KEY={SECRET}".encode() in env
+        request_files = list((workspace / ".ksearch" / "requests").glob("*.json"))
+        assert request_files and all(SECRET not in f.read_text() for f in request_files)
+        assert SECRET not in json.dumps(store_of(workspace).run(run["id"])["config"])
+        await execute(ed, types.Command(title="Cancel", command="ksearch.cancel", arguments=[run["id"]]))
+    finally:
+        await stop_editor(ed)
+
+
+async def test_settings_change_reaches_the_next_job(workspace: Path):
+    ed = await start_editor(workspace, "neovim", settings={"budget": {"evaluations": 3}, "backend": "mlx-cpu"})
+    try:
+        uri = ed.open(workspace / "softmax.cu")
+        ed.client.set_configuration({"ksearch": {"budget": {"evaluations": 2}, "backend": "sim",
+                                                 "proposer": "offline", "concurrency": 2}})
+        ed.client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+        await asyncio.sleep(0.3)
+        done = await execute(ed, types.Command(title="Port", command="ksearch.port", arguments=[uri, KERNEL]))
+        config = store_of(workspace).run(done["runId"])["config"]
+        assert config["max_evals"] == 2 and config["backend"] == "sim"
+    finally:
+        await stop_editor(ed)
+
+
+async def test_results_survive_a_restart(workspace: Path):
+    source = workspace / "softmax.cu"
+    ed = await start_editor(workspace, "vscode")
+    try:
+        uri = ed.open(source)
+        done = await execute(ed, types.Command(title="Port", command="ksearch.port", arguments=[uri, KERNEL]))
+        assert done["status"] == "done", done["message"]
+    finally:
+        await stop_editor(ed)
+
+    # A run whose worker died with the old server (pid that no longer exists) must not stay 'running'.
+    store = store_of(workspace)
+    orphan = store.create_run("optimize", file=str(source), kernel=KERNEL, status="running")
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    store.update_run(orphan, worker_pid=dead)
+
+    ed = await start_editor(workspace, "vscode")
+    try:
+        uri = ed.open(source)
+        line = kernel_line(source)
+        titles = await lens_titles(ed, uri)
+        assert {"Accept", "Reject"} <= set(titles)          # the result still waits for a decision
+        payload = await ed.client.protocol.send_request_async(
+            "ksearch/candidate", {"runId": done["runId"], "candidateId": done["candidateId"]})
+        assert "def kernel(" in payload.candidate
+        hints = await ed.client.text_document_inlay_hint_async(types.InlayHintParams(
+            text_document=doc(uri), range=types.Range(start=types.Position(line=0, character=0),
+                                                      end=types.Position(line=100, character=0))))
+        assert [h.label for h in hints] == ["✓ verified (sim)"]
+        hover = await ed.client.text_document_hover_async(types.HoverParams(
+            text_document=doc(uri), position=types.Position(line=line, character=20)))
+        assert done["runId"] in hover.contents.value
+        await ed.wait_for(lambda: store.run(orphan)["status"] == "failed", timeout=10, what="orphan marked failed")
+        assert "re-run" in store.run(orphan)["message"]
+    finally:
+        await stop_editor(ed)
