@@ -161,9 +161,7 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w("        init_value=0 if ATOMIC_OUTPUTS else None)")
     w("    return outs[0]" if len(outs) == 1 else "    return tuple(outs)")
     if profile is not None:
-        ref = profile.reference
-        for n, v in template_values.items():
-            ref = _replace_word(ref, n, v)
+        ref = tr.task_hint["reference"].split("\n\n\n", 1)[1]
         w("")
         w("")
         w(f"# The {profile.family} family's definition in MLX operations (what the port is checked against).")

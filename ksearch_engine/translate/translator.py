@@ -267,8 +267,18 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                      input_names=_input_names(plan), output_names=[a.name for a in plan.arrays if a.output],
                      atomic_outputs=ctx.atomic, report=issues, rules_applied=list(rw.applied))
     tr.task_hint = _task_hint(plan, profile, k, template_values)
+    if profile is not None:
+        ref = profile.reference
+        for n, v in template_values.items():
+            ref = _replace_word(ref, n, v)
+        tr.task_hint["reference"] = "import math\n\nimport mlx.core as mx\n\n\n" + ref
     tr.module_text = emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes, k)
     return tr
+
+
+def _replace_word(text: str, word: str, value: str) -> str:
+    import re
+    return re.sub(r"\b" + re.escape(word) + r"\b", value, text)
 
 
 def _identifiers(text: str) -> list[str]:

@@ -166,3 +166,18 @@ def test_grid_stride_template_kernel_with_host_helpers(monkeypatch):
     for kind in ("metal", "cuda"):
         monkeypatch.setenv("KSEARCH_PORT_BACKEND", kind)
         assert np.allclose(np.array(mod.kernel(mx.array(x), s=3.0)), original)
+
+
+def test_a_port_passes_the_evaluator_on_the_sim_backend():
+    """The port module is a candidate the evaluator accepts, with a task built from the translator's hint."""
+    from ksearch_engine.evaluate import evaluate_once
+
+    _, _, tr, _ = _port(ROOT / "examples/rmsnorm/rmsnorm.cu")
+    hint = tr.task_hint
+    task = KernelTask(name=tr.kernel, family=hint["family"], inputs=[InputSpec(**i) for i in hint["inputs"]],
+                      outputs=tr.output_names, reference=hint["reference"],
+                      workloads=[Workload(name="small", dims=hint["dims"])], seeds=[0])
+    assert evaluate_once(task, tr.module_text, backend="sim", timing=False).status == "passed"
+    broken = tr.module_text.replace("rsqrt(t / (float)cols + eps)", "rsqrt(t / (float)cols + eps) * 1.01f")
+    assert broken != tr.module_text
+    assert evaluate_once(task, broken, backend="sim", timing=False).status == "failed"
