@@ -13,9 +13,10 @@ import sys
 import traceback
 import types
 
-_proto = os.fdopen(os.dup(1), "w", buffering=1)
+_PROTO = os.dup(1)   # the reply channel; fd 1 now points at stderr
 os.dup2(2, 1)
 sys.stdout = sys.stderr
+_GUARDS_OFF = frozenset(filter(None, os.environ.pop("KSEARCH_GUARDS_OFF", "").split(",")))
 
 import time  # noqa: E402
 
@@ -23,41 +24,201 @@ import numpy as np  # noqa: E402
 
 _perf = time.perf_counter  # captured before any candidate runs: patching time.* cannot fool the timer
 
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 
-def _hide_secrets() -> None:
-    """Cover the user's secret folders with empty tmpfs mounts (we are root in our own mount namespace)."""
-    paths = [p for p in os.environ.pop("KSEARCH_HIDE", "").split(os.pathsep) if p]
-    if not paths:
-        return
+
+def _under(p: str, root: str) -> bool:
+    return p == root or p.startswith(root.rstrip("/") + "/")
+
+
+def _confine() -> dict:
+    """Hide the user's home and temp folders behind empty tmpfs mounts, bind back what the run needs.
+
+    We are root in our own mount namespace here (sandbox.py started us under `unshare`); nothing we mount
+    propagates out. Privileges are dropped later, once MLX is loaded (`_drop_privileges`).
+    """
+    spec = os.environ.pop("KSEARCH_CONFINE", "")
+    if not spec:
+        return {}
+    spec = json.loads(spec)
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None)  # MS_REC | MS_PRIVATE: nothing propagates out
-    for p in paths:
-        if os.path.isdir(p):
-            libc.mount(b"tmpfs", p.encode(), b"tmpfs", 0, b"size=64k,mode=700")
+
+    def mount(src, dst: str, fstype, flags: int, data) -> None:
+        if libc.mount(src, dst.encode(), fstype, flags, data) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"ksearch sandbox: cannot mount over {dst}: {os.strerror(err)}")
+
+    mount(b"none", "/", None, _MS_REC | _MS_PRIVATE, None)
+    hide = [p for p in spec["hide"] if os.path.lexists(p) and p != "/"]
+    covers = hide + spec["tmp"]
+    keep = [k for k in spec["keep"] if any(_under(k, c) and k != c for c in covers)
+            and not any(_under(c, k) for c in covers)]  # never bind a whole hidden folder back
+    keep = [k for k in keep if not any(k != o and _under(k, o) for o in keep)]
+    fds = {k: os.open(k, os.O_PATH) for k in keep}
+    for p in hide:
+        if os.path.isdir(p) and not os.path.islink(p):
+            mount(b"tmpfs", p, b"tmpfs", 0, b"size=1m,mode=755")
         else:
-            libc.mount(b"/dev/null", p.encode(), None, 0x1000, None)  # MS_BIND
+            mount(b"/dev/null", p, None, _MS_BIND, None)
+    for p in spec["tmp"]:
+        mount(b"tmpfs", p, b"tmpfs", 0, f"size={int(spec['tmp_mb'])}m,mode=1777".encode())
+    for k, fd in fds.items():
+        src = f"/proc/self/fd/{fd}"
+        if os.path.isdir(src):
+            os.makedirs(k, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(k), exist_ok=True)
+            open(k, "a").close()
+        mount(src.encode(), k, None, _MS_BIND | _MS_REC, None)
+        os.close(fd)
+    return {"hide": hide, "keep": keep, "uid": spec.get("uid")}
 
 
-_hide_secrets()
-
-_net_attempts: list[str] = []
+_CONFINED = _confine()
 
 
-def _audit(event: str, args: tuple) -> None:
-    """Refuse network use from anything in this process (an audit hook cannot be removed by the candidate)."""
-    if event in ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo"):
-        _net_attempts.append(f"{event} {args[1:2]}")
-        raise PermissionError(f"ksearch sandbox: network access is not allowed ({event})")
+def _drop_privileges(needs: list[str]) -> str:
+    """Become the sandbox's own uid (no capabilities: the mounts above cannot be undone, nothing of the
+    user's can be written), after checking with effective ids only that this uid still reaches `needs`."""
+    uid = _CONFINED.get("uid")
+    if uid is None:
+        return "unchanged" if os.geteuid() else "root (not dropped: no namespaces or drop_privileges off)"
+    os.setgroups([])
+    os.setegid(uid)
+    os.seteuid(uid)
+    blocked = [p for p in needs if not os.access(p, os.R_OK | os.X_OK, effective_ids=True)]
+    blocked += [p for p in (os.path.dirname(os.getcwd()),) if not os.access(p, os.X_OK, effective_ids=True)]
+    blocked += [p for p in (os.getcwd(),) if not os.access(p, os.W_OK | os.X_OK, effective_ids=True)]
+    os.seteuid(0)
+    os.setegid(0)
+    if blocked:
+        return f"root (not dropped: uid {uid} cannot reach {blocked[0]})"
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    return f"uid {uid}"
 
 
-sys.addaudithook(_audit)
+# -- the in-process guard ------------------------------------------------------------------------------
+# Every attempt it sees is written at once to the reply channel as an event line, so a candidate cannot take
+# it back; the evaluator (another process) decides. Its state lives in this closure only (no module global a
+# candidate could clear), and the audit hook cannot be removed.
+_NET = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+        "socket.gethostbyname", "socket.gethostbyaddr", "socket.gethostbyname_ex"}
+_PROC = {"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "subprocess.Popen", "os.system",
+         "os.startfile", "pty.spawn"}
+_SIG = {"os.kill", "os.killpg", "signal.pthread_kill"}
+_MEM = {"gc.get_objects", "gc.get_referrers", "gc.get_referents"}
+_FRAMES = {"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys._current_exceptions"}
+_FRAME_ATTRS = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"}
+_VIA = ("inspect.py", "traceback.py")  # stdlib helpers a candidate may walk frames through
+
+
+def _make_guard():
+    state = {"active": False, "busy": False, "events": []}
+    hidden = tuple(_CONFINED.get("hide", ()))
+    kept = tuple(_CONFINED.get("keep", ()))
+    enforce = "audit" not in _GUARDS_OFF
+
+    def from_candidate(depth: int = 2) -> bool:
+        f = sys._getframe(depth)
+        for _ in range(4):
+            if f is None:
+                return False
+            name = f.f_code.co_filename
+            if name.startswith("<candidate_"):
+                return True
+            if not name.endswith(_VIA):
+                return False
+            f = f.f_back
+        return False
+
+    trusted: set = set()  # code objects allowed to start processes (the simulator's compiler calls)
+
+    def from_trusted() -> bool:
+        """Whether the process is started by the CPU simulator's own compile step (identified by its code
+        objects, which a candidate cannot forge), not by candidate code."""
+        f = sys._getframe(2)
+        for _ in range(12):
+            if f is None:
+                return False
+            if f.f_code in trusted:
+                return True
+            f = f.f_back
+        return False
+
+    def flag(kind: str, detail: str, block: bool) -> None:
+        state["events"].append((kind, detail))
+        line = (json.dumps({"event": kind, "detail": detail[:300]}) + "\n").encode()
+        try:
+            os.write(_PROTO, line)
+        except OSError:
+            pass
+        if block:
+            raise PermissionError(f"ksearch sandbox: {detail}")
+
+    def hook(event: str, args: tuple) -> None:
+        if not enforce or state["busy"]:
+            return
+        if event in _NET:
+            return flag("network", f"network access is not allowed ({event} {args[1:2]!r})", True)
+        if not state["active"]:
+            return
+        state["busy"] = True  # our own sys._getframe below raises audit events too
+        try:
+            if event in _PROC and not from_trusted():
+                return flag("process", f"candidates may not start processes ({event})", True)
+            if event in _SIG:
+                return flag("signal", f"candidates may not send signals ({event} {args!r})", True)
+            if event in _MEM:
+                return flag("memory", f"candidates may not walk the interpreter's objects ({event})", True)
+            if event in _FRAMES and from_candidate():
+                return flag("frames", f"candidates may not inspect the evaluator's stack ({event})", True)
+            if event == "object.__getattr__" and args[1] in _FRAME_ATTRS and from_candidate():
+                return flag("frames", f"candidates may not inspect the evaluator's stack (.{args[1]})", True)
+            if event == "object.__setattr__" and from_candidate():
+                owner = getattr(args[0], "__module__", "") or ""
+                if not str(owner).startswith("candidate_"):
+                    return flag("patch", f"patched {getattr(args[0], '__qualname__', type(args[0]).__name__)}.{args[1]}", True)
+            if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
+                p = os.path.abspath(os.fsdecode(args[0]))
+                if any(_under(p, h) for h in hidden) and not any(_under(p, k) for k in kept):
+                    return flag("secrets", f"tried to read {p} (hidden from candidates)", True)
+                if p.startswith("/proc/") and p.endswith(("/environ", "/mem", "/cmdline")) and not p.startswith("/proc/self/"):
+                    return flag("secrets", f"tried to read {p} (another process's environment or memory)", True)
+        finally:
+            state["busy"] = False
+
+    sys.addaudithook(hook)
+
+    class Guard:
+        __slots__ = ()
+
+        @staticmethod
+        def activate(on: bool) -> None:
+            state["active"] = on
+
+        @staticmethod
+        def trust(codes) -> None:
+            trusted.update(codes)
+
+        @staticmethod
+        def drain() -> list:
+            ev = list(state["events"])
+            state["events"].clear()
+            return ev
+
+    return Guard()
+
+
+_guard_factory = _make_guard  # called once by main(); the instance is never stored in a module global
 
 
 def _reply(obj: dict) -> None:
-    _proto.write(json.dumps(obj) + "\n")
-    _proto.flush()
+    data = (json.dumps(obj) + "\n").encode()
+    while data:
+        data = data[os.write(_PROTO, data):]
 
 
 def _load_mlx(backend: str):
@@ -69,11 +230,27 @@ def _load_mlx(backend: str):
     return mx
 
 
-def _watched(mx) -> dict:
-    """Functions a cheating candidate would patch to fake its time or results."""
-    return {"mx.eval": mx.eval, "mx.synchronize": mx.synchronize, "time.perf_counter": time.perf_counter,
-            "time.time": time.time, "time.monotonic": time.monotonic, "np.allclose": np.allclose,
-            "np.save": np.save, "mx.array": mx.array}
+def _make_tamper_check(mx):
+    """Snapshot every function of the modules a cheat would patch (MLX, numpy, time, os, builtins, this
+    worker); the returned check names what changed. The snapshot lives in this closure only."""
+    import builtins
+
+    mods = {"mx": mx, "mx.fast": mx.fast, "mx.random": mx.random, "mx.linalg": mx.linalg, "np": np,
+            "np.linalg": np.linalg, "time": time, "os": os, "builtins": builtins, "json": json,
+            "worker": sys.modules[__name__]}
+    snap = {(m, k): v for m, mod in mods.items() for k, v in list(vars(mod).items())
+            if callable(v) or isinstance(v, types.ModuleType)}
+    snap.update({("Worker", k): v for k, v in vars(Worker).items()})
+
+    def tampered() -> list[str]:
+        if "tamper" in _GUARDS_OFF:
+            return []
+        now = {m: vars(mod) for m, mod in mods.items()}
+        now["Worker"] = vars(Worker)
+        return [f"{m}.{k}".replace("worker.", "evaluator's ").replace("Worker.", "evaluator's Worker.")
+                for (m, k), v in snap.items() if now[m].get(k) is not v]
+
+    return tampered
 
 
 def _to_mx(mx, a: np.ndarray, dtype: str):
@@ -109,16 +286,34 @@ def _tb_tail(exc: BaseException, fname: str) -> str:
     return "".join(lines[-8:]).strip()
 
 
-class Worker:
-    def __init__(self, backend: str):
-        self.backend = backend
-        self.mx = _load_mlx(backend)
-        self.watch = _watched(self.mx)
-        self.count = 0
+class CheatError(Exception):
+    """The candidate was caught doing something it may not do: its message is the reason."""
 
-    def tampered(self) -> list[str]:
-        now = _watched(self.mx)
-        return [k for k, v in self.watch.items() if now[k] is not v]
+
+def _close(mx, got, want, tol) -> tuple[bool, str]:
+    """Whether `got` matches `want` within the task's tolerance; if not, where and by how much."""
+    g, w = _to_np(mx, got).astype(np.float64), _to_np(mx, want).astype(np.float64)
+    if g.shape != w.shape:
+        return False, f"shape {list(g.shape)} instead of {list(w.shape)}"
+    err = np.where(np.isnan(g) & np.isnan(w), 0.0, np.abs(g - w))
+    err = np.where(np.isnan(g) != np.isnan(w), np.inf, err)
+    bad = err > tol["atol"] + tol["rtol"] * np.abs(w)
+    if not bad.any():
+        return True, ""
+    i = int(np.argmax(np.where(bad, err, -1.0)))
+    return False, f"got {g.flat[i]:.6g}, expected {w.flat[i]:.6g} at flat index {i}"
+
+
+class Worker:
+    def __init__(self, backend: str, guard):
+        self.backend = backend
+        self.guard = guard
+        self.mx = _load_mlx(backend)
+        from ksearch_engine.task import KernelTask  # loaded before privileges are dropped
+        self.Task = KernelTask
+        self.tampered = _make_tamper_check(self.mx)
+        self.count = 0
+        self.loaded = None
 
     # -- reference ---------------------------------------------------------------------------------
     def reference(self, req: dict) -> dict:
@@ -140,13 +335,60 @@ class Worker:
 
     # -- candidate ---------------------------------------------------------------------------------
     def candidate(self, req: dict) -> dict:
+        return self._guarded(self._candidate, req)
+
+    def timing(self, req: dict) -> dict:
+        return self._guarded(self._timing, req)
+
+    def _guarded(self, step, req: dict) -> dict:
+        """Run one step of candidate code with the guard on; whatever the guard saw overrides the reply."""
+        import threading
+
+        threads = threading.active_count()
+        self.guard.drain()
+        self.guard.activate(True)
+        try:
+            rep = step(req)
+        except CheatError as e:
+            rep = {"status": "cheating", "message": str(e)}
+        finally:
+            self.guard.activate(False)
+        events = self.guard.drain()
+        if events:  # the evaluator saw them on the channel too; this names the first in the reply
+            kind, detail = events[0]
+            rep = {"status": "cheating", "message": detail, "guard": kind}
+        elif rep.get("status") == "ok":
+            bad = self.tampered()
+            if bad:
+                rep = {"status": "cheating", "message": f"replaced {', '.join(bad[:4])} (timer or evaluator functions patched)",
+                       "guard": "tamper"}
+            elif threading.active_count() > threads:
+                rep = {"status": "cheating", "message": "left a thread running after it returned", "guard": "threads"}
+        rep["nonce"] = req.get("nonce")
+        return rep
+
+    def _timing(self, req: dict) -> dict:
+        if self.loaded is None:
+            return {"status": "runtime_error", "message": "no verified candidate to time"}
+        fn, ref_fn, fname = self.loaded
+        try:
+            return {"status": "ok", "timings": self.time(fn, ref_fn, req)}
+        except CheatError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            return {"status": "runtime_error", "message": "while timing: " + _tb_tail(e, fname)}
+
+    def _candidate(self, req: dict) -> dict:
         mx = self.mx
         self.count += 1
+        self.loaded = None
         fname = f"candidate_{self.count}"
         try:
             mod = _load_module(req["source"], fname)
         except SyntaxError as e:
             return {"status": "compile_error", "message": f"line {e.lineno}: {e.msg}"}
+        except PermissionError as e:
+            raise CheatError(str(e)) from None
         except Exception as e:  # noqa: BLE001 - any failure at import time is the candidate's
             return {"status": "compile_error", "message": _tb_tail(e, fname)}
         fn = getattr(mod, req["entry"], None)
@@ -167,8 +409,6 @@ class Worker:
                 mx.eval(*second)
             except Exception as e:  # noqa: BLE001
                 msg = _tb_tail(e, fname)
-                if _net_attempts:
-                    return {"status": "cheating", "message": f"tried to use the network ({_net_attempts[0]}); candidates run without network"}
                 if isinstance(e, MemoryError) or "bad_alloc" in msg or "[malloc]" in msg:
                     return {"status": "resource_limit", "message": "ran out of memory (the sandbox's memory limit): " + msg[-300:]}
                 status = "compile_error" if "compil" in msg.lower() or "SimError" in msg else "runtime_error"
@@ -191,68 +431,96 @@ class Worker:
                     np.save(p, _to_np(mx, o))
                     paths.append(p)
             outputs[item["key"]] = paths
-        reply = {"status": "ok", "outputs": outputs}
-        if req.get("timing"):
-            try:
-                reply["timings"] = self.time(fn, req)
-            except Exception as e:  # noqa: BLE001
-                return {"status": "runtime_error", "message": "while timing: " + _tb_tail(e, fname)}
-        if _net_attempts:
-            return {"status": "cheating", "message": f"tried to use the network ({_net_attempts[0]}); candidates run without network"}
-        bad = self.tampered()
-        if bad:
-            return {"status": "cheating", "message": f"replaced {', '.join(bad)} (timer or evaluator functions patched)"}
-        return reply
+        self.loaded = (fn, ref_fn, fname)  # timed by a separate request once the evaluator has passed it
+        return {"status": "ok", "outputs": outputs}
 
-    def time(self, fn, req: dict) -> list[dict]:
-        """Interleave baseline and candidate, one call per eval + synchronize, median and IQR."""
+    def time(self, fn, ref_fn, req: dict) -> list[dict]:
+        """Interleave baseline and candidate, one call per eval + synchronize, median and IQR. Outputs of a
+        few timed calls, picked at random, are checked afterwards against the reference on the same inputs:
+        a candidate that recognises the timing loop and skips work there is caught."""
+        import random
+
         mx = self.mx
-        from ksearch_engine.task import KernelTask
-
-        task = KernelTask.model_validate(req["task"])
+        task = self.Task.model_validate(req["task"])
         base = _load_module(task.baseline_source(), "baseline")
         base_fn = getattr(base, "baseline")
         t = req["timing"]
+        repeats = t.get("repeats", 20)
+        pick = random.SystemRandom()
+        recheck = "recheck" not in _GUARDS_OFF
+        dtypes = [s.dtype for s in task.inputs]
+        dt = next((d for d in ("bfloat16", "float16") if d in dtypes), "float32")
+        tol = task.tolerance(dt).model_dump()
         out = []
         for wl in task.timing_workloads():
             arrays = task.make_inputs(wl, seed=1234)
-            dtypes = [s.dtype for s in task.inputs]
             nbytes = sum(a.nbytes for a in arrays)
             copies = 1 if self.backend in ("mlx-cpu", "sim") else max(1, min(8, math.ceil(100e6 / max(nbytes, 1))))
             sets = [[_to_mx(mx, a, d) for a, d in zip(arrays, dtypes)] for _ in range(copies)]
             for s in sets:
                 mx.eval(*s)
-            def once(f, xs):
+            check = {pick.randrange(min(5, repeats)), pick.randrange(repeats), pick.randrange(repeats)}
+            kept: dict[int, tuple] = {}
+            last: list = [None]
+
+            def once(f, xs, i=None):
                 t0 = _perf()
                 r = _as_tuple(f(*xs))
                 mx.eval(*r)
                 mx.synchronize()
-                return (_perf() - t0) * 1e3
+                dt_ms = (_perf() - t0) * 1e3
+                if i is not None:
+                    if any(o is x for o in r for x in xs) or (last[0] is not None and any(o is p for o in r for p in last[0])):
+                        raise CheatError(f"returned an input or the previous call's array while being timed (timed call {i + 1} on {wl.name}): outputs must be fresh")
+                    last[0] = r
+                    if i in check:
+                        kept[i] = r
+                return dt_ms
+
             for i in range(t.get("warmup", 3)):
                 once(base_fn, sets[i % copies])
                 once(fn, sets[i % copies])
             tb, tc = [], []
             deadline = _perf() + t.get("max_s", 20.0)
-            for i in range(t.get("repeats", 20)):
+            for i in range(repeats):
                 tb.append(once(base_fn, sets[i % copies]))
-                tc.append(once(fn, sets[i % copies]))
+                tc.append(once(fn, sets[i % copies], i))
                 if _perf() > deadline and i >= 4:
                     break
-            out.append({"workload": wl.name, "cand": tc, "base": tb, "copies": copies})
+            if recheck:
+                for i, r in sorted(kept.items()):
+                    want = _as_tuple(ref_fn(*sets[i % copies]))
+                    if len(r) != len(want):
+                        raise CheatError(f"returned {len(r)} outputs while being timed (timed call {i + 1} on {wl.name}), {len(want)} when checked")
+                    for j, (g, w) in enumerate(zip(r, want)):
+                        ok, where = _close(mx, g, w, tol)
+                        if not ok:
+                            raise CheatError(f"returned a wrong result while being timed (timed call {i + 1} on {wl.name}, "
+                                             f"output {j}: {where}); it passed verification, so it behaves differently when timed")
+            out.append({"workload": wl.name, "cand": tc, "base": tb, "copies": copies, "rechecked": len(kept) if recheck else 0})
         return out
 
 
 def main() -> None:
     backend = sys.argv[1] if len(sys.argv) > 1 else "mlx-cpu"
+    guard = _guard_factory()
     try:
-        w = Worker(backend)
+        w = Worker(backend, guard)
+        if backend == "sim":  # the simulator compiles kernels with g++: its own calls may start processes
+            from ksearch_engine.sim import build as _build
+            guard.trust({f.__code__ for f in vars(_build).values() if callable(f) and hasattr(f, "__code__")})
         dev = ""
         try:
             info = w.mx.device_info()
             dev = str(info.get("device_name") or info.get("architecture") or "")
         except Exception:  # noqa: BLE001
             pass
-        _reply({"ready": True, "mlx_version": w.mx.__version__, "device": dev,
+        import mlx
+
+        needs = [os.path.dirname(np.__file__), list(mlx.__path__)[0], os.path.dirname(os.__file__),
+                 os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+        user = _drop_privileges(needs)
+        _reply({"ready": True, "mlx_version": w.mx.__version__, "device": dev, "user": user,
                 "default_device": str(w.mx.default_device())})
     except Exception as e:  # noqa: BLE001
         _reply({"ready": False, "message": f"{type(e).__name__}: {e}"})
@@ -260,11 +528,18 @@ def main() -> None:
     for line in sys.stdin:
         req = json.loads(line)
         try:
-            rep = w.reference(req) if req["op"] == "reference" else w.candidate(req)
+            if req["op"] == "ping":
+                rep = {"pong": req.get("nonce")}
+            elif req["op"] == "reference":
+                rep = w.reference(req)
+            elif req["op"] == "time":
+                rep = w.timing(req)
+            else:
+                rep = w.candidate(req)
         except MemoryError:
-            rep = {"status": "resource_limit", "message": "ran out of memory (the sandbox's memory limit)"}
+            rep = {"status": "resource_limit", "message": "ran out of memory (the sandbox's memory limit)", "nonce": req.get("nonce")}
         except Exception as e:  # noqa: BLE001
-            rep = {"status": "runtime_error", "ok": False, "message": f"{type(e).__name__}: {e}"}
+            rep = {"status": "runtime_error", "ok": False, "message": f"{type(e).__name__}: {e}", "nonce": req.get("nonce")}
         _reply(rep)
 
 

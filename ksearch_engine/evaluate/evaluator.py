@@ -3,6 +3,11 @@
 The evaluator owns two sandboxed children: a reference worker (run once per task, its outputs read back
 and its files deleted before any candidate runs) and a warm candidate worker reused across candidates
 until one of them fails, cheats or dies, after which a fresh one is started.
+
+Nothing the worker says is trusted beyond what this process can check: outputs are compared here; every
+reply must carry its request's nonce and be followed by the answer to a fresh ping (a candidate that forges
+replies desynchronises the channel); guard events the worker streams cannot be taken back; the scratch
+directory is held to a quota; processes left in the worker's cgroup are killed and reported.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -22,9 +28,17 @@ import numpy as np
 from .. import backend as backends
 from ..task import KernelTask
 from .models import EvalResult, Limits, Mismatch, Timing
-from .sandbox import kill_group, spawn
+from .sandbox import kill_group, scratch_usage, spawn
 
 SUSPECT_SPEEDUP = 10.0
+
+
+class ProtocolError(Exception):
+    """The worker's reply channel carried something the protocol does not allow (forged or garbled)."""
+
+
+class QuotaError(Exception):
+    """The worker's scratch directory went over its quota."""
 
 
 class _Child:
@@ -32,40 +46,73 @@ class _Child:
 
     def __init__(self, backend: str, scratch: Path, limits: Limits):
         self.scratch = scratch
+        self.limits = limits
         self.stderr = scratch.parent / f"{scratch.name}.stderr"
+        shutil.rmtree(scratch, ignore_errors=True)  # nothing a previous worker left is handed on
         cmd = [sys.executable, "-m", "ksearch_engine.evaluate.child", backend]
         pkg_root = str(Path(__file__).resolve().parents[2])
         self.proc, self.applied, self.cgroup = spawn(
             cmd, scratch, limits, backend=backend, stderr_path=self.stderr,
             env_extra={"PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH")]))})
         self.buf = b""
+        self.events: list[dict] = []   # guard events streamed by the worker since the last request
         self.hello = self.read(timeout=120)
+        if self.hello:
+            self.applied["user"] = self.hello.get("user", "")
+        self.base_pids = len(self.cgroup.pids())
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def send(self, obj: dict) -> None:
+        self.events = []
         self.proc.stdin.write((json.dumps(obj) + "\n").encode())
         self.proc.stdin.flush()
 
-    def read(self, timeout: float) -> dict | None:
-        """The next reply, or None on timeout; raises EOFError when the child died."""
+    def read(self, timeout: float, watch_scratch: bool = False) -> dict | None:
+        """The next reply, or None on timeout; raises EOFError when the child died, ProtocolError on a
+        line that is not JSON, QuotaError when the scratch directory goes over its quota."""
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            r, _, _ = select.select([fd], [], [], left)
-            if not r:
+        while True:
+            while b"\n" not in self.buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                r, _, _ = select.select([fd], [], [], min(left, 0.5))
+                if watch_scratch:
+                    self.check_scratch()
+                if not r:
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    self.proc.wait(timeout=5)
+                    raise EOFError(self.proc.returncode)
+                self.buf += chunk
+                if len(self.buf) > 64 << 20:
+                    raise ProtocolError("the worker sent an over-long reply")
+            line, self.buf = self.buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                raise ProtocolError(f"the worker sent a line that is not JSON: {line[:80]!r}") from None
+            if not isinstance(msg, dict):
+                raise ProtocolError("the worker sent a reply that is not an object")
+            if "event" in msg:
+                self.events.append(msg)
                 continue
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                self.proc.wait(timeout=5)
-                raise EOFError(self.proc.returncode)
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+            return msg
+
+    def check_scratch(self) -> None:
+        used, files = scratch_usage(self.scratch, self.limits.scratch_files)
+        if used > self.limits.scratch_mb << 20 or files > self.limits.scratch_files:
+            raise QuotaError(f"filled its scratch directory ({used >> 20} MB in {files}"
+                             f"{'+' if files > self.limits.scratch_files else ''} files; the quota is "
+                             f"{self.limits.scratch_mb} MB and {self.limits.scratch_files} files)")
+
+    def stray_processes(self) -> int:
+        """Processes in the worker's cgroup beyond the ones it started with."""
+        return max(0, len(self.cgroup.pids()) - self.base_pids)
 
     def log_tail(self, n: int = 15) -> str:
         try:
@@ -100,8 +147,8 @@ class Evaluator:
 
     def __init__(self, task: KernelTask, backend: str | None = None, *, limits: Limits | None = None,
                  repeats: int = 20, warmup: int = 3, workdir: Path | None = None, timing_max_s: float = 20.0):
-        self.task = task
         self.info = backends.info(backend)
+        self.task = task.for_backend(self.info.name)
         self.backend = self.info.name
         self.limits = limits or Limits(wall_s=180.0 if self.backend == "sim" else 60.0)
         self.repeats, self.warmup, self.timing_max_s = repeats, warmup, timing_max_s
@@ -200,20 +247,31 @@ class Evaluator:
                "items": self._items, "out_dir": str(out_dir), "input_names": [s.name for s in self.task.inputs],
                "task": self.task.model_dump(mode="json")}
         timed = timing and self.info.timed
-        if timed:
-            req["timing"] = {"repeats": self.repeats, "warmup": self.warmup, "max_s": self.timing_max_s}
-        child.send(req)
         try:
-            rep = child.read(timeout=self.limits.wall_s)
+            rep = self._ask(child, req)
         except EOFError as e:
             status, msg = _death_reason(e.args[0] if e.args else None)
+            if child.events:  # it was caught at something before it died
+                status, msg = "cheating", child.events[0].get("detail", "")
             res = self._base(status=status, kind=kind, message=msg, log_tail=child.log_tail(),
+                             sandbox=child.applied)
+            self._restart()
+            return res
+        except ProtocolError as e:
+            res = self._base(status="cheating", kind=kind, message=f"tampered with the evaluator's reply channel: {e}",
+                             log_tail=child.log_tail(), sandbox=child.applied)
+            self._restart()
+            return res
+        except QuotaError as e:
+            res = self._base(status="resource_limit", kind=kind, message=str(e), log_tail=child.log_tail(),
                              sandbox=child.applied)
             self._restart()
             return res
         if rep is None:
             res = self._base(status="timeout", kind=kind, log_tail=child.log_tail(), sandbox=child.applied,
                              message=f"no answer within {self.limits.wall_s:.0f} s; the worker and everything it started were killed")
+            if child.events:
+                res.status, res.message = "cheating", child.events[0].get("detail", "") + f" (then no answer within {self.limits.wall_s:.0f} s)"
             self._restart()
             return res
         if rep.get("status") != "ok":
@@ -221,17 +279,79 @@ class Evaluator:
                              log_tail=child.log_tail(), sandbox=child.applied)
             self._restart()
             return res
-        res = self._compare(rep["outputs"], kind)
+        try:
+            res = self._compare(rep["outputs"], kind)
+        except ProtocolError as e:
+            self._restart()
+            return self._base(status="cheating", kind=kind, message=f"tampered with its outputs: {e}", sandbox=child.applied)
         res.sandbox = child.applied
         self._cleanup_outputs(rep["outputs"])
-        if res.status == "passed" and timed and rep.get("timings"):
-            res.timings = [self._timing(t) for t in rep["timings"]]
-            res.timing = res.timings[-1]
-            if res.timing.suspect:
-                self._remeasure(source, res)
-        elif res.status != "passed":
+        if res.status != "passed":
             self._restart()
+            return res
+        if timed:
+            return self._time(child, source, res)
         return res
+
+    def _ask(self, child: _Child, req: dict) -> dict | None:
+        """Send one request and read its reply through the parent-side channel checks."""
+        req["nonce"] = nonce = os.urandom(8).hex()
+        child.send(req)
+        rep = child.read(timeout=self.limits.wall_s, watch_scratch=True)
+        return None if rep is None else self._check_channel(child, rep, nonce)
+
+    def _timing_request(self) -> dict:
+        return {"op": "time", "task": self.task.model_dump(mode="json"),
+                "timing": {"repeats": self.repeats, "warmup": self.warmup, "max_s": self.timing_max_s}}
+
+    def _time(self, child: _Child, source: str, res: EvalResult) -> EvalResult:
+        """Time a verified candidate (a second request to the same worker, which still holds it loaded)."""
+        try:
+            rep = self._ask(child, self._timing_request())
+        except EOFError as e:
+            status, msg = _death_reason(e.args[0] if e.args else None)
+            if child.events:
+                status, msg = "cheating", child.events[0].get("detail", "")
+            rep = {"status": status, "message": "while timing: " + msg}
+        except ProtocolError as e:
+            rep = {"status": "cheating", "message": f"tampered with the evaluator's reply channel while timed: {e}"}
+        except QuotaError as e:
+            rep = {"status": "resource_limit", "message": str(e)}
+        if rep is None:
+            rep = {"status": "timeout", "message": f"timing did not finish within {self.limits.wall_s:.0f} s; the worker was killed"}
+        if rep.get("status") != "ok":
+            self._restart()
+            return self._base(status=rep.get("status", "runtime_error"), kind=res.kind, message=rep.get("message", ""),
+                              trials=res.trials, verified_by=res.verified_by, sandbox=res.sandbox,
+                              log_tail=child.log_tail())
+        res.timings = [self._timing(t) for t in rep["timings"]]
+        res.timing = res.timings[-1] if res.timings else None
+        if res.timing and res.timing.suspect:
+            self._remeasure(source, res)
+        return res
+
+    def _check_channel(self, child: _Child, rep: dict, nonce: str) -> dict:
+        """Parent-side guards after a reply: streamed guard events, nonce, ping/pong, stray processes,
+        scratch quota. Returns the reply, or a 'cheating'/'resource_limit' one naming what was seen."""
+        events = list(child.events)
+        if rep.get("nonce") != nonce:
+            raise ProtocolError("a reply that does not answer the request (forged or out of order)")
+        ping = os.urandom(8).hex()
+        child.send({"op": "ping", "nonce": ping})
+        pong = child.read(timeout=10)
+        events += child.events
+        if pong is None or pong.get("pong") != ping:
+            raise ProtocolError("extra or missing replies after the candidate's answer")
+        stray = child.stray_processes()
+        if events and "audit" not in self.limits.disable_guards:
+            e = events[0]
+            return {"status": "cheating", "message": e.get("detail", e.get("event", "")), "guard": e.get("event")}
+        if rep.get("status") == "ok" and stray:
+            child.cgroup.kill_all()
+            return {"status": "cheating", "message": f"left {stray} process(es) running after it returned (killed through the worker's cgroup)",
+                    "guard": "processes"}
+        child.check_scratch()
+        return rep
 
     def _restart(self) -> None:
         if self._child:
@@ -239,8 +359,12 @@ class Evaluator:
             self._child = None
 
     def _cleanup_outputs(self, outputs: dict) -> None:
+        """Delete the worker's output files; only names inside its scratch (paths come from the worker)."""
+        scratch = self.dir / "worker"
         for paths in outputs.values():
             for p in paths:
+                if Path(p).parent != scratch or not str(Path(p).name).endswith(".npy"):
+                    continue
                 try:
                     os.unlink(p)
                 except OSError:
@@ -264,7 +388,7 @@ class Evaluator:
                         worst=Mismatch(workload=item["workload"], seed=item["seed"], output="*", call=call,
                                        note=f"{len(paths)} outputs instead of {len(expected)}"))
                 for i, (p, exp) in enumerate(zip(paths, expected)):
-                    got = np.load(p)
+                    got = self._load_output(p, key, call, i, exp)
                     name = self.task.outputs[i] if i < n_out else f"out{i}"
                     if got.shape != exp.shape:
                         return self._base(status="failed", kind=kind, message=f"{name}: shape {got.shape}, expected {exp.shape}",
@@ -298,6 +422,25 @@ class Evaluator:
         return self._base(status="passed", kind=kind, trials=trials, max_abs_err=max_abs, verified_by=verified_by,
                           message=f"matches the reference on {trials} trials ({len(self.task.workloads)} workloads x {len(self.task.seeds)} seeds, run before and after the reference)")
 
+    def _load_output(self, path: str, key: str, call: str, i: int, exp: np.ndarray) -> np.ndarray:
+        """Read one output file the worker wrote, trusting nothing about it: the name must be the one the
+        protocol gives it, the file a plain one (no link, FIFO or device) of a sane size, no pickles."""
+        want = self.dir / "worker" / f"{key}.{call}{i}.npy"
+        if Path(path) != want:
+            raise ProtocolError(f"an output path outside the protocol ({path})")
+        try:
+            fd = os.open(want, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            raise ProtocolError(f"output file {want.name} cannot be opened ({e.strerror})") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * exp.nbytes + (1 << 20):
+                raise ProtocolError(f"output file {want.name} is not a plain file of the expected size")
+            try:
+                return np.load(f, allow_pickle=False)
+            except ValueError as e:
+                raise ProtocolError(f"output file {want.name} is not a plain array ({e})") from None
+
     def _out_dtype(self, i: int) -> str:
         # Outputs are compared at the precision of the task's inputs (fp16 inputs -> fp16 tolerance).
         dts = {s.dtype for s in self.task.inputs}
@@ -320,22 +463,26 @@ class Evaluator:
         """A >10x speedup is re-timed in a fresh worker; it stays flagged unless both runs agree within 25%."""
         self._restart()
         child = self._worker()
-        child.send({"op": "candidate", "source": source, "entry": self.task.entry, "reference": self.task.reference,
-                    "items": self._items[:1], "out_dir": str(self.dir / "worker"),
-                    "input_names": [s.name for s in self.task.inputs], "task": self.task.model_dump(mode="json"),
-                    "timing": {"repeats": self.repeats, "warmup": self.warmup, "max_s": self.timing_max_s}})
+        rep = None
         try:
-            rep = child.read(timeout=self.limits.wall_s)
-        except EOFError:
+            first = self._ask(child, {"op": "candidate", "source": source, "entry": self.task.entry,
+                                      "reference": self.task.reference, "items": self._items[:1],
+                                      "out_dir": str(self.dir / "worker"),
+                                      "input_names": [s.name for s in self.task.inputs]})
+            if first and first.get("status") == "ok":
+                self._cleanup_outputs(first["outputs"])
+                rep = self._ask(child, self._timing_request())
+        except (EOFError, ProtocolError, QuotaError):
             rep = None
         if rep and rep.get("status") == "ok" and rep.get("timings"):
-            self._cleanup_outputs(rep["outputs"])
             again = self._timing(rep["timings"][-1])
             agree = abs(again.speedup - res.timing.speedup) <= 0.25 * res.timing.speedup
             res.timing.suspect = not agree
             res.timing.method += f"; re-measured in a fresh worker: {again.speedup:.2f}x ({'agrees' if agree else 'disagrees'})"
             res.timings[-1] = res.timing
         else:
+            if rep and rep.get("status") == "cheating":
+                res.status, res.message = "cheating", "when re-measured: " + rep.get("message", "")
             self._restart()
 
 

@@ -20,8 +20,19 @@ class Limits(BaseModel):
     memory_mb: int = 8192         # RLIMIT_AS (skipped on mlx-cuda, whose runtime reserves huge ranges)
     file_mb: int = 256            # RLIMIT_FSIZE
     nproc: int = 512              # RLIMIT_NPROC (threads count too)
-    isolate_network: bool = True  # a new network namespace where the OS allows it
-    drop_privileges: bool = True  # when running as root, the child runs as 'nobody'
+    isolate_network: bool = True  # new network, PID and mount namespaces where the OS allows it
+    drop_privileges: bool = True  # when running as root, the child runs as an unprivileged uid of its own
+    scratch_mb: int = 512         # quota on what a candidate may leave in its scratch directory
+    scratch_files: int = 2000     # ... and how many files
+    tmp_mb: int = 64              # size of the private /tmp, /var/tmp, /dev/shm a child sees (tmpfs)
+    nofile: int = 256             # RLIMIT_NOFILE
+    # Folders and files the child must not see (covered by empty tmpfs / /dev/null in its mount namespace).
+    # None: the user's whole home directory, except what the run itself needs (the interpreter, packages,
+    # the evaluator's own directory), which is bound back in.
+    hide: list[str] | None = None
+    # For tests that show each guard is what catches its attack: names of in-worker guards to switch off
+    # ('audit', 'tamper', 'recheck'). Never set outside tests.
+    disable_guards: list[str] = []
 
 
 class Mismatch(BaseModel):

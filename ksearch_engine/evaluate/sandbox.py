@@ -1,13 +1,18 @@
 """Start an untrusted child process: own session, scratch directory, rlimits, no network, scrubbed env.
 
 On Linux (where `unshare` is allowed) the child gets new network, PID and mount namespaces: no network, no
-view of other processes (their /proc/PID/environ holds keys), and the user's secret folders (~/.ssh, cloud
-credentials) hidden under empty tmpfs mounts. A cgroup caps its process count (root ignores RLIMIT_NPROC). On macOS only rlimits,
-process groups and timeouts exist; what was applied is reported back in `applied`.
+view of other processes (their /proc/PID/environ holds keys). In its mount namespace the child (child.py,
+before it runs anything else) covers the user's home and every world-writable temp folder with empty,
+size-limited tmpfs mounts, binds back only what the run needs (the interpreter, the packages, its own
+evaluator directory), and then drops root for a uid of its own, so a candidate can neither undo those mounts
+nor write outside its scratch directory. A cgroup caps its process count (root ignores RLIMIT_NPROC) and
+kills whatever it started. On macOS only rlimits, process groups and timeouts exist; what was applied is
+reported back in `applied`.
 """
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import resource
@@ -35,7 +40,40 @@ def scrubbed_env(scratch: Path, extra: dict[str, str] | None = None) -> dict[str
 
 
 SECRET_PATHS = (".ssh", ".aws", ".gnupg", ".config", ".docker", ".kube", ".netrc", ".npmrc", ".pypirc",
-                ".git-credentials", ".azure", ".gemini")
+                ".git-credentials", ".azure", ".gemini")   # all inside the home, which is hidden as a whole
+TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")   # world-writable: each child gets private ones
+
+
+def hidden_paths(limits: Limits) -> list[str]:
+    """What the child must not see: `limits.hide`, or else the user's whole home directory."""
+    if limits.hide is not None:
+        return [str(Path(p)) for p in limits.hide]
+    home = Path.home().resolve()
+    return [str(home)] if home != Path("/") else [str(home / p) for p in SECRET_PATHS]
+
+
+def needed_paths(scratch: Path) -> list[str]:
+    """What the child needs to see even when it lies under a hidden folder: Python, packages, CUDA, its dirs."""
+    keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+            str(Path(__file__).resolve().parents[2]), str(scratch.parent)]
+    keep += [p for p in sys.path if p]
+    for var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
+        keep += [p for p in os.environ.get(var, "").split(os.pathsep) if p]
+    keep += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    out: list[str] = []
+    for p in keep:
+        for q in {os.path.abspath(p), os.path.realpath(p)}:
+            if os.path.exists(q) and q not in out:
+                out.append(q)
+    return out
+
+
+def _child_uid() -> int:
+    """A uid no other process uses, so one child cannot read another's scratch or share its RLIMIT_NPROC."""
+    return 3_000_000 + (os.getpid() * 1024 + next(_UIDS)) % 1_000_000
+
+
+_UIDS = itertools.count()
 
 
 def _unshare_prefix() -> list[str]:
@@ -74,6 +112,14 @@ class PidsCgroup:
     def procs_file(self) -> str | None:
         return str(self.path / "cgroup.procs") if self.path else None
 
+    def pids(self) -> list[int]:
+        if not self.path:
+            return []
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
     def kill_all(self) -> None:
         if not self.path:
             return
@@ -106,18 +152,26 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
     """Start `cmd` sandboxed in `scratch`. Returns the process, what was applied, and its pids cgroup."""
     scratch.mkdir(parents=True, exist_ok=True)
     rl = [(resource.RLIMIT_CPU, limits.cpu_s, "cpu"), (resource.RLIMIT_FSIZE, limits.file_mb << 20, "fsize"),
-          (resource.RLIMIT_NPROC, limits.nproc, "nproc")]
+          (resource.RLIMIT_NPROC, limits.nproc, "nproc"), (resource.RLIMIT_NOFILE, limits.nofile, "nofile")]
     if backend != "mlx-cuda":  # CUDA runtimes reserve large virtual ranges; RLIMIT_AS breaks them
         rl.append((resource.RLIMIT_AS, limits.memory_mb << 20, "as"))
     prefix = _unshare_prefix() if limits.isolate_network else []
     cg = PidsCgroup(f"ksearch-{os.getpid()}-{next(_SEQ)}", limits.nproc)
     procs = cg.procs_file()
-    home = Path.home()
-    hide = [str(home / p) for p in SECRET_PATHS if (home / p).exists()] if prefix else []
+    confine: dict = {}
+    if prefix:
+        uid = _child_uid() if (limits.drop_privileges and os.geteuid() == 0) else None
+        if uid is not None:
+            os.chown(scratch, uid, uid)
+            os.chmod(scratch, 0o700)
+            os.chmod(scratch.parent, 0o711)  # others may pass through the evaluator's folder, not list it
+        confine = {"hide": hidden_paths(limits), "tmp": [d for d in TMP_DIRS if os.path.isdir(d)],
+                   "tmp_mb": limits.tmp_mb, "keep": needed_paths(scratch), "uid": uid}
     applied = {"session": True, "scratch": str(scratch), "rlimits": [n for *_, n in rl],
                "network": "isolated (new network namespace)" if prefix else "not isolated (no namespaces here)",
                "pid_namespace": bool(prefix), "pids_cgroup": procs is not None,
-               "hidden": hide, "env": "scrubbed"}
+               "hidden": confine.get("hide", []), "private_tmp": confine.get("tmp", []), "env": "scrubbed",
+               "scratch_quota": f"{limits.scratch_mb} MB, {limits.scratch_files} files"}
 
     def preexec() -> None:  # runs in the child between fork and exec
         os.setsid()
@@ -135,13 +189,35 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
 
     err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
     extra = dict(env_extra or {})
-    if hide:
-        extra["KSEARCH_HIDE"] = os.pathsep.join(hide)
+    if confine:
+        extra["KSEARCH_CONFINE"] = json.dumps(confine)
+    if limits.disable_guards:
+        extra["KSEARCH_GUARDS_OFF"] = ",".join(limits.disable_guards)
     proc = subprocess.Popen(prefix + cmd, cwd=scratch, env=scrubbed_env(scratch, extra), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=err, preexec_fn=preexec, close_fds=True)
     if stderr_path:
         err.close()
     return proc, applied, cg
+
+
+def scratch_usage(scratch: Path, max_files: int) -> tuple[int, int]:
+    """Bytes and files under `scratch` (stops counting past `max_files`; never follows links)."""
+    total, files, stack = 0, 0, [str(scratch)]
+    while stack and files <= max_files:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    files += 1
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        else:
+                            total += e.stat(follow_symlinks=False).st_blocks * 512
+                    except OSError:
+                        pass
+        except OSError:
+            pass
+    return total, files
 
 
 _SEQ = itertools.count()
