@@ -15,7 +15,7 @@ from .rewrite import Issue, RewriteContext, Rewriter
 from .rules import Rule, RuleTable, load_rules
 from .translator import TranslateError, Translation, module_path_for, translate_kernel
 
-__all__ = ["translate_kernel", "translate_snippet", "Translation", "TranslateError", "Issue", "Rule", "RuleTable",
+__all__ = ["translate_kernel", "translate_file", "translate_snippet", "Translation", "TranslateError", "Issue", "Rule", "RuleTable",
            "load_rules", "module_path_for"]
 
 
@@ -31,3 +31,21 @@ def translate_helper(cuda: str, rules: RuleTable | None = None) -> str:
     rw = Rewriter(rules or load_rules())
     whole, _ = rw.rewrite_function(cuda, helper=True)
     return whole
+
+
+def translate_file(path, kernel: str | None = None, rules: RuleTable | None = None) -> Translation:
+    """Reads a .cu file and ports one kernel (the first when `kernel` is None)."""
+    from pathlib import Path
+
+    from ..source import find_kernels
+
+    p = Path(path)
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as e:
+        raise TranslateError(f"{p}: cannot read the file ({e.strerror})") from None
+    result = find_kernels(text, str(p))
+    if not result.kernels:
+        why = "; ".join(d.message for d in result.diagnostics[:3]) or "no kernels"
+        raise TranslateError(f"{p}: nothing to port ({why})")
+    return translate_kernel(result, kernel or result.kernels[0].name, str(p), rules=rules)

@@ -262,3 +262,22 @@ def test_five_megabytes_of_dense_kernels_stays_fast():
     elapsed = time.perf_counter() - t0
     assert len(r.kernels) == 8 * (5_000_000 // len(unit) + 1)
     assert elapsed < 4 * parse_only, f"{elapsed:.2f} s for a {parse_only:.2f} s parse"
+
+
+def test_kernels_inside_preprocessor_blocks_extern_c_and_namespaces():
+    src = """#if defined(USE_FAST)
+__global__ void a(float* x) { x[0] = 1; }
+#else
+__global__ void b(float* x) { x[0] = 2; }
+#endif
+extern "C" {
+__global__ void c(float* x) { x[0] = 3; }
+}
+extern "C" __global__ void d(float* x) { x[0] = 4; }
+namespace n1 { namespace n2 { template <int N> __global__ void e(float* x) { x[0] = N; } } }
+void host(float* x) { a<<<1, 1>>>(x); n1::n2::e<4><<<dim3(1), dim3(32)>>>(x); }
+"""
+    r = find_kernels(src, "k.cu")
+    assert [(k.name, k.range.start.line) for k in r.kernels] == [("a", 1), ("b", 3), ("c", 6), ("d", 8), ("e", 9)]
+    e = r.kernels[-1]
+    assert [(ls.template_args, ls.grid, ls.block, ls.line) for ls in e.launches] == [(["4"], "dim3(1)", "dim3(32)", 10)]

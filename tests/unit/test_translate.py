@@ -254,3 +254,14 @@ void go(Params p, const float* x, float* y) { axpy<<<1, p.n>>>(p, x, y); }"""
     assert any(i.construct == "Params p" and i.line == 1 and i.severity == "error" for i in tr.report)
     assert any("p.n" in i.message and i.line == 2 for i in tr.report)
     compile(tr.module_text, "axpy_mlx.py", "exec")
+
+
+def test_translate_file_reads_and_names_problems(tmp_path):
+    from ksearch_engine.translate import translate_file
+    tr = translate_file(ROOT / "examples/gelu/gelu.cu")
+    assert tr.kernel == "gelu_kernel" and tr.family == "gelu"
+    (tmp_path / "README.cu").write_text("# not CUDA\n\nJust words (and more words).\n")
+    with pytest.raises(TranslateError, match="README.cu: nothing to port"):
+        translate_file(tmp_path / "README.cu")
+    with pytest.raises(TranslateError, match="cannot read"):
+        translate_file(tmp_path / "missing.cu")
