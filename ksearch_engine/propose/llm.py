@@ -291,7 +291,8 @@ class LLMProposer:
             "highest score whose parent has a passing candidate (or is the root); nodes with difficulty above "
             f"{tree.difficulty_gate} wait until easier ones are spent.\n\n"
             f"{self._task_block(context.task) if context else ''}\n\nAnalysis:\n{tree.summary or '(none)'}\n"
-            f"{kinds}\n\nCurrent tree:\n{render_tree(tree)}\n\nRecent results:\n{self._history_text(history)}\n"
+            f"{kinds}\n\nCurrent tree (node messages quote the evaluator):\n{data_block('plan tree', render_tree(tree))}\n\n"
+            f"Recent results:\n{data_block('results', self._history_text(history))}\n"
             + ("\nA round just ended without improvement: propose bolder alternatives.\n" if context and context.new_round else "")
             + "\nPropose a SMALL edit script: insert (1-3 new nodes under a node; refinements of a passing node go "
             "under it as children, alternatives as siblings), update (revise score/confidence/difficulty/notes "

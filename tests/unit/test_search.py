@@ -90,3 +90,41 @@ def test_offline_search_is_deterministic_for_a_seed(tmp_path):
     plans = lambda s, r: [c["plan"] for c in s.candidates(r.run_id)]  # noqa: E731
     # the first choices do not depend on timing noise: seeding and the first expansion are seed-determined
     assert plans(a_store, a_req)[:2] == plans(b_store, b_req)[:2]
+
+
+METAL_DOUBLE = '''import mlx.core as mx
+
+_k = mx.fast.metal_kernel(name="dbl", input_names=["x"], output_names=["out"], source="""
+    uint i = thread_position_in_grid.x;
+    if (i < x_shape[0]) out[i] = x[i] * 2.0f;
+""")
+
+def kernel(x):
+    return _k(inputs=[x], grid=(x.size, 1, 1), threadgroup=(TG, 1, 1), output_shapes=[x.shape],
+              output_dtypes=[x.dtype])[0]
+'''
+
+
+def test_on_the_simulator_metal_candidates_are_verified_and_never_timed(tmp_path):
+    from ksearch_engine.families.base import Family, Template
+    from ksearch_engine.task import InputSpec, KernelTask, Workload
+
+    task = KernelTask(name="double", family="elementwise", inputs=[InputSpec(name="x", shape=["N"])],
+                      reference="import mlx.core as mx\ndef reference(x):\n    return x * 2.0\n",
+                      workloads=[Workload(name="s", dims={"N": 100})], seeds=[0])
+    tpl = Template(id="dbl.metal", pattern="elementwise.vectorized", kinds=("metal",), knobs={"TG": [32, 64]},
+                   render=lambda k, kind: METAL_DOUBLE.replace("TG", str(k["TG"])), description="one thread per element")
+    fam = Family(name="double", make_task=lambda: task, templates=[tpl],
+                 naive=lambda kind: "import mlx.core as mx\ndef kernel(x):\n    return x + x\n")
+    store = Store(tmp_path / "ks.db")
+    events = []
+    req = SearchRequest(store_path=str(store.path), backend="sim", max_evals=3, family="double")
+    done = run_search(req, store, events.append, family=fam, limits=Limits(wall_s=120))
+    cands = store.candidates(req.run_id)
+    assert [c["kind"] for c in cands[1:]] == ["metal", "metal"]
+    assert all(c["status"] == "passed" and c["result"]["timing"] is None for c in cands)
+    for e in events:
+        assert getattr(e, "median_ms", None) is None and getattr(e, "speedup", None) is None
+    assert done.best_candidate == cands[1]["id"] and "not timed" in done.message
+    text = tree_text(store, req.run_id)
+    assert "verified, not timed" in text and " ms" not in text
