@@ -112,8 +112,13 @@ def map_diagnostics(stderr: str, user_files: set[str]) -> tuple[str, int | None,
         if mm and mm.group("sev") == "error" and keep and len(keep) > 1:
             if sum(1 for k in keep if " error: " in k) >= 3:
                 break
-        keep.append(re.sub(r"[^\s:]*/ksearch-sim-[^/\s]*/", "", ln))
-    return f"compile error: {msg}\n" + "\n".join(keep), line, file
+        ln = re.sub(r"[^\s:]*/ksearch-sim-[^/\s]*/", "", ln)
+        keep.append(ln.replace(str(HEADER.parent) + os.sep, ""))
+    hint = ""
+    if line is None and name in GENERATED:
+        hint = ("\n(the error is in the call the simulator generates for the kernel: check the kernel's "
+                "parameter types and template arguments)")
+    return f"compile error: {msg}\n" + "\n".join(keep) + hint, line, file
 
 
 def build(code: str, what: str, user_files: set[str] | None = None) -> Path:

@@ -11,6 +11,7 @@ variable of the file can be given by its name too (numpy array): it is set befor
 
 from __future__ import annotations
 
+import ctypes
 import re
 
 import numpy as np
@@ -53,8 +54,6 @@ def _is_global_symbol(source: str, name: str) -> bool:
 
 def _set_symbols(so, what: str, symbols: dict) -> None:
     """Copy values into __constant__/__device__ variables, as cudaMemcpyToSymbol would."""
-    import ctypes
-
     lib = rt.load(so)
     for n, v in symbols.items():
         addr = getattr(lib, f"ksim_sym_{n}")
@@ -66,6 +65,22 @@ def _set_symbols(so, what: str, symbols: dict) -> None:
             raise SimError(f"{what}: {data.nbytes} bytes given for '{n}', which holds {size()} bytes",
                            kind="usage")
         ctypes.memmove(addr(), data.ctypes.data, data.nbytes)
+
+
+def _param_info(so, n: int) -> tuple[list[int], list[int]]:
+    lib = rt.load(so)
+    sizes = (ctypes.c_ulong * max(n, 1))()
+    kinds = (ctypes.c_int * max(n, 1))()
+    lib.ksim_param_info(sizes, kinds)
+    return list(sizes)[:n], list(kinds)[:n]
+
+
+def _as_bytes(v) -> bytes | None:
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v)
+    if isinstance(v, (np.ndarray, np.void)):
+        return np.ascontiguousarray(v).tobytes()
+    return None
 
 
 def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), args=None,
@@ -104,12 +119,14 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
         '#include "ksim_cuda.h"', f'#line 1 "{filename}"', body,
         '#line 1 "ksim-launch"',
         f"static void ksim_entry() {{ ksim::call_kernel(&{info.qualified}{targs}, ksim::g.args); }}",
+        f'extern "C" void ksim_param_info(unsigned long* s, int* k) {{ ksim::param_info(&{info.qualified}{targs}, s, k); }}',
         *(f'extern "C" void* ksim_sym_{n}() {{ return (void*)&{n}; }}\n'
           f'extern "C" unsigned long ksim_symsize_{n}() {{ return sizeof({n}); }}' for n in symbols),
         "KSIM_EXPORT_RUN(ksim_entry)", ""])
     so = _build.build(code, what, user_files={filename})
 
     _set_symbols(so, what, symbols)
+    sizes, kinds = _param_info(so, len(info.params))
     buffers: list[tuple[str, rt.Buffer, np.ndarray]] = []
     scalars = rt.Scalars()
     pointers: list[int] = []
@@ -130,12 +147,24 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
                 b.write(arr)
                 buffers.append((p.name, b, arr))
                 pointers.append(b.addr)
+            elif kinds[len(pointers)] == 3:  # a struct by value: its bytes
+                raw = _as_bytes(v)
+                if raw is None or len(raw) != sizes[len(pointers)]:
+                    raise SimError(f"{what}: parameter '{p.name}' ({p.type}) is passed by value: give its "
+                                   f"{sizes[len(pointers)]} bytes (bytes or a numpy structured scalar/array)",
+                                   kind="usage")
+                keep = ctypes.create_string_buffer(raw, len(raw))
+                scalars.slots.append(keep)
+                pointers.append(ctypes.addressof(keep))
             else:
                 if isinstance(v, np.ndarray):
                     if v.size != 1:
                         raise SimError(f"{what}: parameter '{p.name}' ({p.type}) is a scalar",
                                        kind="usage")
                     v = v.reshape(()).item()
+                if not isinstance(v, (int, float, bool, np.number, np.bool_)):
+                    raise SimError(f"{what}: parameter '{p.name}' ({p.type}) needs a number, not "
+                                   f"{type(v).__name__}", kind="usage")
                 pointers.append(scalars.add(v))
         runs = []
         for reverse in ((False, True) if check_races else (False,)):

@@ -835,12 +835,26 @@ template <class T> inline T arg_cast(void* p) {
     return (T)((Scalar*)p)->i;
   } else if constexpr (std::is_floating_point<T>::value) {
     return (T)((Scalar*)p)->d;
-  } else if constexpr (std::is_constructible<T, float>::value) {
-    return T((float)((Scalar*)p)->d);
+  } else if constexpr (std::is_constructible<T, float>::value && sizeof(T) <= 4) {
+    return T((float)((Scalar*)p)->d);  // __half, __nv_bfloat16
   } else {
-    static_assert(std::is_pointer<T>::value, "ksim: kernel parameter of this type cannot be passed");
-    return T();
+    static_assert(std::is_trivially_copyable<T>::value, "ksim: kernel parameter of this type cannot be passed");
+    T t;  // a struct passed by value: its bytes
+    memcpy((void*)&t, p, sizeof(T));
+    return t;
   }
+}
+// For each kernel parameter: its size and kind (0 pointer, 1 integer, 2 floating, 3 other by value)
+template <class T> constexpr int param_kind() {
+  return std::is_pointer<T>::value ? 0
+         : (std::is_integral<T>::value || std::is_enum<T>::value) ? 1
+         : std::is_floating_point<T>::value ? 2
+         : (std::is_constructible<T, float>::value && sizeof(T) <= 4) ? 2 : 3;
+}
+template <class... P> inline void param_info(void (*)(P...), unsigned long* sizes, int* kinds) {
+  int i = 0;
+  ((sizes[i] = sizeof(std::remove_cv_t<std::remove_reference_t<P>>),
+    kinds[i++] = param_kind<std::remove_cv_t<std::remove_reference_t<P>>>()), ...);
 }
 template <class... P, size_t... I>
 inline void call_with(void (*f)(P...), void** a, std::index_sequence<I...>) {

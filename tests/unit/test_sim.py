@@ -461,3 +461,20 @@ def test_reading_shared_memory_nobody_wrote_gives_garbage_not_zeros():
                   src.replace("if (lid < 200) buf[lid] = inp[lid];", "buf[lid] = lid < 200 ? inp[lid] : 0.0f;"),
                   [], (256, 1, 1), (256, 1, 1))
     assert ok[0] == pytest.approx(x.sum(), rel=1e-5)
+
+
+def test_run_cuda_source_struct_parameter_by_value():
+    src = """
+    struct Params { float scale; int n; };
+    __global__ void apply(const float* x, float* y, Params p) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < p.n) y[i] = x[i] * p.scale;
+    }
+    """
+    params = np.array((0.5, 100), dtype=np.dtype([("scale", np.float32), ("n", np.int32)]))
+    x = rng.random(128).astype(np.float32)
+    out = run_cuda_source(src, "apply", (1, 1, 1), (128, 1, 1), {"x": x, "y": np.zeros(128, np.float32), "p": params})
+    np.testing.assert_allclose(out["y"][:100], x[:100] * 0.5)
+    assert (out["y"][100:] == 0).all()
+    with pytest.raises(SimError, match="give its 8 bytes"):
+        run_cuda_source(src, "apply", (1, 1, 1), (128, 1, 1), {"x": x, "y": np.zeros(128, np.float32), "p": 0.5})
