@@ -238,10 +238,10 @@ def test_five_megabyte_generated_file_parses_in_under_a_second():
     text = table + _all_examples()
     assert len(text) >= 5_000_000
     elapsed = []
-    for _ in range(2):   # best of two: other processes share this machine
-        t0 = time.perf_counter()
+    for _ in range(2):   # CPU time, best of two: other processes share this machine
+        t0 = time.process_time()
         r = find_kernels(text, "big.cu")
-        elapsed.append(time.perf_counter() - t0)
+        elapsed.append(time.process_time() - t0)
     assert len(r.kernels) == 8
     assert min(elapsed) < 1.0, f"{min(elapsed):.2f} s"
     k = r.kernels[-1]
@@ -254,12 +254,12 @@ def test_five_megabytes_of_dense_kernels_stays_fast():
     from ksearch_engine.source import parse_bytes
     unit = _all_examples().replace("#define", "// #define")
     text = unit * (5_000_000 // len(unit) + 1)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     parse_bytes(text.encode(), "cuda")
-    parse_only = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    parse_only = time.process_time() - t0
+    t0 = time.process_time()
     r = find_kernels(text, "dense.cu")
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert len(r.kernels) == 8 * (5_000_000 // len(unit) + 1)
     assert elapsed < 4 * parse_only, f"{elapsed:.2f} s for a {parse_only:.2f} s parse"
 
