@@ -59,7 +59,7 @@ class GeminiProposer(LLMProposer):
                 raise Retryable(f"no reply within {self.timeout_s:.0f} s") from None
             if names & {"TransportError", "ConnectionError", "NetworkError"}:
                 raise Retryable(f"connection failed ({type(e).__name__})") from None
-            raise
+            raise ProposerError(f"Gemini request failed: {type(e).__name__}: {e}") from None
         try:
             text = resp.text or ""
         except ValueError:  # no text part (blocked or empty)

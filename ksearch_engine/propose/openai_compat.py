@@ -58,6 +58,8 @@ class OpenAIProposer(LLMProposer):
             if code in (401, 403):
                 raise ProposerError(f"the server refused the key (HTTP {code}): check {KEY_ENV}") from None
             raise ProposerError(f"request failed (HTTP {code}): {e.message}") from None
+        except oa.OpenAIError as e:
+            raise ProposerError(f"request failed: {type(e).__name__}: {e}") from None
         text = (resp.choices[0].message.content or "") if resp.choices else ""
         u = resp.usage
         return RawReply(text=text, tokens_in=(u.prompt_tokens or 0) if u else 0,

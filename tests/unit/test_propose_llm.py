@@ -218,3 +218,12 @@ def test_the_token_budget_stops_an_llm_search(tmp_path):
     assert "token budget spent" in done.message
     assert p.usage.tokens >= 500 and done.evals < 5
     assert "$" in done.message                      # cost is reported with the run
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_refused_key_is_not_retried_and_names_the_variable(api):
+    with FakeLLMServer(api, script=[Reply(status=401, text="bad key")]) as srv:
+        p = make(api, srv)
+        with pytest.raises(ProposerError, match="GEMINI_API_KEY" if api == "gemini" else "OPENAI_API_KEY"):
+            p.write_candidate(PlanTree.new().nodes[ROOT], ctx())
+        assert len(srv.requests) == 1 and p.usage.retries == 0
