@@ -193,8 +193,6 @@ class Rewriter:
                     self._report(norm, node, rule.notes or f"{norm} is not available in Metal", rule.severity)
                 return rule.metal or ""
             return text
-        if node.child_count:
-            return self._emit_children(node)
         return text
 
     def _call_name(self, fn) -> str:
@@ -212,8 +210,7 @@ class Rewriter:
         name = self._call_name(fn)
         short = name.split("::")[-1]
         if any(c.type == "kernel_call_syntax" for c in node.children):
-            rule = self.table.by_kind("unsupported").get("child<<<grid,") or next(
-                (r for r in self.table.rules if r.id == "unsupported.dynamic_parallelism"), None)
+            rule = next((r for r in self.table.rules if r.id == "unsupported.dynamic_parallelism"), None)
             self._report(f"{name}<<<...>>>", node,
                          rule.reason if rule and rule.reason else "kernels cannot launch kernels in Metal")
             return self._text(node)

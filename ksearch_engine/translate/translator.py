@@ -210,9 +210,10 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     cuda_header_parts += parse_result.preamble
     cuda_header_parts += [h.text for h in helpers]
     cuda_header = "\n\n".join(cuda_header_parts)
-    for i in issues:
-        if i.construct.endswith("<<<...>>>") or "grid" in i.construct and "sync" in i.construct:
-            pass
+    for i in issues:   # these break the CUDA-backend port too
+        if i.construct.endswith("<<<...>>>") or i.construct in ("grid.sync()", "this_grid()"):
+            i.message += " (the CUDA-backend port cannot do it either: MLX launches kernels without " \
+                         "cooperative launch or relocatable device code)"
     # -- the launch, shapes and scalars ----------------------------------------------------------
     profile = find_profile(k.name, src_path)
     _plan_launch(plan, k, launch, profile, template_values, issues, source_bytes, fnames)
