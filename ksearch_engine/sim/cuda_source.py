@@ -119,9 +119,9 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
         '#include "ksim_cuda.h"', f'#line 1 "{filename}"', body,
         '#line 1 "ksim-launch"',
         f"static void ksim_entry() {{ ksim::call_kernel(&{info.qualified}{targs}, ksim::g.args); }}",
-        f'extern "C" void ksim_param_info(unsigned long* s, int* k) {{ ksim::param_info(&{info.qualified}{targs}, s, k); }}',
-        *(f'extern "C" void* ksim_sym_{n}() {{ return (void*)&{n}; }}\n'
-          f'extern "C" unsigned long ksim_symsize_{n}() {{ return sizeof({n}); }}' for n in symbols),
+        f'KSIM_EXPORT void ksim_param_info(unsigned long* s, int* k) {{ ksim::param_info(&{info.qualified}{targs}, s, k); }}',
+        *(f'KSIM_EXPORT void* ksim_sym_{n}() {{ return (void*)&{n}; }}\n'
+          f'KSIM_EXPORT unsigned long ksim_symsize_{n}() {{ return sizeof({n}); }}' for n in symbols),
         "KSIM_EXPORT_RUN(ksim_entry)", ""])
     so = _build.build(code, what, user_files={filename})
 

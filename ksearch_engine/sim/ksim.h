@@ -881,8 +881,12 @@ inline IdxT elem_to_loc(IdxT elem, const int* shape, const int64_t* strides, int
 
 }  // namespace ksim
 
+// Libraries are built with hidden visibility: only these entry points are exported. Otherwise the
+// function-local statics that hold threadgroup memory would get STB_GNU_UNIQUE binding and be
+// shared with a same-named kernel of another loaded library.
+#define KSIM_EXPORT extern "C" __attribute__((visibility("default")))
 #define KSIM_EXPORT_RUN(entry_fn)                                                                \
-  extern "C" int ksim_run(void** args, const long long* cfg, char* msg, int msglen) {           \
+  KSIM_EXPORT int ksim_run(void** args, const long long* cfg, char* msg, int msglen) {           \
     return ksim::run_grid(entry_fn, args, cfg, msg, msglen);                                    \
   }
 

@@ -478,3 +478,33 @@ def test_run_cuda_source_struct_parameter_by_value():
     assert (out["y"][100:] == 0).all()
     with pytest.raises(SimError, match="give its 8 bytes"):
         run_cuda_source(src, "apply", (1, 1, 1), (128, 1, 1), {"x": x, "y": np.zeros(128, np.float32), "p": 0.5})
+
+
+def test_same_named_kernels_do_not_share_threadgroup_memory():
+    # candidates of one search share kernel names; each library must keep its own threadgroup arrays
+    # (g++ would otherwise give them STB_GNU_UNIQUE binding, unified across every loaded library)
+    import shutil
+    import subprocess
+
+    from ksearch_engine.sim import build, mlx_kernels
+
+    outs = []
+    for size in (4, 64):
+        src = f"""
+            threadgroup float buf[{size}];
+            uint lid = thread_position_in_threadgroup.x;
+            buf[lid] = float(lid);
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            out[lid] = buf[{size} - 1 - lid];
+        """
+        (o,) = metal("twin", [("inp", np.zeros(1, np.float32))], [("out", (size,), "float32")], src,
+                     [("T", "float32")], (size, 1, 1), (size, 1, 1))
+        outs.append(o)
+        code, _ = mlx_kernels.generate("metal", "twin", ["inp"], ["out"], src, "", ["float32"], [(1,)],
+                                       [("T", "float32")], ["float32"], False)
+        so = build.build(code, "twin")
+        if shutil.which("nm"):
+            syms = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True).stdout
+            assert " u " not in syms and "buf" not in syms
+            assert "ksim_run" in syms
+    np.testing.assert_array_equal(outs[1], np.arange(64)[::-1])
