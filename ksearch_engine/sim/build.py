@@ -121,6 +121,23 @@ def map_diagnostics(stderr: str, user_files: set[str]) -> tuple[str, int | None,
     return f"compile error: {msg}\n" + "\n".join(keep) + hint, line, file
 
 
+MAX_CACHED = 2000  # compiled kernels kept; the least recently built beyond that are removed
+
+
+def prune(d: Path, keep: int = MAX_CACHED) -> None:
+    """Remove the oldest libraries (and their sources) when the cache holds more than `keep`."""
+    try:
+        libs = [e for e in os.scandir(d) if e.name.endswith(".so") and ".tmp" not in e.name]
+        if len(libs) <= keep:
+            return
+        libs.sort(key=lambda e: e.stat().st_mtime)
+        for e in libs[: len(libs) - keep // 2]:
+            for p in (Path(e.path), Path(e.path).with_suffix(".cpp")):
+                p.unlink(missing_ok=True)
+    except OSError:
+        pass  # another process pruned at the same time
+
+
 def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
     """Compile `code` (a full C++ translation unit) to a cached ``.so``; raise SimError on errors."""
     header_text = b"".join(HEADER.with_name(n).read_bytes() for n in ("ksim.h", "ksim_metal.h", "ksim_cuda.h"))
@@ -129,6 +146,10 @@ def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
     d = cache_dir()
     so = d / f"k{key}.so"
     if so.exists():
+        try:
+            os.utime(so)  # recently used: kept by prune()
+        except OSError:
+            pass
         return so
     src = d / f"k{key}.{os.getpid()}.cpp"
     src.write_text(code)
@@ -146,6 +167,7 @@ def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
         raise SimError(f"{what}: {msg}", line, file=file, kind="compile", details=r.stderr)
     os.replace(tmp, so)
     os.replace(src, d / f"k{key}.cpp")  # kept next to the library for debugging
+    prune(d)
     return so
 
 

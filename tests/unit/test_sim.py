@@ -508,3 +508,18 @@ def test_same_named_kernels_do_not_share_threadgroup_memory():
             assert " u " not in syms and "buf" not in syms
             assert "ksim_run" in syms
     np.testing.assert_array_equal(outs[1], np.arange(64)[::-1])
+
+
+def test_compile_cache_keeps_the_most_recent_libraries(tmp_path):
+    import os
+
+    from ksearch_engine.sim.build import prune
+
+    for i in range(30):
+        for ext in ("so", "cpp"):
+            (tmp_path / f"k{i:03d}.{ext}").write_text("x")
+        os.utime(tmp_path / f"k{i:03d}.so", (1000 + i, 1000 + i))
+    prune(tmp_path, keep=20)
+    kept = sorted(p.stem for p in tmp_path.glob("*.so"))
+    assert kept == [f"k{i:03d}" for i in range(20, 30)]
+    assert sorted(p.stem for p in tmp_path.glob("*.cpp")) == kept
