@@ -125,7 +125,9 @@ export function describeAttempt(candidate: InterpreterCandidate, result: ProbeRe
     case "ok":
       return `${where}: has ksearch`;
     case "missing-package":
-      return `${where}: ksearch is not installed in ${result.executable}`;
+      return result.executable === candidate.command
+        ? `${where}: ksearch is not installed there`
+        : `${where}: ksearch is not installed in ${result.executable}`;
     case "not-found":
       return `${where}: no such program`;
     case "broken":

@@ -42,6 +42,11 @@ test("the message names what was tried and gives both fixes, with the interprete
   assert.match(msg, /\/venv\/bin\/python \(the Python extension's active interpreter\): no such program/);
   assert.match(msg, /`\/usr\/bin\/python3 -m pip install ksearch`/);
   assert.match(msg, /ksearch\.interpreter/);
+  assert.match(msg, /python3 \(from the PATH\): ksearch is not installed in \/usr\/bin\/python3/);
+  assert.equal(
+    describeAttempt({ command: "/v/python", source: "setting" }, { kind: "missing-package", executable: "/v/python" }),
+    "/v/python (from the ksearch.interpreter setting): ksearch is not installed there",
+  );
   assert.equal(
     describeAttempt({ command: "/x/python", source: "setting" }, { kind: "broken", detail: "exit code 2" }),
     "/x/python (from the ksearch.interpreter setting): did not run (exit code 2)",

@@ -40,9 +40,9 @@ function pythonFiles(dir) {
 async function runCommand(page, label) {
   await page.keyboard.press("F1");
   const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.waitFor({ state: "visible", timeout: 20_000 });
   await input.fill(`>${label}`);
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: label }).first().waitFor({ timeout: 10_000 });
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: label }).first().waitFor({ timeout: 20_000 });
   await page.keyboard.press("Enter");
 }
 
@@ -60,17 +60,17 @@ async function openFile(page, name) {
   }
   await page.keyboard.press("Control+P");
   const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.waitFor({ state: "visible", timeout: 20_000 });
   await input.fill(name);
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 10_000 });
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 20_000 });
   await page.keyboard.press("Enter");
-  await page.locator(".tab.active", { hasText: name }).waitFor({ timeout: 10_000 });
+  await page.locator(".tab.active", { hasText: name }).waitFor({ timeout: 30_000 });
 }
 
 async function gotoLine(page, line) {
   await page.keyboard.press("Control+G");
   const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.waitFor({ state: "visible", timeout: 20_000 });
   await input.fill(`:${line}`);
   await page.keyboard.press("Enter");
 }
@@ -99,8 +99,21 @@ try {
   step("workbench loaded");
 
   await openFile(page, cfg.file);
-  await page.locator(".editor-instance .view-lines", { hasText: cfg.kernel }).first().waitFor({ timeout: 15_000 });
+  await page.locator(".editor-instance .view-lines", { hasText: cfg.kernel }).first().waitFor({ timeout: 60_000 });
   step("file opened");
+
+  if (cfg.mode === "missing") {
+    // No usable interpreter: an error notification must say which one and how to fix it.
+    const toast = page.locator(".notification-toast", { hasText: cfg.expect }).first();
+    await toast.waitFor({ state: "visible", timeout: cfg.timeoutsMs.lens });
+    seen.notification = (await toast.innerText()).replace(/\s+/g, " ");
+    await shot(page, "00-missing-ksearch.png");
+    step("install hint shown");
+    seen.ok = true;
+    process.stdout.write(JSON.stringify(seen));
+    await browser.close();
+    process.exit(0);
+  }
 
   // 1. The code lens and the lightbulb both offer the port.
   const portLens = page.locator(".codelens-decoration a", { hasText: cfg.portTitle }).first();
@@ -111,12 +124,12 @@ try {
 
   await gotoLine(page, cfg.kernelLine);
   const bulb = page.locator(".lightBulbWidget .codicon, .lightBulbWidget").first();
-  await bulb.waitFor({ state: "visible", timeout: 20_000 });
+  await bulb.waitFor({ state: "visible", timeout: 45_000 });
   step("lightbulb shown");
   await page.keyboard.press("Control+.");
   const menu = page.locator(".action-widget:not(.action-list-submenu-panel)").first();
-  await menu.waitFor({ state: "visible", timeout: 10_000 });
-  await menu.locator(".action-list-item, .monaco-list-row", { hasText: cfg.portTitle }).first().waitFor({ timeout: 10_000 });
+  await menu.waitFor({ state: "visible", timeout: 20_000 });
+  await menu.locator(".action-list-item, .monaco-list-row", { hasText: cfg.portTitle }).first().waitFor({ timeout: 20_000 });
   seen.actions = (await menu.innerText()).split("\n").map((s) => s.trim()).filter(Boolean);
   await shot(page, "01-action.png");
   step("lightbulb menu offers the port", { actions: seen.actions });
@@ -129,7 +142,7 @@ try {
   step("port clicked");
   const statusbar = page.locator(".statusbar");
   const diff = page.locator(".monaco-diff-editor").first();
-  const progressDeadline = Date.now() + 30_000;
+  const progressDeadline = Date.now() + 60_000;
   seen.progress = null;
   while (Date.now() < progressDeadline && seen.progress === null) {
     const text = (await statusbar.innerText()).replace(/\s+/g, " ");
@@ -158,7 +171,7 @@ try {
   // 4. Accept from the code lens over the kernel in the source file.
   await openFile(page, cfg.file);
   const acceptLens = page.locator(".codelens-decoration a", { hasText: cfg.acceptTitle }).first();
-  await acceptLens.waitFor({ timeout: 30_000 });
+  await acceptLens.waitFor({ timeout: 60_000 });
   seen.lensesAfterJob = await page.locator(".codelens-decoration a").allTextContents();
   await acceptLens.click();
   step("accept clicked", { lenses: seen.lensesAfterJob });
@@ -166,7 +179,7 @@ try {
     const now = pythonFiles(cfg.folder);
     return Object.keys(now).find((p) => !(p in filesBefore) && now[p] > 0);
   };
-  const acceptDeadline = Date.now() + 15_000;
+  const acceptDeadline = Date.now() + 30_000;
   seen.portFile = null;
   while (Date.now() < acceptDeadline && !(seen.portFile = (await newFile()) ?? null)) await sleep(200);
   seen.savedByUser = false;
@@ -187,7 +200,7 @@ try {
   const name = page.locator(".editor-instance .view-line span", { hasText: new RegExp(`^${cfg.kernel}$`) }).first();
   await name.hover();
   const hover = page.locator(".monaco-hover:not(.hidden) .monaco-hover-content, .monaco-hover:not(.hidden)").first();
-  await hover.waitFor({ state: "visible", timeout: 15_000 });
+  await hover.waitFor({ state: "visible", timeout: 30_000 });
   await sleep(500);
   seen.hover = await hover.innerText();
   await shot(page, "05-hover.png");

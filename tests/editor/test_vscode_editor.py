@@ -5,19 +5,21 @@ Screenshots of each step go to test-artifacts/editor/."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from editor_helpers import KERNEL, REPO, kernel_line, new_python_files
+from editor_helpers import KERNEL, kernel_line, new_python_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -66,13 +68,13 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
     raise AssertionError(f"code-server did not answer {url} within {timeout}s")
 
 
-@pytest.fixture
-def code_server(tools, language_server, kernel_workspace, tmp_path, artifacts):
-    """code-server on a free loopback port, with the extension installed from the .vsix."""
-    user_data, extensions = tmp_path / "user-data", tmp_path / "extensions"
+@contextlib.contextmanager
+def running_code_server(tools, workspace: Path, home: Path, artifacts: Path, settings: dict, tag: str):
+    """code-server on a free loopback port, with the extension installed from the .vsix; yields its URL."""
+    user_data, extensions = home / "user-data", home / "extensions"
     (user_data / "User").mkdir(parents=True)
-    (user_data / "User" / "settings.json").write_text(json.dumps(user_settings(language_server), indent=2))
-    config = tmp_path / "code-server.yaml"
+    (user_data / "User" / "settings.json").write_text(json.dumps(settings, indent=2))
+    config = home / "code-server.yaml"
     config.write_text("auth: none\n")
     base = [str(tools.code_server), "--config", str(config), "--user-data-dir", str(user_data),
             "--extensions-dir", str(extensions)]
@@ -82,12 +84,11 @@ def code_server(tools, language_server, kernel_workspace, tmp_path, artifacts):
     assert any(p.name.startswith("ksearch.ksearch-") for p in extensions.iterdir()), installed.stdout
 
     port = free_port()
-    log = (artifacts / "code-server.log").open("w")
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log = (artifacts / f"code-server-{tag}.log").open("w")
     proc = subprocess.Popen(
         [*base, "--bind-addr", f"127.0.0.1:{port}", "--auth", "none", "--disable-telemetry",
-         "--disable-update-check", "--disable-workspace-trust", str(kernel_workspace)],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=kernel_workspace)
+         "--disable-update-check", "--disable-workspace-trust", str(workspace)],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workspace)
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", proc, 60)
         yield f"http://127.0.0.1:{port}"
@@ -100,7 +101,25 @@ def code_server(tools, language_server, kernel_workspace, tmp_path, artifacts):
         log.close()
         # Keep the extension's and the server's logs next to the screenshots for a failed run.
         for path in (user_data / "logs").rglob("*ksearch*.log"):
-            shutil.copy(path, artifacts / f"vscode-{path.name}")
+            shutil.copy(path, artifacts / f"vscode-{tag}-{path.name}")
+
+
+def drive(tools, cfg: dict, artifacts: Path, tag: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Runs drive_code_server.mjs with cfg; returns the process and what it saw."""
+    cfg = {"playwright": str(tools.playwright), "chromium": str(tools.chromium), "artifacts": str(artifacts), **cfg}
+    run = subprocess.run([str(tools.node), str(Path(__file__).with_name("drive_code_server.mjs")), json.dumps(cfg)],
+                         capture_output=True, text=True, timeout=420)
+    (artifacts / f"drive-{tag}.log").write_text(run.stderr)
+    seen = json.loads(run.stdout) if run.stdout.strip().startswith("{") else {"error": run.stdout + run.stderr}
+    (artifacts / f"drive-{tag}.json").write_text(json.dumps(seen, indent=2))
+    return run, seen
+
+
+@pytest.fixture
+def code_server(tools, language_server, kernel_workspace, tmp_path, artifacts):
+    with running_code_server(tools, kernel_workspace, tmp_path, artifacts, user_settings(language_server),
+                             "port") as url:
+        yield url
 
 
 def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, artifacts):
@@ -109,21 +128,15 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, artifacts):
     source = kernel_workspace / "softmax.cu"
     before = set(kernel_workspace.rglob("*.py"))
     original_source = source.read_text()
-    cfg = {
-        "url": code_server, "folder": str(kernel_workspace), "file": "softmax.cu", "kernel": KERNEL,
+    run, seen = drive(tools, {
+        "mode": "port", "url": code_server, "folder": str(kernel_workspace), "file": "softmax.cu", "kernel": KERNEL,
         "kernelLine": kernel_line(source), "portTitle": "Port to MLX", "acceptTitle": "Accept",
-        "playwright": str(tools.playwright), "chromium": str(tools.chromium), "artifacts": str(artifacts),
         "timeoutsMs": {"start": 60_000, "lens": 60_000, "job": 180_000},
-    }
-    run = subprocess.run([str(tools.node), str(Path(__file__).with_name("drive_code_server.mjs")), json.dumps(cfg)],
-                         capture_output=True, text=True, timeout=420)
-    (artifacts / "drive.log").write_text(run.stderr)
-    seen = json.loads(run.stdout) if run.stdout.strip().startswith("{") else {"error": run.stdout + run.stderr}
-    (artifacts / "drive.json").write_text(json.dumps(seen, indent=2))
+    }, artifacts, "port")
     assert run.returncode == 0 and seen.get("ok"), (
         f"the VS Code scenario stopped: {seen.get('error')}\nsteps: {[s['name'] for s in seen.get('steps', [])]}\n"
         f"status bar: {seen.get('statusbar')}\nnotifications: {seen.get('notifications')}\n"
-        f"see {artifacts}/error.png and drive.log")
+        f"see {artifacts}/error.png and drive-port.log")
 
     assert any("Port to MLX" in lens for lens in seen["lenses"]), seen["lenses"]
     assert any("Port to MLX" in action for action in seen["actions"]), seen["actions"]
@@ -141,3 +154,21 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, artifacts):
     assert KERNEL in seen["hover"] and "ksearch" in seen["hover"], f"the hover does not show the result: {seen['hover']!r}"
     for name in SCREENSHOTS:
         assert (artifacts / name).stat().st_size > 10_000, f"{name} is missing or blank"
+
+
+def test_missing_ksearch_shows_the_fix(tools, kernel_workspace, tmp_path, artifacts):
+    """With an interpreter that lacks ksearch, VS Code says which one and how to fix it."""
+    venv = tmp_path / "bare-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    bare_python = venv / "bin" / "python"
+    (artifacts / "00-missing-ksearch.png").unlink(missing_ok=True)
+    settings = {**user_settings(str(bare_python))}
+    with running_code_server(tools, kernel_workspace, tmp_path / "home", artifacts, settings, "missing") as url:
+        run, seen = drive(tools, {
+            "mode": "missing", "url": url, "folder": str(kernel_workspace), "file": "softmax.cu", "kernel": KERNEL,
+            "expect": "pip install ksearch", "timeoutsMs": {"start": 60_000, "lens": 30_000, "job": 0},
+        }, artifacts, "missing")
+    assert run.returncode == 0 and seen.get("ok"), f"no install hint appeared: {seen.get('error')}\n{seen.get('notifications')}"
+    message = seen["notification"]
+    assert f"{bare_python} -m pip install ksearch" in message or f"{venv}" in message, message
+    assert "ksearch.interpreter" in message, message
