@@ -331,6 +331,7 @@ class _FileScan:
                 kernel=text(fn, self.data), template_args=targs, grid=cfg[0], block=cfg[1],
                 shared_mem=cfg[2] if len(cfg) > 2 else None, stream=cfg[3] if len(cfg) > 3 else None,
                 args=args, line=call.start_point[0], range=self.index.node_range(call),
+                byte_range=(call.start_byte, call.end_byte),
                 host_function=host_name,
                 host_byte_range=(host.start_byte, host.end_byte) if host is not None else None))
         return out

@@ -65,6 +65,7 @@ class LaunchSite(BaseModel):
     args: list[str] = []
     line: int
     range: Range
+    byte_range: tuple[int, int] | None = None
     host_function: str | None = None
     host_byte_range: tuple[int, int] | None = None
 

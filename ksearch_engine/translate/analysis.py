@@ -170,3 +170,38 @@ def constants_env(preamble: list[str], template_values: dict[str, object]) -> di
             continue
     env.update(template_values)
     return env
+
+
+def _entry_name(entry: str) -> str | None:
+    m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)", entry)
+    if m:
+        return m.group(1)
+    m = re.match(r"\s*(?:typedef\b.*?\b([A-Za-z_]\w*)\s*;\s*$)", entry, re.S)
+    if m:
+        return m.group(1)
+    m = re.match(r"\s*(?:struct|union|enum(?:\s+class)?)\s+([A-Za-z_]\w*)", entry)
+    if m:
+        return m.group(1)
+    m = re.match(r"\s*using\s+([A-Za-z_]\w*)\s*=", entry)
+    if m:
+        return m.group(1)
+    m = re.match(r"[^=;{\[]*?\b([A-Za-z_]\w*)\s*(?:\[|=|;|\{)", entry)
+    return m.group(1) if m else None
+
+
+def needed_preamble(preamble: list[str], texts: list[str]) -> list[str]:
+    """The file-scope entries (macros, constants, types) that `texts` use, directly or through each other."""
+    names = [(_entry_name(e), e) for e in preamble]
+    used = set(re.findall(r"[A-Za-z_]\w*", "\n".join(texts)))
+    keep: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, (name, entry) in enumerate(names):
+            if i in keep or name is None or name not in used:
+                continue
+            keep.add(i)
+            # only the part before a big initializer can name other entries worth following
+            used |= set(re.findall(r"[A-Za-z_]\w*", entry[:4096]))
+            changed = True
+    return [e for i, (_, e) in enumerate(names) if i in keep]

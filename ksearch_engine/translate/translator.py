@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -124,7 +125,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         issues.append(Issue(construct=f"{k.name}<<<...>>>", line=k.launches[1].line, severity="info",
                             message=f"{len(k.launches)} launch sites; the port follows the first (line "
                                     f"{launch.line + 1})"))
-    host_fns = host_functions(source_bytes, parse_result.preamble) if launch is not None else {}
+    host_fns = _host_functions_cached(source_bytes, tuple(parse_result.preamble)) if launch is not None else {}
     fnames = set(host_fns)
     template_values: dict[str, str] = {}     # name -> python expression
     template_types: dict[str, str] = {}      # typename param -> mx dtype name
@@ -182,9 +183,10 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     rw = Rewriter(table, line_offset=line0, context=ctx)
     _, metal_body = rw.rewrite_function(k.text, helper=False)
     header_parts = []
-    if parse_result.preamble:
+    preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers])
+    if preamble:
         pre = Rewriter(table, line_offset=0, context=ctx)
-        header_parts.append(pre.rewrite_snippet("\n".join(parse_result.preamble)))
+        header_parts.append(pre.rewrite_snippet("\n".join(preamble)))
         rw.applied += [a for a in pre.applied if a not in rw.applied]
     for h in helpers:
         hr = Rewriter(table, line_offset=h.range.start.line, context=ctx)
@@ -207,7 +209,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
 
     # -- CUDA-backend body ----------------------------------------------------------------------
     cuda_header_parts = ["#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif"]
-    cuda_header_parts += parse_result.preamble
+    cuda_header_parts += preamble
     cuda_header_parts += [h.text for h in helpers]
     cuda_header = "\n\n".join(cuda_header_parts)
     for i in issues:   # these break the CUDA-backend port too
@@ -275,6 +277,12 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         tr.task_hint["reference"] = "import math\n\nimport mlx.core as mx\n\n\n" + ref
     tr.module_text = emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes, k)
     return tr
+
+
+@lru_cache(maxsize=16)
+def _host_functions_cached(source: bytes, preamble: tuple[str, ...]) -> dict[str, str]:
+    """host_functions() once per file text: the language server translates every kernel of a file."""
+    return host_functions(source, list(preamble))
 
 
 def _replace_word(text: str, word: str, value: str) -> str:
@@ -404,8 +412,8 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
     if launch is not None:
         lines.append("stream = None")
         if host_text:
-            rel = launch.range  # position of the launch in the file -> byte offset inside the host text
-            launch_byte = _byte_of_line(source_bytes, rel.start.line) - launch.host_byte_range[0]
+            start = launch.byte_range[0] if launch.byte_range else _byte_of_line(source_bytes, launch.range.start.line)
+            launch_byte = start - launch.host_byte_range[0]
             prelude, skipped = host_prelude(host_text.decode("utf-8", "replace"), max(0, launch_byte),
                                             _line_of_byte(source_bytes, launch.host_byte_range[0]), fnames)
             lines += prelude
