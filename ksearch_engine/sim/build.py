@@ -18,7 +18,8 @@ from .errors import SimError
 
 HEADER = Path(__file__).with_name("ksim.h")
 FLAGS = ["-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-w", "-fno-strict-aliasing",
-         "-fno-omit-frame-pointer", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+         "-fno-omit-frame-pointer", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+         "-fstack-clash-protection"]
 GENERATED = {"ksim-signature", "ksim-launch", "ksim-prelude"}
 _DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$")
 _CONTEXT = re.compile(r"^(?:In file included from |\s+from )?(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s+(?:required from|required by|In instantiation).*$")

@@ -684,7 +684,12 @@ inline void on_fault(int sig, siginfo_t* si, void* uctx) {
     off = pc - (uintptr_t)info.dli_fbase;
   const char* what = sig == SIGFPE ? "arithmetic fault (integer division by zero?)"
                      : sig == SIGBUS ? "bus error (misaligned or invalid address)"
-                                     : "memory fault (out-of-bounds access, or a kernel stack overflow)";
+                                     : "memory fault (out-of-bounds access)";
+  uintptr_t a = si ? (uintptr_t)si->si_addr : 0;
+  uintptr_t lo = (uintptr_t)g.stacks - (size_t)sysconf(_SC_PAGESIZE);
+  if (sig == SIGSEGV && g.stacks && a >= lo && a < (uintptr_t)g.stacks + g.stack_stride * g.max_fibers)
+    what = "stack overflow: the kernel's thread-local variables (arrays, recursion) exceed the "
+           "simulator's per-thread stack (KSEARCH_SIM_STACK_KB, default 256)";
   char where[128] = "";
   if (cur)
     snprintf(where, sizeof where, " in thread (%u,%u,%u)", cur->tid.x, cur->tid.y, cur->tid.z);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import re
 from pathlib import Path
 
@@ -165,9 +166,11 @@ def describe_address(addr: int, regions) -> str:
 
 
 def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial: bool,
-           dyn_smem: int = 0, timeout_s: float = 20.0, stack_kb: int = 256, regions=(),
+           dyn_smem: int = 0, timeout_s: float = 20.0, stack_kb: int | None = None, regions=(),
            reverse: bool = False) -> None:
     """Run the grid; raise SimError (with the kernel line of a fault when known) if it fails."""
+    if stack_kb is None:
+        stack_kb = int(os.environ.get("KSEARCH_SIM_STACK_KB", "256") or 256)
     lib = load(so)
     argv = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
     cfg = (ctypes.c_longlong * 14)(*nblocks, *tg, *total, int(partial), int(dyn_smem),
@@ -181,6 +184,8 @@ def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial
     m = re.search(r"\s*\[pc_offset=0x([0-9a-f]+)\]", text)
     if m:
         line, file = source_line_of_pc(so, int(m.group(1), 16))
+        if file is not None and file.startswith("ksim"):
+            line = file = None  # inside code the simulator generated: no kernel line to show
         text = text[:m.start()] + text[m.end():]
     am = re.search(r"address (0x[0-9a-f]+)", text)
     if rc == 4 and am:
