@@ -25,6 +25,11 @@ _DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev
 _CONTEXT = re.compile(r"^(?:In file included from |\s+from )?(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s+(?:required from|required by|In instantiation).*$")
 
 
+def flags() -> list[str]:
+    """FLAGS, plus -DKSIM_USE_UCONTEXT when KSEARCH_SIM_UCONTEXT=1 (the portable context switch)."""
+    return FLAGS + (["-DKSIM_USE_UCONTEXT"] if os.environ.get("KSEARCH_SIM_UCONTEXT") == "1" else [])
+
+
 def cache_dir() -> Path:
     d = os.environ.get("KSEARCH_SIM_CACHE")
     path = Path(d) if d else Path(tempfile.gettempdir()) / f"ksearch-sim-{os.getuid()}"
@@ -56,7 +61,7 @@ def pch_dir(cxx: str) -> Path | None:
     if os.environ.get("KSEARCH_SIM_NO_PCH") or not _is_gcc(cxx):
         return None
     texts = b"".join(HEADER.with_name(n).read_bytes() for n in ("ksim.h", "ksim_metal.h", "ksim_cuda.h"))
-    key = hashlib.sha256(texts + " ".join([cxx] + FLAGS).encode()).hexdigest()[:16]
+    key = hashlib.sha256(texts + " ".join([cxx] + flags()).encode()).hexdigest()[:16]
     d = cache_dir() / f"pch-{key}"
     d.mkdir(exist_ok=True)
     for dialect in ("metal", "cuda"):
@@ -64,8 +69,7 @@ def pch_dir(cxx: str) -> Path | None:
         if gch.exists():
             continue
         tmp = d / f"ksim_{dialect}.h.{os.getpid()}.tmp"
-        flags = [f for f in FLAGS if f != "-shared"]
-        cmd = [cxx, *flags, "-x", "c++-header", str(HEADER.with_name(f"ksim_{dialect}.h")), "-o", str(tmp)]
+        cmd = [cxx, *[f for f in flags() if f != "-shared"], "-x", "c++-header", str(HEADER.with_name(f"ksim_{dialect}.h")), "-o", str(tmp)]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
         except (OSError, subprocess.TimeoutExpired):
@@ -143,7 +147,7 @@ def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
     """Compile `code` (a full C++ translation unit) to a cached ``.so``; raise SimError on errors."""
     header_text = b"".join(HEADER.with_name(n).read_bytes() for n in ("ksim.h", "ksim_metal.h", "ksim_cuda.h"))
     cxx = compiler()
-    key = hashlib.sha256(code.encode() + header_text + " ".join([cxx] + FLAGS).encode()).hexdigest()[:24]
+    key = hashlib.sha256(code.encode() + header_text + " ".join([cxx] + flags()).encode()).hexdigest()[:24]
     d = cache_dir()
     so = d / f"k{key}.so"
     if so.exists():
@@ -156,7 +160,7 @@ def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
     src.write_text(code)
     tmp = d / f"k{key}.{os.getpid()}.tmp.so"
     pch = pch_dir(cxx)
-    cmd = [cxx, *FLAGS, *([f"-I{pch}"] if pch else []), f"-I{HEADER.parent}", str(src), "-o", str(tmp)]
+    cmd = [cxx, *flags(), *([f"-I{pch}"] if pch else []), f"-I{HEADER.parent}", str(src), "-o", str(tmp)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     except subprocess.TimeoutExpired:

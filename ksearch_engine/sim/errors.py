@@ -21,8 +21,15 @@ class SimError(Exception):
         self.kind = kind
         self.details = details
 
+    def __reduce__(self):  # keep line/file/kind across pickling (errors cross process boundaries)
+        return (_rebuild, (self.message, self.line, self.file, self.kind, self.details))
+
     def __str__(self) -> str:
         where = ""
         if self.line is not None:
             where = f" ({self.file or 'source'} line {self.line})"
         return f"{self.message}{where}"
+
+
+def _rebuild(message, line, file, kind, details) -> SimError:
+    return SimError(message, line, file=file, kind=kind, details=details)

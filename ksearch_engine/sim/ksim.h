@@ -17,6 +17,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
+#if defined(__APPLE__)
+#define _XOPEN_SOURCE 700  // macOS only declares the ucontext functions with it
+#define _DARWIN_C_SOURCE 1
+#endif
 #include <cstdint>
 #include <cstddef>
 #include <cstring>

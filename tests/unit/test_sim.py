@@ -523,3 +523,24 @@ def test_compile_cache_keeps_the_most_recent_libraries(tmp_path):
     kept = sorted(p.stem for p in tmp_path.glob("*.so"))
     assert kept == [f"k{i:03d}" for i in range(20, 30)]
     assert sorted(p.stem for p in tmp_path.glob("*.cpp")) == kept
+
+
+def test_portable_ucontext_switch_gives_the_same_results(monkeypatch):
+    # macOS and non-x86 Linux use ucontext instead of the assembly switch: same semantics
+    monkeypatch.setenv("KSEARCH_SIM_UCONTEXT", "1")
+    monkeypatch.setenv("KSEARCH_SIM_NO_PCH", "1")  # two compiles: not worth a precompiled header
+    x = rng.random(4 * 256).astype(np.float32)
+    src = TREE_REDUCE.replace("BARRIER", "threadgroup_barrier(mem_flags::mem_threadgroup);")
+    (out,) = metal("tree_uc", [("inp", x)], [("out", (4,), "float32")], src, [], (4 * 256, 1, 1), (256, 1, 1))
+    np.testing.assert_allclose(out, x.reshape(4, 256).sum(1), rtol=1e-5)
+    (sums,) = metal("simd_uc", [("inp", x)], [("sums", (32,), "float32")],
+                    "uint g = thread_position_in_grid.x; float v = simd_sum(inp[g]); if (g % 32 == 0) sums[g / 32] = v;",
+                    [], (1024, 1, 1), (256, 1, 1))
+    np.testing.assert_allclose(sums, x.reshape(32, 32).sum(1), rtol=1e-5)
+
+
+def test_sim_error_survives_pickling():
+    import pickle
+
+    e = pickle.loads(pickle.dumps(SimError("boom", 7, file="source", kind="deadlock")))
+    assert (e.message, e.line, e.file, e.kind) == ("boom", 7, "source", "deadlock")
