@@ -6,6 +6,7 @@ points fd 1 at stderr first, so whatever a candidate prints cannot corrupt the p
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -221,8 +222,21 @@ def _reply(obj: dict) -> None:
         data = data[os.write(_PROTO, data):]
 
 
+_STREAMS: list = []  # every stream a candidate made: the timer waits for all of them
+
+
 def _load_mlx(backend: str):
     import mlx.core as mx
+
+    made = mx.new_stream
+
+    def new_stream(*a, **k):
+        s = made(*a, **k)
+        _STREAMS.append(s)
+        return s
+
+    new_stream.__doc__ = made.__doc__
+    mx.new_stream = new_stream
 
     if backend == "sim":
         from ksearch_engine.sim import install_mlx_shim
@@ -411,6 +425,9 @@ class Worker:
                 msg = _tb_tail(e, fname)
                 if isinstance(e, MemoryError) or "bad_alloc" in msg or "[malloc]" in msg:
                     return {"status": "resource_limit", "message": "ran out of memory (the sandbox's memory limit): " + msg[-300:]}
+                if isinstance(e, OSError) and e.errno in (errno.EFBIG, errno.ENOSPC, errno.EDQUOT, errno.EMFILE):
+                    what = {errno.EFBIG: "file-size limit", errno.EMFILE: "open-file limit"}.get(e.errno, "private temp folder full")
+                    return {"status": "resource_limit", "message": f"hit the sandbox's {what} ({e.strerror}): " + msg[-300:]}
                 status = "compile_error" if "compil" in msg.lower() or "SimError" in msg else "runtime_error"
                 return {"status": status, "message": msg, "workload": item["workload"]}
             for o in first + second:
@@ -442,6 +459,14 @@ class Worker:
 
         mx = self.mx
         task = self.Task.model_validate(req["task"])
+        defaults = [mx.default_stream(mx.cpu)]
+        if mx.default_device() != mx.cpu:
+            defaults.append(mx.default_stream(mx.default_device()))
+
+        def sync_all():
+            for st in defaults if "streams" in _GUARDS_OFF else defaults + _STREAMS:
+                mx.synchronize(st)
+
         base = _load_module(task.baseline_source(), "baseline")
         base_fn = getattr(base, "baseline")
         t = req["timing"]
@@ -464,10 +489,11 @@ class Worker:
             last: list = [None]
 
             def once(f, xs, i=None):
+                sync_all()   # nothing left running from before counts for, or against, this call
                 t0 = _perf()
                 r = _as_tuple(f(*xs))
                 mx.eval(*r)
-                mx.synchronize()
+                sync_all()   # work a candidate left on another stream is its own time
                 dt_ms = (_perf() - t0) * 1e3
                 if i is not None:
                     if any(o is x for o in r for x in xs) or (last[0] is not None and any(o is p for o in r for p in last[0])):

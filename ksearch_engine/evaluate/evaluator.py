@@ -136,7 +136,7 @@ def _death_reason(code: int | None) -> tuple[str, str]:
     if sig == signal.SIGXFSZ:
         return "resource_limit", "file-size limit exceeded (the candidate wrote too much to disk)"
     if sig == signal.SIGKILL:
-        return "resource_limit", "killed (out of memory or a limit)"
+        return "resource_limit", "killed by SIGKILL (out of memory, a limit, or the candidate killed its own worker)"
     if sig:
         return "crashed", f"killed by signal {signal.Signals(sig).name}"
     return "crashed", f"the worker exited with code {code}"
@@ -391,7 +391,8 @@ class Evaluator:
                     got = self._load_output(p, key, call, i, exp)
                     name = self.task.outputs[i] if i < n_out else f"out{i}"
                     if got.shape != exp.shape:
-                        return self._base(status="failed", kind=kind, message=f"{name}: shape {got.shape}, expected {exp.shape}",
+                        return self._base(status="failed", kind=kind, message=(
+                            f"{name} on {item['workload']} (seed {item['seed']}, {call} call): shape {got.shape}, expected {exp.shape}"),
                                           worst=Mismatch(workload=item["workload"], seed=item["seed"], output=name, call=call,
                                                          note=f"shape {list(got.shape)} instead of {list(exp.shape)}"))
                     dtype = self._out_dtype(i)

@@ -1,0 +1,13 @@
+"""Attack: behave during verification (2 calls per trial), then return garbage once the calls keep coming:
+that is the timing loop. Caught by: outputs of randomly picked timed calls are re-checked."""
+import mlx.core as mx
+
+_calls = [0]
+VERIFY_CALLS = 8   # the softmax task: 2 workloads x 2 seeds x 2 calls
+
+
+def kernel(x):
+    _calls[0] += 1
+    if _calls[0] > VERIFY_CALLS:
+        return mx.zeros_like(x)
+    return mx.softmax(x, axis=-1)
