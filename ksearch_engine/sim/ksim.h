@@ -1438,6 +1438,11 @@ inline bool all(bool b) { return b; }
 inline bool any(bool b) { return b; }
 template <class T> inline unsigned popcount(T x) { return (unsigned)__builtin_popcountll((unsigned long long)x); }
 inline unsigned clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
+inline unsigned reverse_bits(unsigned x) {
+  unsigned r = 0;
+  for (int i = 0; i < 32; i++) r |= ((x >> i) & 1u) << (31 - i);
+  return r;
+}
 inline unsigned ctz(unsigned x) { return x ? __builtin_ctz(x) : 32; }
 template <class To, class From> inline To as_type(const From& f) {
   static_assert(sizeof(To) == sizeof(From), "as_type needs types of the same size");
@@ -1495,12 +1500,20 @@ inline bool simd_all(bool p) {
 }
 inline bool simd_any(bool p) { return ksim::warp_ballot(p) != 0; }
 struct simd_vote {
-  unsigned long long v;
-  explicit simd_vote(unsigned long long x = 0) : v(x) {}
-  bool all() const { return v == 0xffffffffull; }
+  typedef unsigned long vote_t;
+  vote_t v;
+  explicit simd_vote(vote_t x = 0) : v(x) {}
+  bool all() const { return v == 0xfffffffful; }
   bool any() const { return v != 0; }
-  explicit operator unsigned long long() const { return v; }
+  explicit operator vote_t() const { return v; }
 };
+inline simd_vote simd_active_threads_mask() {
+  ksim::Warp& w = ksim::g.warps[ksim::cur->warp];
+  unsigned long m = 0;
+  for (int l = 0; l < w.nlanes; l++)
+    if (ksim::g.fibers[ksim::cur->warp * 32 + l].state != ksim::F_DONE) m |= 1ul << l;
+  return simd_vote(m);
+}
 inline simd_vote simd_ballot(bool p) { return simd_vote(ksim::warp_ballot(p)); }
 inline bool simd_is_first() {
   unsigned slot = ksim::warp_arrive(nullptr, 0);
@@ -1509,14 +1522,34 @@ inline bool simd_is_first() {
 }
 
 // simdgroup matrices: every lane holds the whole tile. Metal requires the arguments of these calls
-// to be uniform across the simdgroup, so the lanes' copies stay equal and each lane can compute
-// the full product itself (thread_elements() is not modelled).
+// to be uniform across the simdgroup, so each lane can compute the full product itself.
+// thread_elements() is this lane's two elements in MLX's 8x8 fragment layout (row
+// (q & 4) + (lane / 2) % 4, columns (q & 2) * 2 + (lane % 2) * 2 + {0, 1} with q = lane / 4);
+// before a tile is used, the lanes exchange those elements, so edits made through
+// thread_elements() reach every lane's copy.
 template <class T, int Cols, int Rows> struct simdgroup_matrix {
-  T m[Rows][Cols];
+  alignas(16) T m[Rows][Cols];
   simdgroup_matrix() = default;
   explicit simdgroup_matrix(T diag) {
     for (int i = 0; i < Rows; i++)
       for (int j = 0; j < Cols; j++) m[i][j] = i == j ? diag : T(0);
+  }
+  static int frag_row(unsigned lane) { return (int)(((lane / 4) & 4) + (lane / 2) % 4); }
+  static int frag_col(unsigned lane) { return (int)(((lane / 4) & 2) * 2 + (lane % 2) * 2); }
+  ksim::vec<T, 2>& thread_elements() {
+    static_assert(Rows == 8 && Cols == 8, "thread_elements() is modelled for 8x8 tiles");
+    unsigned l = ksim::cur->lane;
+    return *reinterpret_cast<ksim::vec<T, 2>*>(&m[frag_row(l)][frag_col(l)]);
+  }
+  void resync() {
+    if (Rows != 8 || Cols != 8) return;
+    unsigned l = ksim::cur->lane;
+    T mine[2] = {m[frag_row(l)][frag_col(l)], m[frag_row(l)][frag_col(l) + 1]};
+    unsigned slot = ksim::warp_arrive(mine, sizeof mine);
+    unsigned part = ksim::slot_mask(slot);
+    ksim::Warp* w = &ksim::g.warps[ksim::cur->warp];
+    for (unsigned k = 0; k < ksim::WARP; k++)
+      if (part & (1u << k)) memcpy(&m[frag_row(k)][frag_col(k)], w->vals[slot][k], sizeof mine);
   }
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
@@ -1537,9 +1570,10 @@ inline void simdgroup_load(simdgroup_matrix<T, C, R>& d, const U* src, unsigned 
                             : T(src[(origin.y + i) * elements_per_row + origin.x + j]);
 }
 template <class T, int C, int R, class U>
-inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a, U* dst, unsigned long elements_per_row = C,
+inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a_, U* dst, unsigned long elements_per_row = C,
                             ksim::vec<unsigned long, 2> origin = ksim::vec<unsigned long, 2>(0ul), bool transpose = false) {
-  ksim::warp_sync();  // every lane has its copy ready; each then writes the same values
+  simdgroup_matrix<T, C, R> a = a_;
+  a.resync();  // also: every lane has its copy ready before any lane writes
   for (int i = 0; i < R; i++)
     for (int j = 0; j < C; j++) {
       if (transpose) dst[(origin.y + j) * elements_per_row + origin.x + i] = U(a.m[i][j]);
@@ -1547,8 +1581,14 @@ inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a, U* dst, unsigned
     }
 }
 template <class T, class TA, class TB, class TC, int M, int N, int K>
-inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, N, M>& d, const simdgroup_matrix<TA, K, M>& a,
-                                          const simdgroup_matrix<TB, N, K>& b, const simdgroup_matrix<TC, N, M>& c) {
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, N, M>& d, const simdgroup_matrix<TA, K, M>& a_,
+                                          const simdgroup_matrix<TB, N, K>& b_, const simdgroup_matrix<TC, N, M>& c_) {
+  simdgroup_matrix<TA, K, M> a = a_;
+  simdgroup_matrix<TB, N, K> b = b_;
+  simdgroup_matrix<TC, N, M> c = c_;
+  a.resync();
+  b.resync();
+  c.resync();
   simdgroup_matrix<T, N, M> r;
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
@@ -1561,9 +1601,7 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<T, N, M>& d, const si
 template <class T, class TA, class TB, int M, int N, int K>
 inline void simdgroup_multiply(simdgroup_matrix<T, N, M>& d, const simdgroup_matrix<TA, K, M>& a,
                                const simdgroup_matrix<TB, N, K>& b) {
-  simdgroup_matrix<T, N, M> zero(T(0));
-  for (int i = 0; i < M; i++) zero.m[i][i] = T(0);
-  simdgroup_multiply_accumulate(d, a, b, zero);
+  simdgroup_multiply_accumulate(d, a, b, simdgroup_matrix<T, N, M>(T(0)));
 }
 
 // atomics (a plain value: only one OS thread touches memory)

@@ -544,3 +544,26 @@ def test_sim_error_survives_pickling():
 
     e = pickle.loads(pickle.dumps(SimError("boom", 7, file="source", kind="deadlock")))
     assert (e.message, e.line, e.file, e.kind) == ("boom", 7, "source", "deadlock")
+
+
+def test_simdgroup_matrix_thread_elements_follow_mlx_fragment_layout():
+    # scale C's fragment through thread_elements() before storing: every element must be doubled once
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    src = """
+        simdgroup_float8x8 ma, mc;
+        simdgroup_load(ma, A, 8);
+        simdgroup_multiply(mc, ma, ma);
+        thread auto& e = mc.thread_elements();
+        e *= 2.0f;
+        simdgroup_store(mc, C, 8);
+        uint lane = thread_index_in_simdgroup;
+        uint q = lane / 4;
+        rows[lane] = float((q & 4) + (lane / 2) % 4);
+        ballot[lane] = float(static_cast<uint>(static_cast<simd_vote::vote_t>(simd_ballot(lane % 2 == 0))));
+        bits[lane] = float(metal::reverse_bits(1u) == 0x80000000u);
+    """
+    c, rows, ballot, bits = metal("sgte", [("A", a)], [("C", (8, 8), "float32"), ("rows", (32,), "float32"),
+                                                       ("ballot", (32,), "float32"), ("bits", (32,), "float32")],
+                                  src, [], (32, 1, 1), (32, 1, 1))
+    np.testing.assert_allclose(c, 2 * (a @ a), rtol=1e-5, atol=1e-5)
+    assert (ballot == float(0x55555555)).all() and (bits == 1).all()
