@@ -6,12 +6,13 @@ cannot stop the others from loading; the error names the module to fix.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from .base import Family, Template
 
 _MODULES = {
     "softmax": "softmax", "rmsnorm": "rmsnorm", "layernorm": "layernorm",
-    "attention": "attention", "decode": "decode", "paged_decode": "paged_decode",
+    "attention": "attention", "attention_causal": "attention:FAMILY_CAUSAL", "decode": "decode", "paged_decode": "paged_decode",
     "scan": "scan", "ssd": "ssd", "moe_gating": "moe_gating", "moe": "moe",
 }
 
@@ -20,7 +21,7 @@ def names() -> list[str]:
     """Family names whose module is present."""
     out = []
     for name, mod in _MODULES.items():
-        if importlib.util.find_spec(f"{__name__}.{mod}") is not None:
+        if importlib.util.find_spec(f"{__name__}.{mod.split(':')[0]}") is not None:
             out.append(name)
     return out
 
@@ -28,13 +29,14 @@ def names() -> list[str]:
 def get(name: str) -> Family:
     if name not in _MODULES:
         raise KeyError(f"unknown kernel family '{name}': known families are {', '.join(names())}")
+    modname, _, attr = _MODULES[name].partition(":")
     try:
-        mod = importlib.import_module(f"{__name__}.{_MODULES[name]}")
+        mod = importlib.import_module(f"{__name__}.{modname}")
     except ModuleNotFoundError as e:
-        if e.name == f"{__name__}.{_MODULES[name]}":
-            raise KeyError(f"kernel family '{name}' is not built yet (no module ksearch_engine/families/{_MODULES[name]}.py)") from None
+        if e.name == f"{__name__}.{modname}":
+            raise KeyError(f"kernel family '{name}' is not built yet (no module ksearch_engine/families/{modname}.py)") from None
         raise
-    return mod.FAMILY
+    return getattr(mod, attr or "FAMILY")
 
 
 __all__ = ["Family", "Template", "get", "names"]

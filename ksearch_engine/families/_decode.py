@@ -18,7 +18,9 @@ def decode_valid(k: dict) -> bool:
     return k["lanes_per_key"] in (4, 8, 16, 32) and k["warps"] * 32 <= 1024
 
 
-def _pass1(kind: str, k: dict, paged: bool) -> str:
+def _pass1(kind: str, k: dict, paged: bool, prefill: bool = False) -> str:
+    """The split-KV kernel; with `prefill`, a threadgroup owns QB consecutive query rows of one head instead of
+    the GQA group of one KV head (flash-style prefill without tensor cores), causal when CAUSAL."""
     d = Dialect(kind, fast_math=k.get("fast_exp", False))
     ni = d.neg_inf
     kaddr = ("((size_t)(table[b * NBLK + j / PAGE] * HKV + hk) * PAGE + (j % PAGE)) * DH" if paged
@@ -33,42 +35,56 @@ def _pass1(kind: str, k: dict, paged: bool) -> str:
         loadv = ["if (ok) { const Pk pv = *reinterpret_cast<const Pk*>(V + kb);",
                  "  for (int e = 0; e < EPL; ++e) vv[e] = static_cast<float>(pv.v[e]); }",
                  "else { for (int e = 0; e < EPL; ++e) vv[e] = 0.0f; }"]
-    write_final = ("if (SPLITS == 1) { out[(size_t)(b * HQ + hq) * DH + e] = static_cast<T>(A / Ls); }\n"
-                   "  else { const size_t pi = (size_t)(b * HQ + hq) * SPLITS + split;\n"
-                   "    opart[pi * DH + e] = A;\n"
-                   "    if (e == 0) { mpart[pi] = M; lpart[pi] = Ls; } }")
+    if prefill:
+        write_final = "if (q0 + g < SEQ) out[((size_t)(b * HQ + h) * SEQ + q0 + g) * DH + e] = static_cast<T>(A / Ls);"
+        qaddr = "((size_t)(b * HQ + h) * SEQ + ((q0 + g < SEQ) ? q0 + g : SEQ - 1)) * DH"
+        mapping = ["const int bh = " + d.bid("x") + ";", "const int b = bh / HQ;", "const int h = bh % HQ;",
+                   "const int hk = h / (HQ / HKV);", "const int q0 = " + d.bid("y") + " * G;", "const int split = 0;",
+                   "const int s0 = 0;", "const int s1 = CAUSAL ? ((q0 + G < SEQ) ? q0 + G : SEQ) : SEQ;"]
+        keep = "ok && (!CAUSAL || j <= q0 + g)"
+        gdef = f"constexpr int G = {k['q_per_group']};"
+    else:
+        write_final = ("if (SPLITS == 1) { out[(size_t)(b * HQ + hq) * DH + e] = static_cast<T>(A / Ls); }\n"
+                       "  else { const size_t pi = (size_t)(b * HQ + hq) * SPLITS + split;\n"
+                       "    opart[pi * DH + e] = A;\n"
+                       "    if (e == 0) { mpart[pi] = M; lpart[pi] = Ls; } }")
+        qaddr = "(size_t)(b * HQ + hk * G + g) * DH"
+        mapping = [f"const int bh = {d.bid('x')};", f"const int split = {d.bid('y')};",
+                   "const int b = bh / HKV;", "const int hk = bh % HKV;",
+                   "const int chunk = (SEQ + SPLITS - 1) / SPLITS;",
+                   "const int s0 = split * chunk;", "const int s1 = (s0 + chunk < SEQ) ? s0 + chunk : SEQ;"]
+        keep = "ok"
+        gdef = "constexpr int G = HQ / HKV;"
     L = [
         f"constexpr int LPK = {k['lanes_per_key']};", f"constexpr int W = {k['warps']};",
-        "constexpr int EPL = DH / LPK;", "constexpr int KPW = 32 / LPK;", "constexpr int G = HQ / HKV;",
+        "constexpr int EPL = DH / LPK;", "constexpr int KPW = 32 / LPK;", gdef,
     ]
     if not d.metal:
         L.append("struct alignas(sizeof(T) * EPL) Pk { T v[EPL]; };")
     L += [
         f"const int t = {d.tid()};", "const int lane = t & 31;", "const int warp = t >> 5;",
         "const int grp = lane / LPK;", "const int sub = lane % LPK;",
-        f"const int bh = {d.bid('x')};", f"const int split = {d.bid('y')};",
-        "const int b = bh / HKV;", "const int hk = bh % HKV;",
-        "const int chunk = (SEQ + SPLITS - 1) / SPLITS;",
-        "const int s0 = split * chunk;", "const int s1 = (s0 + chunk < SEQ) ? s0 + chunk : SEQ;",
+        *mapping,
         f"const float scale = {d.rsqrt('(float)DH')};",
         "float q[G * EPL]; float m[G]; float l[G]; float acc[G * EPL];",
         "for (int g = 0; g < G; ++g) {",
         f"  m[g] = {ni}; l[g] = 0.0f;",
         "  for (int e = 0; e < EPL; ++e) {",
-        "    q[g * EPL + e] = static_cast<float>(Q[(size_t)(b * HQ + hk * G + g) * DH + sub * EPL + e]) * scale;",
+        f"    q[g * EPL + e] = static_cast<float>(Q[{qaddr} + sub * EPL + e]) * scale;",
         "    acc[g * EPL + e] = 0.0f;", "  }", "}",
         "for (int j0 = s0 + warp * KPW; j0 < s1; j0 += W * KPW) {",
         "  const int j = j0 + grp;", "  const bool ok = j < s1;",
         f"  const size_t kb = (ok ? {kaddr} : 0) + sub * EPL;",
         "  float kv[EPL]; float vv[EPL]; float sc[G];",
         *["  " + ln for ln in loadk],
+        *["  " + ln for ln in loadv],       # both loads in flight before the dot products
         "  for (int g = 0; g < G; ++g) {", "    float s = 0.0f;",
         "    for (int e = 0; e < EPL; ++e) s += q[g * EPL + e] * kv[e];",
         f"    for (int o = LPK / 2; o > 0; o /= 2) s += {d.shfl_xor('s', 'o')};",
         "    sc[g] = s;", "  }",
-        *["  " + ln for ln in loadv],
         "  if (ok) {",
         "    for (int g = 0; g < G; ++g) {",
+        f"      if (!({keep})) continue;",
         f"      const float mn = {d.fmax('m[g]', 'sc[g]')};",
         f"      const float corr = {d.exp('m[g] - mn')};", f"      const float p = {d.exp('sc[g] - mn')};",
         "      l[g] = l[g] * corr + p;",
@@ -91,7 +107,8 @@ def _pass1(kind: str, k: dict, paged: bool) -> str:
         "    if (sub == 0) { sm_m[warp * G + g] = m[g]; sm_l[warp * G + g] = l[g]; }", "  }", "}",
         d.barrier(),
         "for (int i = t; i < G * DH; i += W * 32) {",
-        "  const int g = i / DH;", "  const int e = i % DH;", "  const int hq = hk * G + g;",
+        "  const int g = i / DH;", "  const int e = i % DH;",
+        *([] if prefill else ["  const int hq = hk * G + g;"]),
         f"  float M = {ni};",
         f"  for (int w = 0; w < W; ++w) M = {d.fmax('M', 'sm_m[w * G + g]')};",
         "  float Ls = 0.0f; float A = 0.0f;",
@@ -208,5 +225,30 @@ def kernel({sig}):
 {dims}    n = Bt * Hq * Dh
     return _K(inputs={call_in}, template=[("T", q.dtype), ("BQ", Bt), ("HQ", Hq), ("HKV", Hkv), ("DH", Dh), ("SEQ", S), {extra_t}],
               grid=(((n + 127) // 128) * 128, 1, 1), threadgroup=(128, 1, 1),
+              output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
+'''
+
+
+def render_prefill(family: str, tid: str, k: dict, kind: str) -> str:
+    if kind not in ("metal", "cuda"):
+        raise ValueError(f"template {tid} renders metal or cuda candidates")
+    name = tag(tid, k, kind)
+    threads, qb = k["warps"] * 32, k["q_per_group"]
+    return f'''{header(family, tid, k, kind)}
+_SOURCE = r"""
+{_pass1(kind, k, paged=False, prefill=True)}
+"""
+_HEADER = ""
+_K = {kernel_ctor(kind, name, ["Q", "K", "V"], ["out"])}
+
+
+def attention(q, k, v, causal):
+    Bt, Hq, L, Dh = q.shape
+    Hkv = k.shape[1]
+    if Dh % {k["lanes_per_key"]} or (Dh // {k["lanes_per_key"]}) & (Dh // {k["lanes_per_key"]} - 1) or Hq % Hkv or k.shape[2] != L:
+        raise ValueError(f"{tid}: needs self-attention (as many keys as queries), Hq % Hkv == 0 and a power-of-two head dim split over lanes_per_key, got q {{q.shape}} k {{k.shape}}")
+    return _K(inputs=[q, k, v],
+              template=[("T", q.dtype), ("HQ", Hq), ("HKV", Hkv), ("DH", Dh), ("SEQ", L), ("CAUSAL", bool(causal))],
+              grid=(Bt * Hq * {threads}, (L + {qb} - 1) // {qb}, 1), threadgroup=({threads}, 1, 1),
               output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
 '''
