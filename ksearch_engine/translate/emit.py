@@ -32,15 +32,14 @@ def _numel(shape):
 
 
 def _backend():
-    """'metal' or 'cuda': MLX's GPU backend here; KSEARCH_PORT_BACKEND overrides (the CPU simulator)."""
-    forced = os.environ.get("KSEARCH_PORT_BACKEND")
-    if forced in ("metal", "cuda"):
-        return forced
+    """'metal' or 'cuda': MLX's GPU backend here. Without a GPU (ksearch's CPU simulator) the Metal port runs,
+    or the CUDA-backend port when KSEARCH_SIM_DIALECT=cuda."""
     if mx.metal.is_available():
         return "metal"
     if mx.cuda.is_available():
         return "cuda"
-    return "metal"  # no GPU: mx.fast.metal_kernel explains, unless the ksearch simulator is installed
+    # no GPU: mx.fast.metal_kernel says so, unless the ksearch simulator is installed
+    return "cuda" if os.environ.get("KSEARCH_SIM_DIALECT") == "cuda" else "metal"
 '''
 
 

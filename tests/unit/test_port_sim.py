@@ -68,7 +68,7 @@ def _run_original(text, k, tr, cfg, inputs) -> list[np.ndarray]:
 
 
 def _run_port(mod, kind, inputs, monkeypatch) -> list[np.ndarray]:
-    monkeypatch.setenv("KSEARCH_PORT_BACKEND", kind)
+    monkeypatch.setenv("KSEARCH_SIM_DIALECT", kind)
     out = mod.kernel(*[mx.array(a) for a in inputs])
     return [np.array(o) for o in (out if isinstance(out, tuple) else (out,))]
 
@@ -164,20 +164,21 @@ def test_grid_stride_template_kernel_with_host_helpers(monkeypatch):
                                    template_args=["float", "256"])["y"]
     assert np.allclose(original, 3 * x)
     for kind in ("metal", "cuda"):
-        monkeypatch.setenv("KSEARCH_PORT_BACKEND", kind)
+        monkeypatch.setenv("KSEARCH_SIM_DIALECT", kind)
         assert np.allclose(np.array(mod.kernel(mx.array(x), s=3.0)), original)
 
 
 def test_a_port_passes_the_evaluator_on_the_sim_backend():
     """The port module is a candidate the evaluator accepts, with a task built from the translator's hint."""
-    from ksearch_engine.evaluate import evaluate_once
+    from ksearch_engine.evaluate import Evaluator
 
     _, _, tr, _ = _port(ROOT / "examples/rmsnorm/rmsnorm.cu")
     hint = tr.task_hint
     task = KernelTask(name=tr.kernel, family=hint["family"], inputs=[InputSpec(**i) for i in hint["inputs"]],
                       outputs=tr.output_names, reference=hint["reference"],
                       workloads=[Workload(name="small", dims=hint["dims"])], seeds=[0])
-    assert evaluate_once(task, tr.module_text, backend="sim", timing=False).status == "passed"
     broken = tr.module_text.replace("rsqrt(t / (float)cols + eps)", "rsqrt(t / (float)cols + eps) * 1.01f")
     assert broken != tr.module_text
-    assert evaluate_once(task, broken, backend="sim", timing=False).status == "failed"
+    with Evaluator(task, "sim") as ev:
+        assert ev.evaluate(tr.module_text, timing=False).status == "passed"
+        assert ev.evaluate(broken, timing=False).status == "failed"
