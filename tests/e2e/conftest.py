@@ -206,3 +206,56 @@ async def editor(workspace: Path, profile: str):
     ed = await start_editor(workspace, profile)
     yield ed
     await stop_editor(ed)
+
+
+class Ported:
+    """A workspace where the real server already ran Port to MLX on softmax_kernel (result not decided)."""
+
+    def __init__(self, root: Path, run_id: str, candidate_id: str, snapshot: Path, source_text: str):
+        self.root, self.run_id, self.candidate_id = root, run_id, candidate_id
+        self.snapshot, self.source_text = snapshot, source_text
+
+    @property
+    def db(self) -> Path:
+        return self.root / ".ksearch" / "ksearch.db"
+
+    def restore(self) -> "Ported":
+        # A new inode each time: SQLite shares locks and WAL index per inode within a process.
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(self.db) + suffix).unlink(missing_ok=True)
+        shutil.copy(self.snapshot, self.db)
+        (self.root / "softmax_mlx.py").unlink(missing_ok=True)
+        (self.root / "softmax.cu").write_text(self.source_text)
+        return self
+
+
+@pytest.fixture(scope="session")
+def ported_once(tmp_path_factory) -> Ported:
+    """One real port, shared: later tests restore its store instead of porting again (each port takes ~10 s)."""
+    root = tmp_path_factory.mktemp("ported") / "ws"
+    root.mkdir()
+    shutil.copy(EXAMPLES / "softmax" / "softmax.cu", root / "softmax.cu")
+
+    async def port() -> dict:
+        ed = await start_editor(root, "vscode")
+        try:
+            uri = ed.open(root / "softmax.cu")
+            return await ed.client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command="ksearch.port", arguments=[uri, "softmax_kernel"]))
+        finally:
+            await stop_editor(ed)
+
+    done = asyncio.run(port())
+    assert done["status"] == "done", done
+    import sqlite3
+    con = sqlite3.connect(root / ".ksearch" / "ksearch.db")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    snapshot = root.parent / "ksearch.snapshot.db"
+    shutil.copy(root / ".ksearch" / "ksearch.db", snapshot)
+    return Ported(root, done["runId"], done["candidateId"], snapshot, (root / "softmax.cu").read_text())
+
+
+@pytest.fixture
+def ported(ported_once: Ported) -> Ported:
+    return ported_once.restore()

@@ -39,6 +39,12 @@ kernel void big_tile(device const float* x [[buffer(0)]], device float* y [[buff
 """
 
 
+# Diagnostics and tasks do not depend on the client profile; the Neovim profile runs the disk-watching test.
+def pytest_generate_tests(metafunc):
+    if "profile" in metafunc.fixturenames:
+        metafunc.parametrize("profile", ["vscode"])
+
+
 async def diagnostics_for(editor: Editor, uri: str, predicate=lambda ds: ds):
     return await editor.wait_for(lambda: predicate(editor.client.diagnostics.get(uri) or []),
                                  timeout=20, what=f"diagnostics for {uri}")
