@@ -85,11 +85,14 @@ def _as_bytes(v) -> bytes | None:
 
 def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), args=None,
                     shared_mem_bytes: int = 0, *, template_args=None, filename: str = "kernel.cu",
-                    timeout_s: float = 20.0, check_races: bool = True) -> dict[str, np.ndarray]:
+                    timeout_s: float = 20.0, check_races: bool = True,
+                    strict_barriers: bool = True) -> dict[str, np.ndarray]:
     """Launch `kernel` from `source` (a whole .cu file) over `grid` blocks of `block` threads.
 
     With ``check_races`` the grid runs twice (forward, then warps and blocks in reverse) and a
-    result that depends on the order raises SimError(kind="race").
+    result that depends on the order raises SimError(kind="race"). ``strict_barriers=False``
+    lets threads that returned early count as arrived at later barriers (NVIDIA hardware does;
+    CUDA calls it undefined), for original kernels written with ``if (i >= n) return;``.
     """
     args = dict(args or {})
     info = find_kernel(source, kernel)
@@ -175,7 +178,7 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
                 total = tuple(g * b for g, b in zip(grid, block))
                 rt.launch(so, what, pointers, grid, block, total, False, dyn_smem=shared_mem_bytes,
                           timeout_s=timeout_s, regions=[(n, b, False) for n, b, _ in buffers],
-                          reverse=reverse)
+                          reverse=reverse, strict_barriers=strict_barriers)
             runs.append({n: b.read(a.dtype, a.shape) for n, b, a in buffers})
         if check_races:
             for n in runs[0]:

@@ -178,11 +178,14 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                    inputs=(), template=(), grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=(),
                    output_dtypes=(), init_value=None, atomic_outputs: bool = False,
                    shared_memory: int = 0, *, input_dtypes=None, timeout_s: float = 20.0,
-                   ensure_row_contiguous: bool = True, check_races: bool = True) -> list[np.ndarray]:
+                   ensure_row_contiguous: bool = True, check_races: bool = True,
+                   strict_barriers: bool = True) -> list[np.ndarray]:
     """Run a metal_kernel / cuda_kernel body on the CPU; returns the outputs as numpy arrays.
 
     With ``check_races`` the grid runs twice (warps and threadgroups forward, then in reverse) and
-    a result that depends on the order raises SimError(kind="race").
+    a result that depends on the order raises SimError(kind="race"). With ``strict_barriers`` a
+    barrier that threads which already returned never reach is a deadlock (SimError kind
+    "deadlock"); without it those threads count as arrived, as on NVIDIA hardware.
     """
     if dialect not in ("metal", "cuda"):
         raise SimError(f"dialect must be 'metal' or 'cuda', not {dialect!r}", kind="usage")
@@ -278,7 +281,8 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                     b.write(raw)
             if all(n > 0 for n in nblocks):  # an empty grid runs nothing
                 rt.launch(so, what, pointers, nblocks, tgc, total, partial, dyn_smem=shared_memory,
-                          timeout_s=timeout_s, regions=regions, reverse=reverse)
+                          timeout_s=timeout_s, regions=regions, reverse=reverse,
+                          strict_barriers=strict_barriers)
             runs.append([b.read(rt.STORAGE[dt], shp) for b, dt, shp in zip(outs, out_dtypes, out_shapes)])
         if check_races:
             for nm, a, b in zip(output_names, runs[0], runs[1]):

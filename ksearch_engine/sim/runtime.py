@@ -167,14 +167,15 @@ def describe_address(addr: int, regions) -> str:
 
 def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial: bool,
            dyn_smem: int = 0, timeout_s: float = 20.0, stack_kb: int | None = None, regions=(),
-           reverse: bool = False) -> None:
+           reverse: bool = False, strict_barriers: bool = True) -> None:
     """Run the grid; raise SimError (with the kernel line of a fault when known) if it fails."""
     if stack_kb is None:
         stack_kb = int(os.environ.get("KSEARCH_SIM_STACK_KB", "256") or 256)
     lib = load(so)
     argv = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
-    cfg = (ctypes.c_longlong * 14)(*nblocks, *tg, *total, int(partial), int(dyn_smem),
-                                   int(timeout_s * 1000), int(stack_kb), int(reverse))
+    cfg = (ctypes.c_longlong * 15)(*nblocks, *tg, *total, int(partial), int(dyn_smem),
+                                   int(timeout_s * 1000), int(stack_kb), int(reverse),
+                                   int(not strict_barriers))
     msg = ctypes.create_string_buffer(4096)
     rc = lib.ksim_run(argv, cfg, msg, 4096)
     if rc == 0:

@@ -14,7 +14,7 @@ import numpy as np
 from .mlx_kernels import run_mlx_kernel
 
 _saved: dict[str, object] = {}
-_options: dict[str, object] = {"timeout_s": 20.0, "check_races": True}
+_options: dict[str, object] = {"timeout_s": 20.0, "check_races": True, "strict_barriers": True}
 
 
 def _dtype_name(d) -> str:
@@ -82,15 +82,15 @@ class SimKernel:
         return result
 
 
-def install_mlx_shim(timeout_s: float = 20.0, check_races: bool = True) -> None:
+def install_mlx_shim(timeout_s: float = 20.0, check_races: bool = True, strict_barriers: bool = True) -> None:
     """Patch mx.fast.metal_kernel and mx.fast.cuda_kernel in this process (idempotent).
 
     `timeout_s` limits each kernel run; `check_races` repeats each run in another thread order
-    and rejects results that depend on it (see run_mlx_kernel).
+    and rejects results that depend on it; `strict_barriers` (see run_mlx_kernel).
     """
     import mlx.core as mx
 
-    _options.update(timeout_s=timeout_s, check_races=check_races)
+    _options.update(timeout_s=timeout_s, check_races=check_races, strict_barriers=strict_barriers)
     if _saved:
         return
     _saved["metal_kernel"] = mx.fast.metal_kernel

@@ -567,3 +567,23 @@ def test_simdgroup_matrix_thread_elements_follow_mlx_fragment_layout():
                                   src, [], (32, 1, 1), (32, 1, 1))
     np.testing.assert_allclose(c, 2 * (a @ a), rtol=1e-5, atol=1e-5)
     assert (ballot == float(0x55555555)).all() and (bits == 1).all()
+
+
+def test_early_return_before_a_barrier_is_strict_by_default_lenient_on_request():
+    src = """
+    __global__ void tail(const float* x, float* y, int n) {
+        __shared__ float s[64];
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i >= n) return;                 // the last block's extra threads leave early
+        s[threadIdx.x] = x[i];
+        __syncthreads();
+        y[i] = s[threadIdx.x] + s[0];
+    }
+    """
+    x = rng.random(100).astype(np.float32)
+    args = {"x": x, "y": np.zeros(100, np.float32), "n": 100}
+    with pytest.raises(SimError) as e:
+        run_cuda_source(src, "tail", (2, 1, 1), (64, 1, 1), args)
+    assert e.value.kind == "deadlock" and "already returned" in str(e.value)
+    out = run_cuda_source(src, "tail", (2, 1, 1), (64, 1, 1), args, strict_barriers=False)
+    np.testing.assert_allclose(out["y"], x + np.repeat(x[[0, 64]], [64, 36]))
