@@ -24,13 +24,19 @@ class Profile:
     bench_dims: dict[str, int] = field(default_factory=dict)
     init: dict[int, dict] = field(default_factory=dict)     # array index -> InputSpec init fields
     tolerance: float | None = None
+    # (grid in blocks, block, shared bytes) as Python over the dims, used when the file has no launch site:
+    # the usual launch for kernels of this family (one block per row, 16x16 tiles, ...)
+    launch: tuple[str, str, str] | None = None
+    kernel_scalars: list[str] | None = None   # like `scalars`, for the kernel's own parameters (no launch site)
+    templates: dict[str, int] = field(default_factory=dict)   # usual template values when no launch gives them
 
 
 PROFILES: list[Profile] = [
     Profile(
-        family="paged_attention", keywords=("paged",),
+        family="paged_attention", launch=("_dim3(H, B)", "_dim3(32)", "0"), keywords=("paged",),
         arrays=[("B", "H", "D"), ("P", "S", "KVH", "D"), ("P", "S", "KVH", "D"), ("B", "MP"), ("B",), ("B", "H", "D")],
         scalars=["B", "H", "KVH", "S", "MP", "=1.0 / math.sqrt(q.shape[-1])"],
+        kernel_scalars=["H", "KVH", "S", "MP", "=1.0 / math.sqrt(q.shape[-1])"], templates={"HEAD_DIM": 64},
         dims={"B": 2, "H": 4, "KVH": 2, "D": 64, "P": 8, "S": 4, "MP": 4},
         bench_dims={"B": 8, "H": 32, "KVH": 8, "D": 64, "P": 2048, "S": 16, "MP": 256},
         init={3: {"init": "randint", "low": 0, "high": "P"}, 4: {"init": "randint", "low": 1, "high": "MP*S+1"}},
@@ -50,9 +56,10 @@ PROFILES: list[Profile] = [
     return mx.stack(outs)
 '''),
     Profile(
-        family="attention", keywords=("flash_attention", "flash_attn", "attention", "sdpa"),
+        family="attention", launch=("_dim3(_cdiv(LQ + 63, 64), BH)", "_dim3(64)", "0"), keywords=("flash_attention", "flash_attn", "attention", "sdpa"),
         arrays=[("BH", "LQ", "D"), ("BH", "LK", "D"), ("BH", "LK", "D"), ("BH", "LQ", "D")],
         scalars=["BH", "LQ", "LK", "=1.0 / math.sqrt(q.shape[-1])"],
+        kernel_scalars=["LQ", "LK", "=1.0 / math.sqrt(q.shape[-1])"], templates={"HEAD_DIM": 64},
         dims={"BH": 2, "LQ": 40, "LK": 50, "D": 64},
         bench_dims={"BH": 32, "LQ": 1024, "LK": 1024, "D": 64},
         reference='''def reference(q, k, v, scale=None):
@@ -61,9 +68,9 @@ PROFILES: list[Profile] = [
     return mx.softmax(s, axis=-1) @ v
 '''),
     Profile(
-        family="mamba", keywords=("selective_scan", "mamba", "ssm"),
+        family="mamba", launch=("_dim3(_cdiv(D + 127, 128), B)", "_dim3(128)", "0"), keywords=("selective_scan", "mamba", "ssm"),
         arrays=[("B", "L", "D"), ("B", "L", "D"), ("D", "N"), ("B", "L", "N"), ("B", "L", "N"), ("D",), ("B", "L", "D")],
-        scalars=["B", "L", "D"],
+        scalars=["B", "L", "D"], kernel_scalars=["L", "D"], templates={"NSTATE": 16},
         dims={"B": 2, "L": 12, "D": 40, "N": 16},
         bench_dims={"B": 1, "L": 2048, "D": 2048, "N": 16},
         init={1: {"init": "uniform", "low": 0.01, "high": 0.2}, 2: {"init": "uniform", "low": -1.0, "high": -0.1}},
@@ -78,9 +85,9 @@ PROFILES: list[Profile] = [
     return mx.stack(ys, axis=1)
 '''),
     Profile(
-        family="moe", keywords=("topk_routing", "moe", "router", "routing", "gating"),
+        family="moe", launch=("_dim3(_cdiv(T + 127, 128))", "_dim3(128)", "0"), keywords=("topk_routing", "moe", "router", "routing", "gating"),
         arrays=[("T", "E"), ("T", "TOPK"), ("T", "TOPK")],
-        scalars=["T", "E"],
+        scalars=["T", "E"], templates={"TOPK": 2},
         dims={"T": 20, "E": 8},
         bench_dims={"T": 4096, "E": 64},
         reference='''def reference(logits):
@@ -90,7 +97,7 @@ PROFILES: list[Profile] = [
     return w / w.sum(axis=-1, keepdims=True), ids.astype(mx.int32)
 '''),
     Profile(
-        family="rmsnorm", keywords=("rmsnorm", "rms_norm"),
+        family="rmsnorm", launch=("_dim3(R)", "_dim3(128)", "4 * 4"), keywords=("rmsnorm", "rms_norm"),
         arrays=[("R", "C"), ("C",), ("R", "C")],
         scalars=["R", "C", "=1e-5"],
         dims={"R": 4, "C": 200},
@@ -99,7 +106,7 @@ PROFILES: list[Profile] = [
     return mx.fast.rms_norm(x, w, eps)
 '''),
     Profile(
-        family="softmax", keywords=("softmax",),
+        family="softmax", launch=("_dim3(R)", "_dim3(256)", "0"), keywords=("softmax",),
         arrays=[("R", "C"), ("R", "C")],
         scalars=["R", "C"],
         dims={"R": 4, "C": 300},
@@ -108,7 +115,7 @@ PROFILES: list[Profile] = [
     return mx.softmax(x, axis=-1)
 '''),
     Profile(
-        family="matmul", keywords=("matmul", "gemm", "mm_tiled"),
+        family="matmul", launch=("_dim3(_cdiv(N + 15, 16), _cdiv(M + 15, 16))", "_dim3(16, 16)", "0"), keywords=("matmul", "gemm", "mm_tiled"),
         arrays=[("M", "K"), ("K", "N"), ("M", "N")],
         scalars=["M", "N", "K"],
         dims={"M": 20, "N": 24, "K": 40},
@@ -117,7 +124,7 @@ PROFILES: list[Profile] = [
     return A @ B
 '''),
     Profile(
-        family="gelu", keywords=("gelu",),
+        family="gelu", launch=("_dim3(_cdiv(N + 255, 256))", "_dim3(256)", "0"), keywords=("gelu",),
         arrays=[("N",), ("N",)],
         scalars=["N"],
         dims={"N": 1000},

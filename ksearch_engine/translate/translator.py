@@ -129,8 +129,14 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     fnames = set(host_fns)
     template_values: dict[str, str] = {}     # name -> python expression
     template_types: dict[str, str] = {}      # typename param -> mx dtype name
+    profile = find_profile(k.name, src_path)
     for i, tp in enumerate(k.template_params):
         arg = launch.template_args[i] if launch and i < len(launch.template_args) else tp.default
+        if arg is None and profile is not None and tp.name in profile.templates:
+            arg = str(profile.templates[tp.name])
+            issues.append(Issue(construct=f"template <{tp.text}>", line=line0, severity="warning",
+                                message=f"{tp.name} = {arg}, the usual value for a {profile.family} kernel "
+                                        "(no launch site gives one)"))
         if tp.kind == "typename":
             dt = analysis.C_TO_MX.get(" ".join((arg or "float").split()), "float32")
             template_types[tp.name] = dt
@@ -217,7 +223,6 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             i.message += " (the CUDA-backend port cannot do it either: MLX launches kernels without " \
                          "cooperative launch or relocatable device code)"
     # -- the launch, shapes and scalars ----------------------------------------------------------
-    profile = find_profile(k.name, src_path)
     _plan_launch(plan, k, launch, profile, template_values, issues, source_bytes, fnames)
     macros = [f"{py_name(n)} = {v}" for n, v in analysis.define_constants(parse_result.preamble).items()]
     plan.config_lines = macros + [f"{py_name(n)} = {v}" for n, v in host_fns.items()] + plan.config_lines
@@ -257,7 +262,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         const = ctx.dynamic_shared.get(s.name, f"{s.name.upper()}_SIZE")
         elem = analysis.MX_SIZE.get(analysis.C_TO_MX.get(s.type, "float32"), 4)
         dyn_templates.append((const, f"max(1, int(shared_mem) // {elem})"))
-        if not launch or not launch.shared_mem:
+        if plan.smem in ("0", ""):
             issues.append(Issue(construct=s.text, line=s.line, severity="error",
                                 message=f"extern __shared__ '{s.name}' needs a size: no launch site gives the "
                                         f"shared-memory bytes; set shared_mem in launch_config()"))
@@ -351,14 +356,16 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
     bind_to = host_scalars if launch is not None else [type("P", (), {"name": s.name, "type": s.ctype})()
                                                        for s in plan.scalars]
     # -- shapes from the family profile ---------------------------------------------------------
-    use_profile = profile is not None and len(profile.arrays) == len(plan.arrays) \
-        and len(profile.scalars) == len(bind_to)
+    specs = profile.scalars if profile is not None and (launch is not None or profile.kernel_scalars is None) \
+        else (profile.kernel_scalars if profile is not None else [])
+    use_profile = profile is not None and len(profile.arrays) == len(plan.arrays) and len(specs) == len(bind_to)
     if profile is not None and not use_profile:
         issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
                             message=f"looks like a {profile.family} kernel but its parameters do not match the "
                                     f"{profile.family} profile ({len(profile.arrays)} arrays, "
-                                    f"{len(profile.scalars)} sizes): shapes are guessed, check launch_config()"))
+                                    f"{len(specs)} sizes): shapes are guessed, check launch_config()"))
     taken = {a.name for a in plan.arrays}
+    rename: dict[str, str] = {}
     if use_profile:
         for a, shape in zip(plan.arrays, profile.arrays):
             a.shape = list(shape)
@@ -372,7 +379,7 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
                 if d not in known:
                     lines.append(f"{d} = {py_name(a.name)}.shape[{axis}]")
                     known.add(d)
-        for p, spec in zip(bind_to, profile.scalars):
+        for p, spec in zip(bind_to, specs):
             if spec.startswith("="):
                 plan.kwargs.append((py_name(p.name), spec[1:]))
             else:
@@ -436,6 +443,13 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
                 issues.append(Issue(construct=arg, line=launch.line, severity="warning",
                                     message=f"'{p.name}' receives `{arg}` (an offset pointer?); the port passes "
                                             "the whole array"))
+    elif use_profile and profile.launch is not None:
+        plan.grid, plan.block, plan.smem = (_rename_dims(e, rename) for e in profile.launch)
+        for s in plan.scalars:
+            s.value = py_name(s.name)
+        issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+                            message=f"no launch site in this file: the port uses the usual {profile.family} launch "
+                                    f"(grid {plan.grid}, block {plan.block}); check launch_config()"))
     else:
         first_out = next((a for a in plan.arrays if a.output), None)
         size = f"_numel(({', '.join(first_out.shape)},))" if first_out and first_out.shape \
@@ -449,6 +463,13 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
                             message="no launch site in this file: the port launches 1-D blocks of 256 threads over "
                                     "the first output; check launch_config()"))
     plan.config_lines = lines
+
+
+def _rename_dims(expr: str, rename: dict[str, str]) -> str:
+    for old, new in rename.items():
+        if old != new:
+            expr = _replace_word(expr, old, new)
+    return expr
 
 
 def _kernel_args_for(k: KernelInfo, launch) -> list[str | None]:

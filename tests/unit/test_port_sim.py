@@ -182,3 +182,21 @@ def test_a_port_passes_the_evaluator_on_the_sim_backend():
     with Evaluator(task, "sim") as ev:
         assert ev.evaluate(tr.module_text, timing=False).status == "passed"
         assert ev.evaluate(broken, timing=False).status == "failed"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.parent.name for p in EXAMPLES])
+def test_without_host_code_the_family_launch_is_used(path, tmp_path, monkeypatch):
+    example = path.relative_to(ROOT / "examples")
+    full = path.read_text()
+    kernels_only = full[:full.rindex("\nvoid ")]           # drop the host launch function
+    path = tmp_path / Path(example).name
+    path.write_text(kernels_only)
+    text, k, tr, mod = _port(path)
+    assert k.launches == [] and any("usual" in i.message for i in tr.report)
+    assert [i for i in tr.report if i.severity == "error"] == []
+    inputs = _inputs(tr)
+    cfg = mod.launch_config(*[mx.array(a) for a in inputs])
+    original = _run_original(full, k, tr, cfg, inputs)
+    ref = mod.reference(*[mx.array(a) for a in inputs])
+    assert _agree(original, [np.array(r) for r in (ref if isinstance(ref, tuple) else (ref,))])
+    assert _agree(_run_port(mod, "metal", inputs, monkeypatch), original)
