@@ -7,7 +7,7 @@ import { CandidateDocuments, activeCandidate, readCandidateArgs } from "./candid
 import { CANDIDATE_SCHEME, Id, parseCandidateQuery } from "./candidateUri";
 import { RedactingChannel } from "./redactingChannel";
 import { ServerHost } from "./serverHost";
-import { SECTION } from "./settings";
+import { RESTART_KEYS, SECTION } from "./settings";
 import { formatJobsStatus, readJobsStatus } from "./status";
 
 const KEY_SECRET = "ksearch.geminiApiKey";
@@ -141,7 +141,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       void vscode.window.showInformationMessage("ksearch: Gemini key removed.");
     }),
     vscode.workspace.onDidChangeConfiguration((event) => {
-      if (event.affectsConfiguration(SECTION)) {
+      if (RESTART_KEYS.some((key) => event.affectsConfiguration(key))) {
         restartSoon("a ksearch setting changed");
       }
     }),

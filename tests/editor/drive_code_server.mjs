@@ -81,6 +81,30 @@ async function kernelLineText(page) {
   return (await line.textContent({ timeout: 5_000 }).catch(() => "")) ?? "";
 }
 
+/** Traces ksearch's messages, stores a Gemini key, restarts the server (it gets the key again in
+ * initialize); the test then reads the logs and settings for the key. */
+async function storeKeyAndRestart(page) {
+  await runCommand(page, "Developer: Set Log Level...");
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: /^ksearch$/ }).first().click();
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: "Trace" }).first().click();
+  step("ksearch log level: trace");
+  await runCommand(page, "ksearch: Set Gemini API Key");
+  const input = page.locator(".quick-input-widget input[type=password]");
+  await input.waitFor({ state: "visible", timeout: 20_000 });
+  await input.fill(cfg.key);
+  await page.keyboard.press("Enter");
+  const stored = page.locator(".notification-toast", { hasText: "key stored" }).first();
+  await stored.waitFor({ state: "visible", timeout: 20_000 });
+  await sleep(600);
+  seen.keyNotification = (await stored.innerText()).replace(/\s+/g, " ");
+  await shot(page, "06-api-key.png");
+  step("key stored");
+  await runCommand(page, "ksearch: Restart Server");
+  await sleep(1000);
+  await page.locator(".codelens-decoration a", { hasText: cfg.portTitle }).first().waitFor({ timeout: cfg.timeoutsMs.lens });
+  step("server restarted");
+}
+
 const browser = await chromium.launch({
   executablePath: cfg.chromium,
   args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
@@ -205,6 +229,8 @@ try {
   seen.hover = await hover.innerText();
   await shot(page, "05-hover.png");
   step("hover shown");
+  await page.mouse.move(5, 400);
+  if (cfg.key) await storeKeyAndRestart(page);
   seen.ok = true;
   process.stdout.write(JSON.stringify(seen));
   await browser.close();

@@ -23,7 +23,8 @@ from editor_helpers import KERNEL, kernel_line, new_python_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
-SCREENSHOTS = ["01-action.png", "02-progress.png", "03-diff.png", "04-accepted.png", "05-hover.png"]
+SCREENSHOTS = ["01-action.png", "02-progress.png", "03-diff.png", "04-accepted.png", "05-hover.png", "06-api-key.png"]
+GEMINI_KEY = "AIzaTESTKEY-" + os.urandom(8).hex()
 
 
 def free_port() -> int:
@@ -52,6 +53,7 @@ def user_settings(python: str) -> dict:
         "editor.minimap.enabled": False,
         "editor.inlayHints.enabled": "on",
         "editor.hover.delay": 200,
+        "ksearch.trace.server": "verbose",   # the key test checks that even traced messages hide the key
     }
 
 
@@ -122,7 +124,7 @@ def code_server(tools, language_server, kernel_workspace, tmp_path, artifacts):
         yield url
 
 
-def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, artifacts):
+def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, tmp_path, artifacts):
     for name in [*SCREENSHOTS, "error.png"]:
         (artifacts / name).unlink(missing_ok=True)
     source = kernel_workspace / "softmax.cu"
@@ -131,7 +133,7 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, artifacts):
     run, seen = drive(tools, {
         "mode": "port", "url": code_server, "folder": str(kernel_workspace), "file": "softmax.cu", "kernel": KERNEL,
         "kernelLine": kernel_line(source), "portTitle": "Port to MLX", "acceptTitle": "Accept",
-        "timeoutsMs": {"start": 60_000, "lens": 60_000, "job": 180_000},
+        "key": GEMINI_KEY, "timeoutsMs": {"start": 60_000, "lens": 60_000, "job": 180_000},
     }, artifacts, "port")
     assert run.returncode == 0 and seen.get("ok"), (
         f"the VS Code scenario stopped: {seen.get('error')}\nsteps: {[s['name'] for s in seen.get('steps', [])]}\n"
@@ -155,6 +157,21 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, artifacts):
     for name in SCREENSHOTS:
         assert (artifacts / name).stat().st_size > 10_000, f"{name} is missing or blank"
 
+    # Then the user stored a Gemini key and restarted the server: the key reached the server in
+    # ksearch/secret and in initialize, yet with every message traced no log and no settings file holds it.
+    assert "key stored" in seen["keyNotification"], seen["keyNotification"]
+    traced = ""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:   # the log file is written a moment after the message
+        traced = "".join(p.read_text(errors="replace") for p in (tmp_path / "user-data" / "logs").rglob("ksearch.log"))
+        if traced.count('"geminiApiKey": "***"') >= 2:
+            break
+        time.sleep(0.5)
+    assert "Sending notification 'ksearch/secret'" in traced, traced[-2000:]
+    assert traced.count('"geminiApiKey": "***"') >= 2, f"the key was not sent (blanked) in ksearch/secret and initialize:\n{traced[-3000:]}"
+    leaks = [p for p in tmp_path.rglob("*") if p.is_file() and GEMINI_KEY.encode() in p.read_bytes()]
+    assert not leaks, f"the Gemini key was written to {leaks}"
+
 
 def test_missing_ksearch_shows_the_fix(tools, kernel_workspace, tmp_path, artifacts):
     """With an interpreter that lacks ksearch, VS Code says which one and how to fix it."""
@@ -172,3 +189,4 @@ def test_missing_ksearch_shows_the_fix(tools, kernel_workspace, tmp_path, artifa
     message = seen["notification"]
     assert f"{bare_python} -m pip install ksearch" in message or f"{venv}" in message, message
     assert "ksearch.interpreter" in message, message
+
