@@ -27,7 +27,7 @@ from common import GpuTimer, as_tuple, compare, input_sets, load, measure, to_mx
 from ksearch_engine import families as F  # noqa: E402
 
 TARGETS = {"softmax": 1.5, "layernorm": 2.0, "rmsnorm": 1.0, "scan": 100.0, "decode": 2.0, "paged_decode": 5.0,
-           "attention": 0.97, "moe_gating": 3.0, "ssd": 10.0, "moe": 3.0}
+           "attention": 0.97, "attention_causal": 0.97, "moe_gating": 3.0, "ssd": 10.0, "moe": 3.0}
 
 
 def _row_sweep(fast: bool, online: bool):
@@ -46,10 +46,14 @@ def _row_sweep(fast: bool, online: bool):
     return s
 
 
-_DEC = [dict(lanes_per_key=16, warps=4, splits=16), dict(lanes_per_key=16, warps=4, splits=32),
-        dict(lanes_per_key=16, warps=4, splits=64), dict(lanes_per_key=8, warps=4, splits=32),
-        dict(lanes_per_key=32, warps=4, splits=32), dict(lanes_per_key=16, warps=8, splits=16),
-        dict(lanes_per_key=16, warps=2, splits=64), dict(lanes_per_key=16, warps=4, splits=32, fast_exp=True)]
+_DEC = [dict(lanes_per_key=16, warps=4, splits=32, unroll=2), dict(lanes_per_key=16, warps=4, splits=32, unroll=4),
+        dict(lanes_per_key=16, warps=4, splits=16, unroll=4), dict(lanes_per_key=16, warps=4, splits=64, unroll=2),
+        dict(lanes_per_key=8, warps=4, splits=32, unroll=2), dict(lanes_per_key=8, warps=4, splits=32, unroll=1),
+        dict(lanes_per_key=32, warps=4, splits=32, unroll=4), dict(lanes_per_key=16, warps=8, splits=16, unroll=2),
+        dict(lanes_per_key=16, warps=2, splits=64, unroll=4), dict(lanes_per_key=16, warps=4, splits=32, unroll=4, fast_exp=True)]
+_FLASH = [dict(q_per_group=8, lanes_per_key=16, warps=4, unroll=2), dict(q_per_group=8, lanes_per_key=8, warps=4, unroll=2),
+          dict(q_per_group=4, lanes_per_key=16, warps=8, unroll=2), dict(q_per_group=16, lanes_per_key=16, warps=2, unroll=4),
+          dict(q_per_group=8, lanes_per_key=32, warps=4, unroll=4), dict(q_per_group=8, lanes_per_key=16, warps=4, unroll=2, fast_exp=True)]
 
 SWEEPS = {
     "softmax": [("ops", dict(formulation="max_sub", upcast=True, compile=True))] + _row_sweep(True, True),
@@ -66,6 +70,12 @@ SWEEPS = {
              ("registers", dict(states_per_thread=2, chunk=32, threads_per_group=64, fast_exp=True))],
     "decode": [("ops", dict(upcast=True, compile=False))] + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC],
     "paged_decode": [("ops", dict(gather="take", compile=False))] + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC],
+    "attention": [("ops", dict(gqa="reshape", upcast=False, compile=False))] + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH],
+    "attention_causal": [("ops", dict(gqa="reshape", upcast=False, compile=False))] + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH],
+    "moe_gating": [("ops", dict(method="argpartition", compile=False)), ("ops", dict(method="k_argmax", compile=True))]
+                  + [("k_passes", dict(lanes_per_token=l, threads_per_group=g, fast_exp=f))
+                     for l, g, f in ((8, 128, False), (4, 128, False), (16, 128, False), (32, 128, False), (1, 128, False),
+                                     (8, 256, True), (4, 64, True), (2, 128, True))],
 }
 
 
@@ -94,7 +104,8 @@ def run_family(name: str, gpu: GpuTimer, deadline: float, log, small: bool = Fal
     main = task.bench_workloads[-1]
     sets, nbytes = input_sets(task, main)
     base_out = as_tuple(base(*sets[0]))
-    mx.eval(*base_out)
+    ref_out = as_tuple(ref(*sets[0])) if name != "scan" else base_out  # scan: the loop is both
+    mx.eval(*base_out, *ref_out)
     b = measure(base, sets, gpu)
     log({"family": name, "workload": main.name, "candidate": "baseline:" + task.baseline_name, **b})
     results = []
@@ -111,9 +122,9 @@ def run_family(name: str, gpu: GpuTimer, deadline: float, log, small: bool = Fal
             if not ok:
                 row["status"] = f"wrong on {wl_small.name} (excess {worst:.3g})"
                 log(row); continue
-            ok, worst = compare(task, as_tuple(fn(*sets[0])), base_out, scale=5.0)
+            ok, worst = compare(task, as_tuple(fn(*sets[0])), ref_out, scale=5.0)
             if not ok:
-                row["status"] = f"disagrees with the baseline at {main.name} (excess {worst:.3g})"
+                row["status"] = f"disagrees with the reference at {main.name} (excess {worst:.3g})"
                 log(row); continue
             row.update(measure(fn, sets, gpu))
             row["status"] = "passed"
@@ -135,7 +146,7 @@ def run_family(name: str, gpu: GpuTimer, deadline: float, log, small: bool = Fal
                 break
             try:
                 s2, _ = input_sets(task, wl)
-                ok, worst = compare(task, as_tuple(fn(*s2[0])), as_tuple(base(*s2[0])), scale=5.0)
+                ok, worst = compare(task, as_tuple(fn(*s2[0])), as_tuple((ref if name != "scan" else base)(*s2[0])), scale=5.0)
                 summary["others"].append({"workload": wl.name, "ok": ok, "base": measure(base, s2, gpu),
                                           "best": measure(fn, s2, gpu)})
             except Exception as e:  # noqa: BLE001
@@ -145,7 +156,7 @@ def run_family(name: str, gpu: GpuTimer, deadline: float, log, small: bool = Fal
 
 def table(summaries: list[dict], gpu_ok: bool) -> str:
     t = "gpu" if gpu_ok else "wall"
-    head = f"{'family':<13} {'workload':<30} {'baseline':<44} {'base ms':>9} {'best ms':>9} {'speedup':>8} {'target':>7}  best candidate"
+    head = f"{"family":<17} {'workload':<30} {'baseline':<44} {'base ms':>9} {'best ms':>9} {'speedup':>8} {'target':>7}  best candidate"
     lines = [head, "-" * len(head)]
     for s in summaries:
         rows = [(s["workload"], s["base"], s["best"])] + [(o["workload"], o.get("base"), o.get("best")) for o in s.get("others", [])]
@@ -155,7 +166,7 @@ def table(summaries: list[dict], gpu_ok: bool) -> str:
             bm = b.get(f"{t}_ms") or b["wall_ms"]
             cm = (c.get(f"{t}_ms") or c["wall_ms"]) if c else None
             sp = f"{bm / cm:.2f}x" if cm else "-"
-            lines.append(f"{s['family']:<13} {wl:<30} {s['baseline'][:44]:<44} {bm:>9.4f} {cm if cm else float('nan'):>9.4f} {sp:>8} "
+            lines.append(f"{s["family"]:<17} {wl:<30} {s['baseline'][:44]:<44} {bm:>9.4f} {cm if cm else float('nan'):>9.4f} {sp:>8} "
                          f"{TARGETS.get(s['family'], 0):>6}x  {(s['best'] or {}).get('candidate', 'none passed')}")
     return "\n".join(lines)
 

@@ -15,7 +15,9 @@ from ._src import Dialect, header, kernel_ctor, tag
 
 
 def decode_valid(k: dict) -> bool:
-    return k["lanes_per_key"] in (4, 8, 16, 32) and k["warps"] * 32 <= 1024
+    # registers: U keys x (K and V) x Dh/LPK elements per lane, for Dh up to 128
+    return (k["lanes_per_key"] in (4, 8, 16, 32) and k["warps"] * 32 <= 1024
+            and k.get("unroll", 1) * 128 // k["lanes_per_key"] <= 32)
 
 
 def _pass1(kind: str, k: dict, paged: bool, prefill: bool = False) -> str:
@@ -57,6 +59,7 @@ def _pass1(kind: str, k: dict, paged: bool, prefill: bool = False) -> str:
         gdef = "constexpr int G = HQ / HKV;"
     L = [
         f"constexpr int LPK = {k['lanes_per_key']};", f"constexpr int W = {k['warps']};",
+        f"constexpr int U = {k.get('unroll', 1)};",
         "constexpr int EPL = DH / LPK;", "constexpr int KPW = 32 / LPK;", gdef,
     ]
     if not d.metal:
@@ -72,24 +75,28 @@ def _pass1(kind: str, k: dict, paged: bool, prefill: bool = False) -> str:
         "  for (int e = 0; e < EPL; ++e) {",
         f"    q[g * EPL + e] = static_cast<float>(Q[{qaddr} + sub * EPL + e]) * scale;",
         "    acc[g * EPL + e] = 0.0f;", "  }", "}",
-        "for (int j0 = s0 + warp * KPW; j0 < s1; j0 += W * KPW) {",
-        "  const int j = j0 + grp;", "  const bool ok = j < s1;",
-        f"  const size_t kb = (ok ? {kaddr} : 0) + sub * EPL;",
-        "  float kv[EPL]; float vv[EPL]; float sc[G];",
-        *["  " + ln for ln in loadk],
-        *["  " + ln for ln in loadv],       # both loads in flight before the dot products
-        "  for (int g = 0; g < G; ++g) {", "    float s = 0.0f;",
-        "    for (int e = 0; e < EPL; ++e) s += q[g * EPL + e] * kv[e];",
-        f"    for (int o = LPK / 2; o > 0; o /= 2) s += {d.shfl_xor('s', 'o')};",
-        "    sc[g] = s;", "  }",
-        "  if (ok) {",
-        "    for (int g = 0; g < G; ++g) {",
-        f"      if (!({keep})) continue;",
-        f"      const float mn = {d.fmax('m[g]', 'sc[g]')};",
-        f"      const float corr = {d.exp('m[g] - mn')};", f"      const float p = {d.exp('sc[g] - mn')};",
-        "      l[g] = l[g] * corr + p;",
-        "      for (int e = 0; e < EPL; ++e) acc[g * EPL + e] = acc[g * EPL + e] * corr + p * vv[e];",
-        "      m[g] = mn;", "    }", "  }", "}",
+        "for (int j0 = s0 + warp * KPW * U; j0 < s1; j0 += W * KPW * U) {",
+        "  float kv[U][EPL]; float vv[U][EPL];",
+        "  for (int u = 0; u < U; ++u) {             // U keys per lane group in flight at once",
+        "    const int j = j0 + u * KPW + grp;", "    const bool ok = j < s1;",
+        f"    const size_t kb = (ok ? {kaddr} : 0) + sub * EPL;",
+        *["    " + ln.replace("kv[e]", "kv[u][e]").replace("vv[e]", "vv[u][e]") for ln in loadk + loadv],
+        "  }",
+        "  for (int u = 0; u < U; ++u) {",
+        "    const int j = j0 + u * KPW + grp;", "    const bool ok = j < s1;",
+        "    float sc[G];",
+        "    for (int g = 0; g < G; ++g) {", "      float s = 0.0f;",
+        "      for (int e = 0; e < EPL; ++e) s += q[g * EPL + e] * kv[u][e];",
+        f"      for (int o = LPK / 2; o > 0; o /= 2) s += {d.shfl_xor('s', 'o')};",
+        "      sc[g] = s;", "    }",
+        "    if (ok) {",
+        "      for (int g = 0; g < G; ++g) {",
+        f"        if (!({keep})) continue;",
+        f"        const float mn = {d.fmax('m[g]', 'sc[g]')};",
+        f"        const float corr = {d.exp('m[g] - mn')};", f"        const float p = {d.exp('sc[g] - mn')};",
+        "        l[g] = l[g] * corr + p;",
+        "        for (int e = 0; e < EPL; ++e) acc[g * EPL + e] = acc[g * EPL + e] * corr + p * vv[u][e];",
+        "        m[g] = mn;", "      }", "    }", "  }", "}",
         "for (int o = LPK; o < 32; o *= 2) {           // merge the key groups of this warp",
         "  for (int g = 0; g < G; ++g) {",
         f"    const float om = {d.shfl_xor('m[g]', 'o')};", f"    const float ol = {d.shfl_xor('l[g]', 'o')};",

@@ -88,17 +88,19 @@ def _family(causal: bool) -> Family:
                    predicted_speedup=0.2)
     flash = Template(
         id=f"{fname}.flash", pattern="attention.flash_tiling", kinds=("metal", "cuda"),
-        knobs={"q_per_group": [8, 4, 16], "lanes_per_key": [16, 8, 32], "warps": [4, 2, 8], "fast_exp": [False, True]},
+        knobs={"q_per_group": [8, 4, 16], "lanes_per_key": [16, 8, 32], "warps": [4, 2, 8], "unroll": [2, 1, 4],
+               "fast_exp": [False, True]},
         render=render_flash,
         description="flash-style: a threadgroup owns q_per_group query rows of one head and streams every key once "
                     "through its warps (online softmax, merge through threadgroup memory); CUDA cores, no MMA",
         difficulty=4, predicted_speedup=0.1,
-        valid=lambda k: k["warps"] * k["q_per_group"] <= 32 and 32 % k["lanes_per_key"] == 0)
+        valid=lambda k: (k["warps"] * k["q_per_group"] <= 32 and 32 % k["lanes_per_key"] == 0
+                         and k["unroll"] * 128 // k["lanes_per_key"] <= 32))
 
     def naive(kind: str) -> str:
         if kind == "ops":
             return _render_ops({"gqa": "repeat", "upcast": True, "compile": False}, "ops", causal)
-        return render_flash({"q_per_group": 1, "lanes_per_key": 32, "warps": 1, "fast_exp": False}, kind)
+        return render_flash({"q_per_group": 1, "lanes_per_key": 32, "warps": 1, "unroll": 1, "fast_exp": False}, kind)
 
     return Family(name=fname, make_task=lambda **kw: make_task(causal=causal, **kw), templates=[ops, flash],
                   naive=naive, description=("causal " if causal else "") + "attention prefill (flash-style)")

@@ -64,7 +64,8 @@ OPS = Template(id="decode.ops", pattern="attention.ops_sdpa", kinds=("ops",),
                description="grouped matmuls in MLX ops (GQA by reshape, no K/V repeat)", difficulty=1)
 SPLIT = Template(
     id="decode.split_kv", pattern="decode.split_kv", kinds=("metal", "cuda"),
-    knobs={"lanes_per_key": [16, 8, 32, 4], "warps": [4, 2, 8], "splits": [16, 1, 4, 8, 32, 64], "fast_exp": [False, True]},
+    knobs={"lanes_per_key": [16, 8, 32, 4], "warps": [4, 2, 8], "splits": [32, 1, 4, 8, 16, 64],
+           "unroll": [2, 1, 4], "fast_exp": [False, True]},
     render=lambda k, kind: render_decode("decode", "decode.split_kv", k, kind, paged=False),
     description="flash-decoding: KV split across threadgroups, GQA heads share loads, LSE merge",
     difficulty=3, predicted_speedup=2.5, valid=decode_valid)

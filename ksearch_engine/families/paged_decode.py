@@ -87,7 +87,8 @@ OPS = Template(id="paged_decode.ops", pattern="decode.block_table", kinds=("ops"
                description="attention per page in MLX ops, no contiguous copy of the cache", difficulty=2)
 SPLIT = Template(
     id="paged_decode.split_kv", pattern="decode.block_table", kinds=("metal", "cuda"),
-    knobs={"lanes_per_key": [16, 8, 32, 4], "warps": [4, 2, 8], "splits": [16, 1, 4, 8, 32, 64], "fast_exp": [False, True]},
+    knobs={"lanes_per_key": [16, 8, 32, 4], "warps": [4, 2, 8], "splits": [32, 1, 4, 8, 16, 64],
+           "unroll": [2, 1, 4], "fast_exp": [False, True]},
     render=lambda k, kind: render_decode("paged_decode", "paged_decode.split_kv", k, kind, paged=True),
     description="flash-decoding that reads K/V pages through the block table directly",
     difficulty=3, predicted_speedup=5.0, valid=decode_valid)
