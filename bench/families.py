@@ -156,7 +156,7 @@ def run_family(name: str, gpu: GpuTimer, deadline: float, log, small: bool = Fal
 
 def table(summaries: list[dict], gpu_ok: bool) -> str:
     t = "gpu" if gpu_ok else "wall"
-    head = f"{"family":<17} {'workload':<30} {'baseline':<44} {'base ms':>9} {'best ms':>9} {'speedup':>8} {'target':>7}  best candidate"
+    head = f"{'family':<17} {'workload':<30} {'baseline':<44} {'base ms':>9} {'best ms':>9} {'speedup':>8} {'target':>7}  best candidate"
     lines = [head, "-" * len(head)]
     for s in summaries:
         rows = [(s["workload"], s["base"], s["best"])] + [(o["workload"], o.get("base"), o.get("best")) for o in s.get("others", [])]
@@ -166,7 +166,7 @@ def table(summaries: list[dict], gpu_ok: bool) -> str:
             bm = b.get(f"{t}_ms") or b["wall_ms"]
             cm = (c.get(f"{t}_ms") or c["wall_ms"]) if c else None
             sp = f"{bm / cm:.2f}x" if cm else "-"
-            lines.append(f"{s["family"]:<17} {wl:<30} {s['baseline'][:44]:<44} {bm:>9.4f} {cm if cm else float('nan'):>9.4f} {sp:>8} "
+            lines.append(f"{s['family']:<17} {wl:<30} {s['baseline'][:44]:<44} {bm:>9.4f} {cm if cm else float('nan'):>9.4f} {sp:>8} "
                          f"{TARGETS.get(s['family'], 0):>6}x  {(s['best'] or {}).get('candidate', 'none passed')}")
     return "\n".join(lines)
 
