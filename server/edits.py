@@ -3,7 +3,7 @@
 - a port (or any candidate with `target_file`): the new module — `CreateFile` + an insert when it does not
   exist yet, a whole-document replacement when it does;
 - an optimized MLX kernel in a `.py` file: the kernel's source string is replaced in place (versioned);
-- an optimized CUDA/Metal kernel: the MLX module goes to a new `<stem>_<kernel>_mlx.py`.
+- an optimized CUDA/Metal kernel: the MLX module goes to `<stem>_mlx.py` (created, or replaced as a whole).
 """
 from __future__ import annotations
 
@@ -72,8 +72,9 @@ def plan(ls: "KsearchServer", run: dict, cand: dict) -> PlannedEdit:
             return PlannedEdit(target=src_path, exists=True, original=current,
                                new_text=current[:start] + literal + current[end:], replace=k.range,
                                replacement=literal, version=doc.version if doc else None)
+    # A CUDA or Metal kernel's optimized MLX version: the file's MLX module (where a port also goes).
     stem = Path(src_path).stem or "kernel"
-    return _to_file(ls, str(Path(src_path).with_name(f"{stem}_{kernel}_mlx.py")), text)
+    return _to_file(ls, str(Path(src_path).with_name(f"{stem}_mlx.py")), text)
 
 
 def _py_index(line: str, utf16_col: int) -> int:

@@ -17,7 +17,7 @@ from ksearch_engine.store import source_hash
 from . import edits
 from .commands import _args, start_job
 from .errors import UserError, guarded
-from .summary import Best
+from .summary import Best, offer_list
 
 if TYPE_CHECKING:
     from .state import KsearchServer
@@ -30,7 +30,7 @@ def _load(ls: "KsearchServer", run_id: str, cand_id: str | None) -> tuple[dict, 
     run = store.run(run_id) or store.find_run(run_id)
     if run is None:
         raise UserError(f"run {run_id} is not in the results store {store.path}; it may belong to another workspace")
-    ranked = store.ranked(run["id"])
+    ranked = offer_list(store, run)
     if cand_id:
         cand = store.candidate(cand_id)
         if cand is None or cand["run_id"] != run["id"]:

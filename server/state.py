@@ -21,7 +21,7 @@ from ksearch_engine.store import Store
 from .config import Settings
 from .index import WorkspaceIndex
 from .jobs import Job, JobManager
-from .summary import Results
+from .summary import Results, offer_list
 from .tasks import TaskFinder
 
 log = logging.getLogger(__name__)
@@ -158,12 +158,16 @@ class KsearchServer(LanguageServer):
         what = "Port to MLX" if job.kind == "port" else "Optimize"
         status = final["status"]
         if status == "done":
-            ranked = self.store.ranked(job.run_id)
+            ranked = offer_list(self.store, self.store.run(job.run_id) or {"id": job.run_id})
             if ranked:
                 self.offers[job.run_id] = 0
                 self.protocol.notify("ksearch/showDiff", {"runId": job.run_id, "candidateId": ranked[0]["id"]})
                 self.tell(f"{what} of {name} finished: {len(ranked)} passing candidate(s). Review the diff, then "
                           f"Accept or Reject it (code lenses above the kernel).")
+            elif self.store.ranked(job.run_id):
+                self.tell(f"{what} of {name} finished: no candidate improved on the original "
+                          f"({final.get('message') or 'see the hover for the measurements'}). Try a larger budget "
+                          f"(ksearch.budget.evaluations) or another proposer.", types.MessageType.Warning)
             else:
                 self.tell(f"{what} of {name} finished without a passing candidate "
                           f"({final.get('message') or 'see the run log'}). Run `ksearch show {job.run_id}` for "

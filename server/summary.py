@@ -33,6 +33,15 @@ def fmt_ms(ms: float) -> str:
     return f"{ms:.3g} ms" if ms >= 0.01 else f"{ms * 1000:.3g} µs"
 
 
+def offer_list(store: Store, run: dict) -> list[dict]:
+    """The run's passing candidates worth offering, in the order Next walks them: the search's own best first,
+    then fastest first. The unchanged original (plan 'original') is measured but never offered."""
+    ranked = [c for c in store.ranked(run["id"]) if (c.get("plan") or "") != "original"]
+    best = run.get("best_candidate")
+    ranked.sort(key=lambda c: c["id"] != best)      # stable: keeps store.ranked's order otherwise
+    return ranked
+
+
 @dataclass
 class Best:
     run: dict
@@ -98,11 +107,12 @@ class Results:
                 decided = {d["decision"] for d in store.decisions(run["id"])}
                 if "rejected" in decided and "accepted" not in decided:
                     continue
-                ranked = store.ranked(run["id"])
-                if ranked:
-                    out.best = Best(run, ranked[0], self.baseline_name(run))
-                    if not decided & {"accepted", "rejected"}:
-                        out.pending, out.ranked = run, ranked
+                offered = offer_list(store, run)
+                measured = offered or store.ranked(run["id"])
+                if measured:
+                    out.best = Best(run, measured[0], self.baseline_name(run))
+                    if offered and not decided & {"accepted", "rejected"}:
+                        out.pending, out.ranked = run, offered
                     break
         self._cache[key] = out
         return out
