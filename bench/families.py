@@ -31,25 +31,23 @@ TARGETS = {"softmax": 1.5, "layernorm": 2.0, "rmsnorm": 1.0, "scan": 100.0, "dec
 
 
 def _row_sweep(fast: bool, online: bool):
+    # trimmed after the first H200 run (bench/results/families_run1.json): 512/1024 threads and reread lost
     s = [("simd_row", dict(threads_per_row=32, rows_per_group=4, vec=8, strategy="registers")),
-         ("simd_row", dict(threads_per_row=32, rows_per_group=8, vec=4, strategy="registers")),
-         ("simd_row", dict(threads_per_row=32, rows_per_group=2, vec=8, strategy="reread")),
-         ("group_row", dict(threads_per_row=256, rows_per_group=1, vec=8, strategy="registers")),
+         ("simd_row", dict(threads_per_row=32, rows_per_group=2, vec=8, strategy="registers")),
          ("group_row", dict(threads_per_row=128, rows_per_group=1, vec=8, strategy="registers")),
-         ("group_row", dict(threads_per_row=512, rows_per_group=1, vec=8, strategy="registers")),
-         ("group_row", dict(threads_per_row=1024, rows_per_group=1, vec=4, strategy="registers"))]
+         ("group_row", dict(threads_per_row=64, rows_per_group=1, vec=8, strategy="registers")),
+         ("group_row", dict(threads_per_row=256, rows_per_group=1, vec=8, strategy="registers"))]
     if online:
-        s += [("simd_row", dict(threads_per_row=32, rows_per_group=4, vec=8, strategy="online")),
-              ("group_row", dict(threads_per_row=256, rows_per_group=1, vec=8, strategy="online"))]
+        s += [("group_row", dict(threads_per_row=128, rows_per_group=1, vec=8, strategy="online"))]
     if fast:
-        s = [(t, dict(k, fast_math=f)) for t, k in s for f in ((False, True) if k["strategy"] == "registers" and t == "group_row" else (False,))]
+        s += [("group_row", dict(threads_per_row=128, rows_per_group=1, vec=8, strategy="registers", fast_math=True)),
+              ("simd_row", dict(threads_per_row=32, rows_per_group=4, vec=8, strategy="registers", fast_math=True))]
     return s
 
 
 _DEC = [dict(lanes_per_key=16, warps=4, splits=32, unroll=2), dict(lanes_per_key=16, warps=4, splits=32, unroll=4),
-        dict(lanes_per_key=16, warps=4, splits=16, unroll=4), dict(lanes_per_key=16, warps=4, splits=64, unroll=2),
-        dict(lanes_per_key=8, warps=4, splits=32, unroll=2), dict(lanes_per_key=8, warps=4, splits=32, unroll=1),
-        dict(lanes_per_key=32, warps=4, splits=32, unroll=4), dict(lanes_per_key=16, warps=8, splits=16, unroll=2),
+        dict(lanes_per_key=16, warps=4, splits=16, unroll=4), dict(lanes_per_key=8, warps=4, splits=32, unroll=2),
+        dict(lanes_per_key=8, warps=4, splits=32, unroll=1), dict(lanes_per_key=32, warps=4, splits=32, unroll=4),
         dict(lanes_per_key=16, warps=2, splits=64, unroll=4), dict(lanes_per_key=16, warps=4, splits=32, unroll=4, fast_exp=True)]
 _FLASH = [dict(q_per_group=8, lanes_per_key=16, warps=4, unroll=2), dict(q_per_group=8, lanes_per_key=8, warps=4, unroll=2),
           dict(q_per_group=4, lanes_per_key=16, warps=8, unroll=2), dict(q_per_group=16, lanes_per_key=16, warps=2, unroll=4),
@@ -59,15 +57,13 @@ SWEEPS = {
     "softmax": [("ops", dict(formulation="max_sub", upcast=True, compile=True))] + _row_sweep(True, True),
     "rmsnorm": [("ops", dict(formulation="mean_square", upcast=True, compile=True))] + _row_sweep(False, False),
     "layernorm": [("ops", dict(formulation="two_pass", upcast=True, compile=True))] + _row_sweep(False, True),
-    "scan": [("ops_chunked", dict(chunk=32, compile=False)), ("ops_chunked", dict(chunk=64, compile=True)), ("naive", {}),
-             ("registers", dict(states_per_thread=1, chunk=8, threads_per_group=128, fast_exp=False)),
-             ("registers", dict(states_per_thread=1, chunk=16, threads_per_group=128, fast_exp=True)),
-             ("registers", dict(states_per_thread=2, chunk=16, threads_per_group=128, fast_exp=True)),
-             ("registers", dict(states_per_thread=4, chunk=16, threads_per_group=64, fast_exp=True)),
-             ("registers", dict(states_per_thread=4, chunk=8, threads_per_group=128, fast_exp=True)),
-             ("registers", dict(states_per_thread=8, chunk=8, threads_per_group=64, fast_exp=True)),
-             ("registers", dict(states_per_thread=16, chunk=4, threads_per_group=64, fast_exp=True)),
-             ("registers", dict(states_per_thread=2, chunk=32, threads_per_group=64, fast_exp=True))],
+    "scan": [("ops_chunked", dict(chunk=64, compile=True)), ("naive", {}),
+             ("registers", dict(states_per_thread=2, chunk=32, threads_per_group=64, fast_exp=True)),
+             ("registers", dict(states_per_thread=1, chunk=32, threads_per_group=64, fast_exp=True)),
+             ("registers", dict(states_per_thread=2, chunk=32, threads_per_group=32, fast_exp=True)),
+             ("registers", dict(states_per_thread=4, chunk=32, threads_per_group=64, fast_exp=True)),
+             ("registers", dict(states_per_thread=2, chunk=64, threads_per_group=64, fast_exp=True)),
+             ("registers", dict(states_per_thread=1, chunk=8, threads_per_group=128, fast_exp=False))],
     "decode": [("ops", dict(upcast=True, compile=False))] + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC],
     "paged_decode": [("ops", dict(gather="take", compile=False))] + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC],
     "attention": [("ops", dict(gqa="reshape", upcast=False, compile=False))] + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH],
