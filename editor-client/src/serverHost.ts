@@ -196,6 +196,7 @@ export class ServerHost implements vscode.Disposable {
     this.client = client;
     try {
       await client.start();
+      this.handlers.onJobs({}); // the status bar shows "ksearch" (idle) until the server reports jobs
     } catch (error) {
       this.client = undefined;
       const text = error instanceof Error ? error.message : String(error);
