@@ -398,7 +398,9 @@ struct Warp {
   int nlanes, arrived, done;
   unsigned arrived_mask;
   unsigned gen;
-  unsigned masks[2];
+  unsigned masks[2];           // lanes that took part in the collective of each slot
+  unsigned gmask[2][WARP];     // per lane: the lanes of its group (same call site, Metal)
+  uintptr_t site[2][WARP];     // per lane: the call site of its collective (0: any)
   alignas(16) unsigned char vals[2][WARP][MAX_LANE_BYTES];
 };
 struct Grid {
@@ -465,6 +467,16 @@ inline long barrier(long contrib = 0) {
 inline void release_warp(Warp* w) {
   unsigned slot = w->gen & 1u;
   w->masks[slot] = w->arrived_mask;
+  // Lanes at different call sites are different collectives (divergent branches of a SIMD group
+  // run one after the other on Apple GPUs); site 0 joins everyone (barriers, CUDA's *_sync).
+  for (int l = 0; l < WARP; l++) {
+    if (!(w->arrived_mask & (1u << l))) continue;
+    uintptr_t s = w->site[slot][l];
+    unsigned m = 0;
+    for (int k = 0; k < WARP; k++)
+      if ((w->arrived_mask & (1u << k)) && (s == 0 || w->site[slot][k] == s || w->site[slot][k] == 0)) m |= 1u << k;
+    w->gmask[slot][l] = m;
+  }
   unsigned base = (unsigned)((w - g.warps) * WARP);
   for (int l = 0; l < WARP; l++)
     if (w->arrived_mask & (1u << l)) g.fibers[base + l].state = F_RUN;
@@ -475,10 +487,11 @@ inline void release_warp(Warp* w) {
 
 // Warp collective: deposit this lane's value, wait for the other live lanes, return the slot
 // that holds every participant's value (and masks[slot]: who took part).
-inline unsigned warp_arrive(const void* val, size_t sz) {
+inline unsigned warp_arrive(const void* val, size_t sz, uintptr_t site = 0) {
   Warp* w = &g.warps[cur->warp];
   unsigned slot = w->gen & 1u;
   if (sz) memcpy(w->vals[slot][cur->lane], val, sz);
+  w->site[slot][cur->lane] = site;
   w->arrived++;
   w->arrived_mask |= 1u << cur->lane;
   if (w->arrived + w->done == w->nlanes) {
@@ -492,23 +505,31 @@ inline unsigned warp_arrive(const void* val, size_t sz) {
 
 template <class T> inline T lane_val(unsigned slot, unsigned lane, const T& own) {
   Warp* w = &g.warps[cur->warp];
-  if (lane >= WARP || !(w->masks[slot] & (1u << lane))) return own;
+  if (lane >= WARP || !(w->gmask[slot][cur->lane] & (1u << lane))) return own;
   T r;
   memcpy(&r, w->vals[slot][lane], sizeof(T));
   return r;
 }
-inline unsigned slot_mask(unsigned slot) { return g.warps[cur->warp].masks[slot]; }
+inline unsigned slot_mask(unsigned slot) { return g.warps[cur->warp].gmask[slot][cur->lane]; }
+
+// The address a collective was called from: KSIM_SITE in an always-inlined wrapper gives the
+// position of the call in the kernel's own code.
+__attribute__((noinline)) inline uintptr_t call_site() {
+  uintptr_t r = (uintptr_t)__builtin_return_address(0);
+  asm volatile("" ::: "memory");  // keep it a real call
+  return r;
+}
 
 // Shuffle: every lane reads lane `src(lane)`'s value.
-template <class T, class F> inline T shuffle(T v, F src_of) {
+template <class T, class F> inline T shuffle(T v, F src_of, uintptr_t site = 0) {
   static_assert(sizeof(T) <= MAX_LANE_BYTES, "shuffle of a value larger than 64 bytes");
-  unsigned slot = warp_arrive(&v, sizeof(T));
+  unsigned slot = warp_arrive(&v, sizeof(T), site);
   int src = src_of((int)cur->lane);
   if (src < 0) return v;
   return lane_val<T>(slot, (unsigned)src, v);
 }
-template <class T, class Op> inline T warp_reduce(T v, Op op) {
-  unsigned slot = warp_arrive(&v, sizeof(T));
+template <class T, class Op> inline T warp_reduce(T v, Op op, uintptr_t site = 0) {
+  unsigned slot = warp_arrive(&v, sizeof(T), site);
   unsigned m = slot_mask(slot);
   bool first = true;
   T acc = v;
@@ -520,17 +541,17 @@ template <class T, class Op> inline T warp_reduce(T v, Op op) {
     }
   return acc;
 }
-template <class T, class Op> inline T warp_scan(T v, Op op, bool inclusive, T identity) {
-  unsigned slot = warp_arrive(&v, sizeof(T));
+template <class T, class Op> inline T warp_scan(T v, Op op, bool inclusive, T identity, uintptr_t site = 0) {
+  unsigned slot = warp_arrive(&v, sizeof(T), site);
   unsigned m = slot_mask(slot);
   T acc = identity;
   for (unsigned l = 0; l < cur->lane + (inclusive ? 1u : 0u); l++)
     if (m & (1u << l)) acc = op(acc, lane_val<T>(slot, l, v));
   return acc;
 }
-inline unsigned warp_ballot(bool p, unsigned* participants = nullptr) {
+inline unsigned warp_ballot(bool p, unsigned* participants = nullptr, uintptr_t site = 0) {
   int pv = p ? 1 : 0;
-  unsigned slot = warp_arrive(&pv, sizeof(int));
+  unsigned slot = warp_arrive(&pv, sizeof(int), site);
   unsigned m = slot_mask(slot), r = 0;
   if (participants) *participants = m;
   for (unsigned l = 0; l < WARP; l++)
@@ -1469,42 +1490,45 @@ template <class T> constexpr bool is_integral_v = std::is_integral<T>::value;
 template <class T> constexpr bool is_signed_v = std::is_signed<T>::value;
 template <class T> constexpr bool is_unsigned_v = std::is_unsigned<T>::value;
 
-// simdgroup (32 lanes, lockstep)
-template <class T> inline T simd_sum(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a + b); }); }
-template <class T> inline T simd_product(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a * b); }); }
-template <class T> inline T simd_max(T v) { return ksim::warp_reduce(v, [](T a, T b) { return max(a, b); }); }
-template <class T> inline T simd_min(T v) { return ksim::warp_reduce(v, [](T a, T b) { return min(a, b); }); }
-template <class T> inline T simd_and(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a & b); }); }
-template <class T> inline T simd_or(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a | b); }); }
-template <class T> inline T simd_xor(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a ^ b); }); }
-template <class T> inline T simd_prefix_inclusive_sum(T v) { return ksim::warp_scan(v, [](T a, T b) { return T(a + b); }, true, T(0)); }
-template <class T> inline T simd_prefix_exclusive_sum(T v) { return ksim::warp_scan(v, [](T a, T b) { return T(a + b); }, false, T(0)); }
-template <class T> inline T simd_prefix_inclusive_product(T v) { return ksim::warp_scan(v, [](T a, T b) { return T(a * b); }, true, T(1)); }
-template <class T> inline T simd_prefix_exclusive_product(T v) { return ksim::warp_scan(v, [](T a, T b) { return T(a * b); }, false, T(1)); }
-template <class T> inline T simd_shuffle(T v, ushort lane) { return ksim::shuffle(v, [&](int) { return (int)(lane % 32); }); }
-template <class T> inline T simd_broadcast(T v, ushort lane) { return simd_shuffle(v, lane); }
-template <class T> inline T simd_broadcast_first(T v) {
-  unsigned slot = ksim::warp_arrive(&v, sizeof(T));
+// simdgroup (32 lanes, lockstep). Each call site is its own collective (see release_warp).
+#define KSIM_AI __attribute__((always_inline)) inline
+#define KSIM_SITE ksim::call_site()
+template <class T> KSIM_AI T simd_sum(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a + b); }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_product(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a * b); }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_max(T v) { return ksim::warp_reduce(v, [](T a, T b) { return max(a, b); }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_min(T v) { return ksim::warp_reduce(v, [](T a, T b) { return min(a, b); }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_and(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a & b); }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_or(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a | b); }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_xor(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a ^ b); }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_prefix_inclusive_sum(T v) { return ksim::warp_scan(v, [](T a, T b) { return T(a + b); }, true, T(0), KSIM_SITE); }
+template <class T> KSIM_AI T simd_prefix_exclusive_sum(T v) { return ksim::warp_scan(v, [](T a, T b) { return T(a + b); }, false, T(0), KSIM_SITE); }
+template <class T> KSIM_AI T simd_prefix_inclusive_product(T v) { return ksim::warp_scan(v, [](T a, T b) { return T(a * b); }, true, T(1), KSIM_SITE); }
+template <class T> KSIM_AI T simd_prefix_exclusive_product(T v) { return ksim::warp_scan(v, [](T a, T b) { return T(a * b); }, false, T(1), KSIM_SITE); }
+template <class T> KSIM_AI T simd_shuffle(T v, ushort lane) { return ksim::shuffle(v, [&](int) { return (int)(lane % 32); }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_broadcast(T v, ushort lane) { return ksim::shuffle(v, [&](int) { return (int)(lane % 32); }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_broadcast_first(T v) {
+  unsigned slot = ksim::warp_arrive(&v, sizeof(T), KSIM_SITE);
   unsigned m = ksim::slot_mask(slot);
   return ksim::lane_val<T>(slot, m ? (unsigned)__builtin_ctz(m) : 0u, v);
 }
-template <class T> inline T simd_shuffle_xor(T v, ushort m) { return ksim::shuffle(v, [&](int l) { return (l ^ m) & 31; }); }
-template <class T> inline T simd_shuffle_down(T v, ushort d) { return ksim::shuffle(v, [&](int l) { return l + d < 32 ? l + d : -1; }); }
-template <class T> inline T simd_shuffle_up(T v, ushort d) { return ksim::shuffle(v, [&](int l) { return l - (int)d >= 0 ? l - (int)d : -1; }); }
-template <class T> inline T simd_shuffle_rotate_down(T v, ushort d) { return ksim::shuffle(v, [&](int l) { return (l + d) & 31; }); }
-template <class T> inline T simd_shuffle_rotate_up(T v, ushort d) { return ksim::shuffle(v, [&](int l) { return (l - d + 32) & 31; }); }
-template <class T> inline T simd_shuffle_and_fill_down(T v, T fill, ushort d) {
-  unsigned slot = ksim::warp_arrive(&fill, sizeof(T));  // two exchanges: fill values, then data
+template <class T> KSIM_AI T simd_shuffle_xor(T v, ushort m) { return ksim::shuffle(v, [&](int l) { return (l ^ m) & 31; }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_shuffle_down(T v, ushort d) { return ksim::shuffle(v, [&](int l) { return l + d < 32 ? l + d : -1; }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_shuffle_up(T v, ushort d) { return ksim::shuffle(v, [&](int l) { return l - (int)d >= 0 ? l - (int)d : -1; }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_shuffle_rotate_down(T v, ushort d) { return ksim::shuffle(v, [&](int l) { return (l + d) & 31; }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_shuffle_rotate_up(T v, ushort d) { return ksim::shuffle(v, [&](int l) { return (l - d + 32) & 31; }, KSIM_SITE); }
+template <class T> KSIM_AI T simd_shuffle_and_fill_down(T v, T fill, ushort d) {
+  uintptr_t site = KSIM_SITE;
+  unsigned slot = ksim::warp_arrive(&fill, sizeof(T), site);  // two exchanges: fill values, then data
   T f = ksim::lane_val<T>(slot, (ksim::cur->lane + d) & 31, fill);
-  T r = simd_shuffle_down(v, d);
+  T r = ksim::shuffle(v, [&](int l) { return l + d < 32 ? l + d : -1; }, site);
   return ksim::cur->lane + d < 32 ? r : f;
 }
-inline bool simd_all(bool p) {
+KSIM_AI bool simd_all(bool p) {
   unsigned part;
-  unsigned b = ksim::warp_ballot(p, &part);
+  unsigned b = ksim::warp_ballot(p, &part, KSIM_SITE);
   return b == part;
 }
-inline bool simd_any(bool p) { return ksim::warp_ballot(p) != 0; }
+KSIM_AI bool simd_any(bool p) { return ksim::warp_ballot(p, nullptr, KSIM_SITE) != 0; }
 struct simd_vote {
   typedef unsigned long vote_t;
   vote_t v;
@@ -1520,9 +1544,9 @@ inline simd_vote simd_active_threads_mask() {
     if (ksim::g.fibers[ksim::cur->warp * 32 + l].state != ksim::F_DONE) m |= 1ul << l;
   return simd_vote(m);
 }
-inline simd_vote simd_ballot(bool p) { return simd_vote(ksim::warp_ballot(p)); }
-inline bool simd_is_first() {
-  unsigned slot = ksim::warp_arrive(nullptr, 0);
+KSIM_AI simd_vote simd_ballot(bool p) { return simd_vote(ksim::warp_ballot(p, nullptr, KSIM_SITE)); }
+KSIM_AI bool simd_is_first() {
+  unsigned slot = ksim::warp_arrive(nullptr, 0, KSIM_SITE);
   unsigned m = ksim::slot_mask(slot);
   return m && (unsigned)__builtin_ctz(m) == ksim::cur->lane;
 }

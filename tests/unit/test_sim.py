@@ -587,3 +587,20 @@ def test_early_return_before_a_barrier_is_strict_by_default_lenient_on_request()
     assert e.value.kind == "deadlock" and "already returned" in str(e.value)
     out = run_cuda_source(src, "tail", (2, 1, 1), (64, 1, 1), args, strict_barriers=False)
     np.testing.assert_allclose(out["y"], x + np.repeat(x[[0, 64]], [64, 36]))
+
+
+def test_metal_divergent_branches_are_separate_simdgroup_collectives():
+    # lanes 0-15 and 16-31 reduce in different branches: on an Apple GPU each branch runs with only
+    # its own lanes active, so each half gets its own sum
+    x = rng.random(64).astype(np.float32)
+    src = """
+        uint i = thread_position_in_grid.x;
+        uint lane = thread_index_in_simdgroup;
+        float v;
+        if (lane < 16) v = simd_sum(inp[i]);
+        else v = simd_sum(inp[i] * 10.0f);
+        out[i] = v;
+    """
+    (out,) = metal("diverge", [("inp", x)], [("out", (64,), "float32")], src, [], (64, 1, 1), (64, 1, 1))
+    halves = x.reshape(4, 16).sum(1) * np.array([1, 10, 1, 10])
+    np.testing.assert_allclose(out, np.repeat(halves, 16), rtol=1e-5)
