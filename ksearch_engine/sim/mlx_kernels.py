@@ -285,8 +285,8 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                           strict_barriers=strict_barriers)
             runs.append([b.read(rt.STORAGE[dt], shp) for b, dt, shp in zip(outs, out_dtypes, out_shapes)])
         if check_races:
-            for nm, a, b in zip(output_names, runs[0], runs[1]):
-                why = rt.schedule_dependent(a, b)
+            for nm, a, b, dt in zip(output_names, runs[0], runs[1], out_dtypes):
+                why = rt.schedule_dependent(a, b, dt)
                 if why:
                     raise SimError(f"{what}: output '{nm}': {rt.RACE_HINT}; {why}", kind="race")
         return [rt.bf16_bits_to_f32(a).reshape(shp) if dt == "bfloat16" else a
