@@ -96,7 +96,7 @@ def _scan(x, delta, A, B, C, D):
 
 
 # -- kernels: state in registers ---------------------------------------------------------------------
-def _scan_source(kind: str, k: dict) -> str:
+def _scan_source(kind: str, k: dict, stateful: bool = False) -> str:
     d = Dialect(kind, fast_math=k["fast_exp"])
     T, TPG = k["chunk"], k["threads_per_group"]
     gid = "(int)thread_position_in_grid.x" if d.metal else "(int)(blockIdx.x * blockDim.x + threadIdx.x)"
@@ -114,7 +114,10 @@ def _scan_source(kind: str, k: dict) -> str:
         "const int d = ch % DIM;",
         "float a[SPT];",
         "float h[SPT];",
-        "for (int j = 0; j < SPT; ++j) { a[j] = A[d * NST + sub * SPT + j]; h[j] = 0.0f; }",
+        "for (int j = 0; j < SPT; ++j) {",
+        "  a[j] = A[d * NST + sub * SPT + j];",
+        "  h[j] = " + ("h0[((size_t)b * DIM + d) * NST + sub * SPT + j];" if stateful else "0.0f;"),
+        "}",
         "const float dd = D[d];",
         "for (int t0 = 0; t0 < SEQ; t0 += TCH) {",
         "  float dl[TCH]; float xv[TCH]; float bv[TCH * SPT]; float cv[TCH * SPT];",
@@ -141,6 +144,8 @@ def _scan_source(kind: str, k: dict) -> str:
         "    if (live && sub == 0 && t < SEQ) y[((size_t)b * SEQ + t) * DIM + d] = yp + dd * xv[i];",
         "  }",
         "}",
+        *(["if (live) for (int j = 0; j < SPT; ++j) hlast[((size_t)b * DIM + d) * NST + sub * SPT + j] = h[j];"]
+          if stateful else []),
     ])
 
 
@@ -170,6 +175,34 @@ def kernel(x, delta, A, B, C, D):
               template=[("BATCH", Bt), ("SEQ", L), ("DIM", Dm), ("NST", N), ("SPT", spt)],
               grid=(groups * {TPG}, 1, 1), threadgroup=({TPG}, 1, 1),
               output_shapes=[x.shape], output_dtypes=[mx.float32])[0]
+'''
+
+
+def render_stateful(k: dict, kind: str = "cuda") -> str:
+    """A module defining `scan_with_state(x, delta, A, B, C, D, h0) -> (y, h_last)`: the register kernel with
+    an initial state and the final state (B, D, N) written out, for a model's cache (bench/mamba_prefill.py)."""
+    TPG = k["threads_per_group"]
+    name = tag("scan.registers_state", k, kind)
+    return f'''{header("scan", "scan.registers (with state)", k, kind)}
+_SOURCE = r"""
+{_scan_source(kind, k, stateful=True)}
+"""
+_HEADER = ""
+_K = {kernel_ctor(kind, name, INPUTS + ["h0"], ["y", "hlast"])}
+STATES_PER_THREAD = {k["states_per_thread"]}
+
+
+def scan_with_state(x, delta, A, B, C, D, h0):
+    Bt, L, Dm = x.shape
+    N = A.shape[1]
+    spt = min(STATES_PER_THREAD, N)
+    total = Bt * Dm * (N // spt)
+    groups = (total + {TPG} - 1) // {TPG}
+    y, h = _K(inputs=[x, delta, A, B, C, D, h0],
+              template=[("BATCH", Bt), ("SEQ", L), ("DIM", Dm), ("NST", N), ("SPT", spt)],
+              grid=(groups * {TPG}, 1, 1), threadgroup=({TPG}, 1, 1),
+              output_shapes=[x.shape, (Bt, Dm, N)], output_dtypes=[mx.float32, mx.float32])
+    return y, h
 '''
 
 
