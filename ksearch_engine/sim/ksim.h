@@ -569,6 +569,38 @@ inline void atomic_tick() {
   }
 }
 
+// Float atomic adds are summed per address in double precision and stored rounded, so the result
+// does not depend on the order of the adds (on a GPU it does, by rounding only). The accumulator
+// restarts whenever the memory holds something other than what it last stored.
+struct FloatAcc {
+  const void* addr;
+  double acc;
+  float last;
+};
+constexpr size_t FACC_CAP = 1 << 16;
+inline FloatAcc* facc_tab;
+inline float float_atomic_add(float* p, float v) {
+  atomic_tick();
+  float old = *p;
+  if (!facc_tab) facc_tab = (FloatAcc*)calloc(FACC_CAP, sizeof(FloatAcc));
+  size_t h = (size_t)((((uintptr_t)p >> 2) * 0x9E3779B97F4A7C15ull) >> 48);
+  for (size_t k = 0; facc_tab && k < 64; k++) {
+    FloatAcc& e = facc_tab[(h + k) & (FACC_CAP - 1)];
+    if (e.addr != p && e.addr != nullptr) continue;
+    if (e.addr == nullptr || memcmp(&e.last, &old, sizeof(float)) != 0) {
+      e.addr = p;
+      e.acc = old;
+    }
+    e.acc += v;
+    float nv = (float)e.acc;
+    *p = nv;
+    e.last = nv;
+    return old;
+  }
+  *p = old + v;  // table full: plain float add
+  return old;
+}
+
 inline void* dyn_smem() { return g.dyn_smem; }
 
 // Threadgroup/__shared__ variables are function statics; the first thread of each threadgroup
@@ -1038,8 +1070,20 @@ template <class T> inline T __reduce_max_sync(unsigned, T v) { return ksim::warp
 template <class T> inline T __reduce_min_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return a < b ? a : b; }); }
 
 // Atomics (the old value is returned)
-template <class T, class U> inline T atomicAdd(T* p, U v) { ksim::atomic_tick(); T o = *p; *p = T(o + T(v)); return o; }
-template <class T, class U> inline T atomicSub(T* p, U v) { ksim::atomic_tick(); T o = *p; *p = T(o - T(v)); return o; }
+template <class T, class U> inline T atomicAdd(T* p, U v) {
+  if constexpr (std::is_same<T, float>::value) return ksim::float_atomic_add(p, (float)v);
+  ksim::atomic_tick();
+  T o = *p;
+  *p = T(o + T(v));
+  return o;
+}
+template <class T, class U> inline T atomicSub(T* p, U v) {
+  if constexpr (std::is_same<T, float>::value) return ksim::float_atomic_add(p, -(float)v);
+  ksim::atomic_tick();
+  T o = *p;
+  *p = T(o - T(v));
+  return o;
+}
 template <class T, class U> inline T atomicMax(T* p, U v) { ksim::atomic_tick(); T o = *p; if (T(v) > o) *p = T(v); return o; }
 template <class T, class U> inline T atomicMin(T* p, U v) { ksim::atomic_tick(); T o = *p; if (T(v) < o) *p = T(v); return o; }
 template <class T, class U> inline T atomicExch(T* p, U v) { ksim::atomic_tick(); T o = *p; *p = T(v); return o; }
@@ -1642,8 +1686,20 @@ typedef atomic<unsigned> atomic_uint;
 typedef atomic<float> atomic_float;
 typedef atomic<bool> atomic_bool;
 typedef atomic<unsigned long> atomic_ulong;
-template <class T, class U> inline T atomic_fetch_add_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); T o = a->v; a->v = T(o + T(v)); return o; }
-template <class T, class U> inline T atomic_fetch_sub_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); T o = a->v; a->v = T(o - T(v)); return o; }
+template <class T, class U> inline T atomic_fetch_add_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) {
+  if constexpr (std::is_same<T, float>::value) return ksim::float_atomic_add(&a->v, (float)v);
+  ksim::atomic_tick();
+  T o = a->v;
+  a->v = T(o + T(v));
+  return o;
+}
+template <class T, class U> inline T atomic_fetch_sub_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) {
+  if constexpr (std::is_same<T, float>::value) return ksim::float_atomic_add(&a->v, -(float)v);
+  ksim::atomic_tick();
+  T o = a->v;
+  a->v = T(o - T(v));
+  return o;
+}
 template <class T, class U> inline T atomic_fetch_max_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); T o = a->v; if (T(v) > o) a->v = T(v); return o; }
 template <class T, class U> inline T atomic_fetch_min_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); T o = a->v; if (T(v) < o) a->v = T(v); return o; }
 template <class T, class U> inline T atomic_fetch_and_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); T o = a->v; a->v = T(o & T(v)); return o; }

@@ -604,3 +604,14 @@ def test_metal_divergent_branches_are_separate_simdgroup_collectives():
     (out,) = metal("diverge", [("inp", x)], [("out", (64,), "float32")], src, [], (64, 1, 1), (64, 1, 1))
     halves = x.reshape(4, 16).sum(1) * np.array([1, 10, 1, 10])
     np.testing.assert_allclose(out, np.repeat(halves, 16), rtol=1e-5)
+
+
+def test_float_atomics_that_cancel_are_not_mistaken_for_a_race():
+    # +x and -x summed with atomics: in float the total depends on the order only by rounding;
+    # the simulator sums atomic adds per address in double, so both schedules agree (exactly 0)
+    x = rng.standard_normal(1 << 15).astype(np.float32)
+    x = np.concatenate([x, -x])
+    src = "uint i = thread_position_in_grid.x; atomic_fetch_add_explicit(&out[0], inp[i], memory_order_relaxed);"
+    (out,) = metal("cancel", [("inp", x)], [("out", (1,), "float32")], src, [], (x.size, 1, 1), (256, 1, 1),
+                   init_value=0, atomic_outputs=True)
+    assert out[0] == 0.0
