@@ -54,8 +54,10 @@ class KernelEntry:
         return self.info.language == "cuda"
 
     def contains(self, pos: types.Position) -> bool:
+        """Inside the definition, or on the line naming it (an MLX kernel's name sits apart from its source)."""
         s, e = self.range.start, self.range.end
-        return (s.line, s.character) <= (pos.line, pos.character) <= (e.line, e.character)
+        return ((s.line, s.character) <= (pos.line, pos.character) <= (e.line, e.character)
+                or pos.line == self.name_range.start.line)
 
 
 @dataclass

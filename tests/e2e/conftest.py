@@ -164,7 +164,8 @@ def capabilities(profile: str) -> types.ClientCapabilities:
     return caps
 
 
-async def start_editor(root: Path, profile: str, settings: dict | None = None) -> Editor:
+async def start_editor(root: Path, profile: str, settings: dict | None = None,
+                       init_options: dict | None = None) -> Editor:
     holder: dict = {}
     env = dict(os.environ)
     env.pop("KSEARCH_STORE", None)
@@ -175,7 +176,7 @@ async def start_editor(root: Path, profile: str, settings: dict | None = None) -
     holder["editor"] = editor
     client.set_configuration({"ksearch": settings or {"backend": "sim", "budget": {"evaluations": 4}}})
     await client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(profile), root_uri=from_fs_path(str(root)),
+        capabilities=capabilities(profile), root_uri=from_fs_path(str(root)), initialization_options=init_options,
         workspace_folders=[types.WorkspaceFolder(uri=from_fs_path(str(root)), name="ws")]))
     return editor
 

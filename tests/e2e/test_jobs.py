@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from lsprotocol import types
 
 from ksearch_engine.store import Store
 
-from .conftest import Editor, start_editor, stop_editor
+from .conftest import EXAMPLES, Editor, start_editor, stop_editor
 from .test_port_flow import KERNEL, execute, lens_titles
 
 SECRET = "test-gemini-key-3141"
@@ -75,11 +76,14 @@ async def test_cancel_a_running_optimize(workspace: Path, how: str):
         await stop_editor(ed)
 
 
-async def test_api_key_only_in_the_worker_environment(workspace: Path):
-    holder_settings = {"budget": {"evaluations": 500}, "backend": "mlx-cpu"}
-    ed = await start_editor(workspace, "vscode", settings=holder_settings)
+@pytest.mark.parametrize("via", ["initializationOptions", "ksearch/secret"])
+async def test_api_key_only_in_the_worker_environment(workspace: Path, via: str):
+    settings = {"budget": {"evaluations": 500}, "backend": "mlx-cpu"}
+    init = {"geminiApiKey": SECRET} if via == "initializationOptions" else {"geminiApiKey": "an-older-key"}
+    ed = await start_editor(workspace, "vscode", settings=settings, init_options=init)
     try:
-        ed.client.protocol.notify("ksearch/secret", {"geminiApiKey": SECRET})
+        if via == "ksearch/secret":
+            ed.client.protocol.notify("ksearch/secret", {"geminiApiKey": SECRET})
         uri = ed.open(workspace / "softmax.cu")
         params = types.ExecuteCommandParams(command="ksearch.optimize", arguments=[uri, KERNEL])
         ed.client.protocol.send_request(types.WORKSPACE_EXECUTE_COMMAND, params)
@@ -89,7 +93,37 @@ async def test_api_key_only_in_the_worker_environment(workspace: Path):
         request_files = list((workspace / ".ksearch" / "requests").glob("*.json"))
         assert request_files and all(SECRET not in f.read_text() for f in request_files)
         assert SECRET not in json.dumps(store_of(workspace).run(run["id"])["config"])
+        assert not [m for m in ed.client.log_messages + ed.client.messages if SECRET in m.message]
         await execute(ed, types.Command(title="Cancel", command="ksearch.cancel", arguments=[run["id"]]))
+    finally:
+        await stop_editor(ed)
+
+
+async def test_jobs_queue_beyond_the_concurrency_limit(workspace: Path):
+    shutil.copy(EXAMPLES / "rmsnorm" / "rmsnorm.cu", workspace / "rmsnorm.cu")
+    ed = await start_editor(workspace, "vscode", settings={"budget": {"evaluations": 500}, "backend": "mlx-cpu",
+                                                            "concurrency": 1})
+    try:
+        soft = ed.open(workspace / "softmax.cu")
+        rms = ed.open(workspace / "rmsnorm.cu")
+        rms_kernel = next(line.split("(")[0].split()[-1] for line in (workspace / "rmsnorm.cu").read_text().splitlines()
+                          if line.startswith("__global__"))
+        assert "Optimize kernel" in await lens_titles(ed, rms)
+        for uri, kernel in ((soft, KERNEL), (rms, rms_kernel)):
+            ed.client.protocol.send_request(types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(
+                command="ksearch.optimize", arguments=[uri, kernel]))
+        first = await wait_running(ed, workspace)
+        store = store_of(workspace)
+        queued = await ed.wait_for(lambda: [r for r in store.runs(limit=5) if r["status"] == "queued"], what="a queued run")
+        assert queued[0]["kernel"] == rms_kernel and not queued[0]["worker_pid"]
+        assert any(j.running == 1 and j.queued == 1 for j in ed.jobs)          # ksearch/jobs for the status bar
+        assert any(t.endswith("queued") for t in await lens_titles(ed, rms))
+        await execute(ed, types.Command(title="Cancel", command="ksearch.cancel", arguments=[queued[0]["id"]]))
+        assert store.run(queued[0]["id"])["status"] == "cancelled" and not store.run(queued[0]["id"])["worker_pid"]
+        await execute(ed, types.Command(title="Cancel", command="ksearch.cancel", arguments=[first["id"]]))
+        await ed.wait_for(lambda: store.run(first["id"])["status"] == "cancelled", what="the first run cancelled")
+        await ed.wait_for(lambda: ed.jobs and ed.jobs[-1].running == 0 and ed.jobs[-1].queued == 0,
+                          what="no jobs left")
     finally:
         await stop_editor(ed)
 

@@ -60,6 +60,11 @@ async def test_port_to_mlx_then_accept(editor: Editor, workspace: Path):
     kinds = [r.kind for r in client.progress_reports[f"ksearch-{run_id}"]]
     assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds
 
+    assert any(j.running == 1 for j in editor.jobs) and editor.jobs[-1].running == 0   # status bar
+    await editor.wait_for(lambda: editor.refreshes["inlayHint"], what="an inlay-hint refresh")
+    if editor.client.capabilities.workspace.code_lens:     # VS Code asks for lens refreshes; Neovim 0.11 does not
+        await editor.wait_for(lambda: editor.refreshes["codeLens"], what="a code-lens refresh")
+
     shown = await editor.wait_for(lambda: editor.show_diff, what="ksearch/showDiff")
     assert (shown[-1].runId, shown[-1].candidateId) == (run_id, cand_id)
 
