@@ -4,7 +4,7 @@
 // hover.  Takes a screenshot at each step.  Called by test_vscode_editor.py with one JSON argument;
 // prints one JSON object (what it saw) on stdout and exits 0, or 1 with {"error": ...} on a failure.
 import { createRequire } from "node:module";
-import { existsSync, readdirSync, statSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 
 const cfg = JSON.parse(process.argv[2]);
@@ -35,6 +35,21 @@ function pythonFiles(dir) {
   };
   walk(dir);
   return out;
+}
+
+/** How often text occurs in the ksearch.log files under dir (the extension's output channel on disk). */
+function countInLogs(dir, text) {
+  let n = 0;
+  const walk = (d) => {
+    if (!existsSync(d)) return;
+    for (const name of readdirSync(d)) {
+      const p = join(d, name);
+      if (statSync(p).isDirectory()) walk(p);
+      else if (name === "ksearch.log") n += readFileSync(p, "utf8").split(text).length - 1;
+    }
+  };
+  walk(dir);
+  return n;
 }
 
 async function runCommand(page, label) {
@@ -100,8 +115,10 @@ async function storeKeyAndRestart(page) {
   await shot(page, "06-api-key.png");
   step("key stored");
   await runCommand(page, "ksearch: Restart Server");
-  await sleep(1000);
-  await page.locator(".codelens-decoration a", { hasText: cfg.portTitle }).first().waitFor({ timeout: cfg.timeoutsMs.lens });
+  // The restarted server has been sent initialize once the trace shows the (blanked) key a second time;
+  // the browser must stay open till then, or the extension host shuts down with it.
+  const deadline = Date.now() + cfg.timeoutsMs.lens;
+  while (Date.now() < deadline && countInLogs(cfg.logs, '"geminiApiKey": "***"') < 2) await sleep(250);
   step("server restarted");
 }
 

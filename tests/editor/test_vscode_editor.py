@@ -133,7 +133,7 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, tmp_path, a
     run, seen = drive(tools, {
         "mode": "port", "url": code_server, "folder": str(kernel_workspace), "file": "softmax.cu", "kernel": KERNEL,
         "kernelLine": kernel_line(source), "portTitle": "Port to MLX", "acceptTitle": "Accept",
-        "key": GEMINI_KEY, "timeoutsMs": {"start": 60_000, "lens": 60_000, "job": 180_000},
+        "key": GEMINI_KEY, "logs": str(tmp_path / "user-data" / "logs"), "timeoutsMs": {"start": 60_000, "lens": 60_000, "job": 180_000},
     }, artifacts, "port")
     assert run.returncode == 0 and seen.get("ok"), (
         f"the VS Code scenario stopped: {seen.get('error')}\nsteps: {[s['name'] for s in seen.get('steps', [])]}\n"
