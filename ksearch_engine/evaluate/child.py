@@ -90,6 +90,8 @@ def _drop_privileges(needs: list[str]) -> str:
     os.setegid(uid)
     os.seteuid(uid)
     blocked = [p for p in needs if not os.access(p, os.R_OK | os.X_OK, effective_ids=True)]
+    gpu = [f"/dev/{d}" for d in os.listdir("/dev") if d.startswith(("nvidia", "dri"))] if os.path.isdir("/dev") else []
+    blocked += [p for p in gpu if not os.path.isdir(p) and not os.access(p, os.R_OK | os.W_OK, effective_ids=True)]
     blocked += [p for p in (os.path.dirname(os.getcwd()),) if not os.access(p, os.X_OK, effective_ids=True)]
     blocked += [p for p in (os.getcwd(),) if not os.access(p, os.W_OK | os.X_OK, effective_ids=True)]
     os.seteuid(0)
