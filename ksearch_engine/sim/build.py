@@ -177,15 +177,23 @@ def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
 
 
 def source_line_of_pc(so: Path, pc_offset: int) -> tuple[int | None, str | None]:
-    """Kernel source line of a faulting instruction, through addr2line (None when unknown)."""
+    """Kernel source line of a code address, through addr2line (None when unknown).
+
+    With inlining the address may sit in ksim.h code inlined into the kernel: the innermost
+    frame outside the simulator's own headers is the kernel's line."""
     tool = shutil.which("addr2line")
     if not tool or not pc_offset:
         return None, None
     try:
-        r = subprocess.run([tool, "-e", str(so), hex(pc_offset)], capture_output=True, text=True, timeout=20)
+        r = subprocess.run([tool, "-i", "-e", str(so), hex(pc_offset)], capture_output=True, text=True, timeout=20)
     except (subprocess.TimeoutExpired, OSError):
         return None, None
-    m = re.match(r"^(.*):(\d+)", r.stdout.strip())
-    if not m or m.group(1) in ("??", "") or m.group(2) == "0":
-        return None, None
-    return int(m.group(2)), os.path.basename(m.group(1))
+    for ln in r.stdout.splitlines():
+        m = re.match(r"^(.*):(\d+)", ln.strip())
+        if not m or m.group(1) in ("??", "") or m.group(2) == "0":
+            continue
+        name = os.path.basename(m.group(1))
+        if name.startswith("ksim") and (name.endswith(".h") or name in GENERATED):
+            continue
+        return int(m.group(2)), name
+    return None, None

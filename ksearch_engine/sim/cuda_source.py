@@ -116,13 +116,17 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
     if block[0] * block[1] * block[2] > 1024 or min(block) < 1:
         raise SimError(f"{what}: block {block} must have 1 to 1024 threads", kind="usage")
 
+    if shared_mem_bytes > 232448:
+        raise SimError(f"{what}: shared_mem_bytes={shared_mem_bytes}; an H100/H200 block can have at "
+                       f"most 232448 (227 KB)", kind="resource_limit")
     body = prepare(strip_host_code(source), "cuda")
     targs = "<" + ", ".join(str(t) for t in template_args) + ">" if template_args else ""
     code = "\n".join([
         '#include "ksim_cuda.h"', f'#line 1 "{filename}"', body,
         '#line 1 "ksim-launch"',
         f"static void ksim_entry() {{ ksim::call_kernel(&{info.qualified}{targs}, ksim::g.args); }}",
-        f'KSIM_EXPORT void ksim_param_info(unsigned long* s, int* k) {{ ksim::param_info(&{info.qualified}{targs}, s, k); }}',
+        f'KSIM_EXPORT void ksim_param_info(unsigned long* ksim_sizes, int* ksim_kinds) '
+        f'{{ ksim::param_info(&{info.qualified}{targs}, ksim_sizes, ksim_kinds); }}',
         *(f'KSIM_EXPORT void* ksim_sym_{n}() {{ return (void*)&{n}; }}\n'
           f'KSIM_EXPORT unsigned long ksim_symsize_{n}() {{ return sizeof({n}); }}' for n in symbols),
         "KSIM_EXPORT_RUN(ksim_entry)", ""])

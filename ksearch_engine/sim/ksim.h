@@ -391,6 +391,7 @@ constexpr int MAX_LANE_BYTES = 64;
 struct Fiber {
   Ctx ctx;
   int state;
+  uintptr_t site;  // where it waits (the barrier's call site)
   u3 tid;
   unsigned lin, lane, warp;
 };
@@ -430,8 +431,26 @@ struct Grid {
 inline Grid g;
 inline Fiber* cur;
 
-[[noreturn]] inline void fail(int code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-inline void fail(int code, const char* fmt, ...) {
+// The address a collective was called from: KSIM_SITE in an always-inlined wrapper gives the
+// position of the call in the kernel's own code.
+__attribute__((noinline)) inline uintptr_t call_site() {
+  uintptr_t r = (uintptr_t)__builtin_return_address(0);
+  asm volatile("" ::: "memory");  // keep it a real call
+  return r;
+}
+#define KSIM_AI __attribute__((always_inline)) inline
+#define KSIM_SITE ksim::call_site()
+
+// Offset of a code address in this library (for addr2line), 0 if elsewhere.
+inline uintptr_t code_offset(uintptr_t pc) {
+  static int here;
+  Dl_info info, self;
+  if (pc && dladdr((void*)pc, &info) && dladdr((void*)&here, &self) && info.dli_fbase == self.dli_fbase)
+    return pc - (uintptr_t)info.dli_fbase;
+  return 0;
+}
+
+[[noreturn]] inline void fail(int code, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   if (g.msg) vsnprintf(g.msg, g.msglen, fmt, ap);
@@ -452,7 +471,8 @@ inline void release_barrier() {
 }
 
 // Block barrier. `contrib` is summed over the block (for __syncthreads_count and friends).
-inline long barrier(long contrib = 0) {
+inline long barrier(long contrib = 0, uintptr_t site = 0) {
+  cur->site = site;
   g.bar_acc += contrib;
   g.bar_arrived++;
   if (g.bar_arrived == g.n) {
@@ -512,13 +532,6 @@ template <class T> inline T lane_val(unsigned slot, unsigned lane, const T& own)
 }
 inline unsigned slot_mask(unsigned slot) { return g.warps[cur->warp].gmask[slot][cur->lane]; }
 
-// The address a collective was called from: KSIM_SITE in an always-inlined wrapper gives the
-// position of the call in the kernel's own code.
-__attribute__((noinline)) inline uintptr_t call_site() {
-  uintptr_t r = (uintptr_t)__builtin_return_address(0);
-  asm volatile("" ::: "memory");  // keep it a real call
-  return r;
-}
 
 // Shuffle: every lane reads lane `src(lane)`'s value.
 template <class T, class F> inline T shuffle(T v, F src_of, uintptr_t site = 0) {
@@ -607,6 +620,12 @@ inline void* dyn_smem() { return g.dyn_smem; }
 // that reaches the declaration fills them with 0xFF bytes (NaN, -1), as real threadgroup memory
 // holds garbage: a kernel that reads shared memory it never wrote gets visibly wrong results.
 inline unsigned long block_gen;
+inline size_t smem_static_bytes;  // threadgroup/__shared__ bytes seen in the running threadgroup
+#ifdef KSIM_METAL
+constexpr size_t SMEM_STATIC_LIMIT = 32768;  // Apple GPUs: 32 KB of threadgroup memory
+#else
+constexpr size_t SMEM_STATIC_LIMIT = 49152;  // CUDA: 48 KB of static __shared__ per block
+#endif
 struct PoisonEntry {
   void* p;
   unsigned long gen;
@@ -625,6 +644,15 @@ template <class T> inline void poison(T& obj) {
     if (poison_tab[i].gen != block_gen) {
       poison_tab[i].gen = block_gen;
       memset(p, 0xff, sizeof(T));
+      smem_static_bytes += sizeof(T);
+      if (smem_static_bytes > SMEM_STATIC_LIMIT)
+        fail(10, "the kernel declares %zu bytes of %s memory; the limit is %zu bytes%s", smem_static_bytes,
+#ifdef KSIM_METAL
+             "threadgroup", SMEM_STATIC_LIMIT, " on Apple GPUs (32 KB)"
+#else
+             "static __shared__", SMEM_STATIC_LIMIT, " (48 KB; more needs dynamic shared memory)"
+#endif
+        );
     }
   }
 }
@@ -648,10 +676,13 @@ inline void describe_block(char* buf, size_t len) {
     if (s == F_WARP) { nw++; if (firstw < 0) firstw = i; }
     if (s == F_DONE) { nd++; if (firstd < 0) firstd = i; }
   }
+  uintptr_t off = nb ? code_offset(g.fibers[firstb].site) : 0;
+  char site[64] = "";
+  if (off) snprintf(site, sizeof site, " [site=0x%lx]", (unsigned long)off);
   snprintf(buf, len,
-           "%d of %d threads wait at a threadgroup barrier (__syncthreads/threadgroup_barrier)%s%d, "
+           "%d of %d threads wait at a threadgroup barrier (__syncthreads/threadgroup_barrier)%s%d%s, "
            "%d wait at a warp/simdgroup operation, %d already returned%s%d",
-           nb, g.n, nb ? " e.g. thread " : "", nb ? firstb : 0, nw, nd,
+           nb, g.n, nb ? " e.g. thread " : "", nb ? firstb : 0, site, nw, nd,
            nd ? " e.g. thread " : "", nd ? firstd : 0);
 }
 
@@ -692,6 +723,7 @@ inline void run_block() {
     }
   }
   block_gen++;
+  smem_static_bytes = 0;
   if (g.dyn_smem_size) memset(g.dyn_smem, 0xff, g.dyn_smem_size);  // garbage, like real memory
   while (g.done < n) {
     bool ran = false;
@@ -738,12 +770,7 @@ inline void on_fault(int sig, siginfo_t* si, void* uctx) {
 #elif defined(__APPLE__) && defined(__x86_64__)
   pc = (uintptr_t)((ucontext_t*)uctx)->uc_mcontext->__ss.__rip;
 #endif
-  Dl_info info;
-  uintptr_t off = 0;
-  static int here;
-  Dl_info self;
-  if (pc && dladdr((void*)pc, &info) && dladdr((void*)&here, &self) && info.dli_fbase == self.dli_fbase)
-    off = pc - (uintptr_t)info.dli_fbase;
+  uintptr_t off = code_offset(pc);
   const char* what = sig == SIGFPE ? "arithmetic fault (integer division by zero?)"
                      : sig == SIGBUS ? "bus error (misaligned or invalid address)"
                                      : "memory fault (out-of-bounds access)";
@@ -835,7 +862,8 @@ inline int run_grid_child(void** args, const long long* cfg) {
 }
 
 // Runs the whole grid in a child process. Returns 0 on success; otherwise msg holds the reason:
-// 3 deadlock, 4 fault, 5 setup, 6 timeout, 7 killed by another signal, 8 fork failed, 9 other.
+// 3 deadlock, 4 fault, 5 setup, 6 timeout, 7 killed by another signal, 8 fork failed, 9 other,
+// 10 a resource limit of the real GPU exceeded (threadgroup memory).
 inline int run_grid(void (*entry)(), void** args, const long long* cfg, char* msg, int msglen) {
   char* shared = (char*)mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) {
@@ -873,7 +901,7 @@ inline int run_grid(void (*entry)(), void** args, const long long* cfg, char* ms
   int rc;
   if (WIFEXITED(st)) {
     rc = WEXITSTATUS(st);
-    if (rc != 0 && rc != 3 && rc != 4 && rc != 5) {
+    if (rc != 0 && rc != 3 && rc != 4 && rc != 5 && rc != 10) {
       if (!shared[0]) snprintf(shared, 4096, "the kernel exited the process with status %d", rc);
       rc = 9;
     }
@@ -1019,10 +1047,10 @@ enum { cudaSuccess = 0 };
 #define blockDim (ksim::g.bdim)
 #define gridDim (ksim::g.nblocks)
 
-inline void __syncthreads() { ksim::barrier(0); }
-inline int __syncthreads_count(int p) { return (int)ksim::barrier(p ? 1 : 0); }
-inline int __syncthreads_and(int p) { return ksim::barrier(p ? 1 : 0) == ksim::g.n; }
-inline int __syncthreads_or(int p) { return ksim::barrier(p ? 1 : 0) != 0; }
+KSIM_AI void __syncthreads() { ksim::barrier(0, KSIM_SITE); }
+KSIM_AI int __syncthreads_count(int p) { return (int)ksim::barrier(p ? 1 : 0, KSIM_SITE); }
+KSIM_AI int __syncthreads_and(int p) { return ksim::barrier(p ? 1 : 0, KSIM_SITE) == ksim::g.n; }
+KSIM_AI int __syncthreads_or(int p) { return ksim::barrier(p ? 1 : 0, KSIM_SITE) != 0; }
 inline void __syncwarp(unsigned = 0xffffffffu) { ksim::warp_sync(); }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
@@ -1239,7 +1267,7 @@ struct thread_block {
   unsigned long long thread_rank() const { return ksim::cur->lin; }
   unsigned long long size() const { return (unsigned long long)ksim::g.n; }
   unsigned long long num_threads() const { return size(); }
-  void sync() const { ksim::barrier(0); }
+  KSIM_AI void sync() const { ksim::barrier(0, KSIM_SITE); }
   dim3 group_index() const { return dim3(ksim::g.block.x, ksim::g.block.y, ksim::g.block.z); }
   dim3 thread_index() const { return dim3(ksim::cur->tid.x, ksim::cur->tid.y, ksim::cur->tid.z); }
   dim3 group_dim() const { return dim3(ksim::g.bdim.x, ksim::g.bdim.y, ksim::g.bdim.z); }
@@ -1390,7 +1418,7 @@ KSIM_METAL_VEC(bool, bool)
 namespace metal {
 enum class mem_flags : int { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4, mem_threadgroup_imageblock = 8, mem_object_data = 16 };
 inline constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int(a) | int(b)); }
-inline void threadgroup_barrier(mem_flags = mem_flags::mem_none) { ksim::barrier(0); }
+KSIM_AI void threadgroup_barrier(mem_flags = mem_flags::mem_none) { ksim::barrier(0, KSIM_SITE); }
 inline void simdgroup_barrier(mem_flags = mem_flags::mem_none) { ksim::warp_sync(); }
 
 template <class T> struct numeric_limits : std::numeric_limits<T> {};
@@ -1535,8 +1563,6 @@ template <class T> constexpr bool is_signed_v = std::is_signed<T>::value;
 template <class T> constexpr bool is_unsigned_v = std::is_unsigned<T>::value;
 
 // simdgroup (32 lanes, lockstep). Each call site is its own collective (see release_warp).
-#define KSIM_AI __attribute__((always_inline)) inline
-#define KSIM_SITE ksim::call_site()
 template <class T> KSIM_AI T simd_sum(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a + b); }, KSIM_SITE); }
 template <class T> KSIM_AI T simd_product(T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a * b); }, KSIM_SITE); }
 template <class T> KSIM_AI T simd_max(T v) { return ksim::warp_reduce(v, [](T a, T b) { return max(a, b); }, KSIM_SITE); }

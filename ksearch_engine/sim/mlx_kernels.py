@@ -207,6 +207,9 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
     if tg[0] * tg[1] * tg[2] > 1024:
         raise SimError(f"{what}: threadgroup {tg} has {tg[0] * tg[1] * tg[2]} threads; the maximum "
                        f"is 1024", kind="usage")
+    if dialect == "cuda" and shared_memory > 232448:
+        raise SimError(f"{what}: shared_memory={shared_memory} bytes; an H100/H200 block can have at "
+                       f"most 232448 (227 KB)", kind="resource_limit")
     if isinstance(template, dict):
         template = list(template.items())
     template = list(template or [])

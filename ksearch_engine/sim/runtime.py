@@ -151,7 +151,8 @@ def load(so: Path) -> ctypes.CDLL:
     return lib
 
 
-_KINDS = {3: "deadlock", 4: "fault", 5: "crash", 6: "timeout", 7: "crash", 8: "crash", 9: "crash"}
+_KINDS = {3: "deadlock", 4: "fault", 5: "crash", 6: "timeout", 7: "crash", 8: "crash", 9: "crash",
+          10: "resource_limit"}
 
 
 def describe_address(addr: int, regions) -> str:
@@ -182,12 +183,15 @@ def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial
         return
     text = msg.value.decode("utf-8", "replace")
     line = file = None
-    m = re.search(r"\s*\[pc_offset=0x([0-9a-f]+)\]", text)
+    m = re.search(r"\s*\[(pc_offset|site)=0x([0-9a-f]+)\]", text)
     if m:
-        line, file = source_line_of_pc(so, int(m.group(1), 16))
-        if file is not None and file.startswith("ksim"):
-            line = file = None  # inside code the simulator generated: no kernel line to show
+        # a return address (site) points after the call: look up the byte before it
+        pc = int(m.group(2), 16) - (1 if m.group(1) == "site" else 0)
+        line, file = source_line_of_pc(so, pc)
         text = text[:m.start()] + text[m.end():]
+        if line is not None and m.group(1) == "site":
+            text = text.replace("threadgroup barrier (__syncthreads/threadgroup_barrier)",
+                                f"threadgroup barrier at {file} line {line}", 1)
     am = re.search(r"address (0x[0-9a-f]+)", text)
     if rc == 4 and am:
         text += describe_address(int(am.group(1), 16), regions)

@@ -153,6 +153,7 @@ def test_barrier_in_divergent_code_is_a_deadlock_error_not_a_hang():
         metal("dl", [("inp", np.zeros(64, np.float32))], [("out", (64,), "float32")], src, [], (64, 1, 1), (64, 1, 1))
     assert e.value.kind == "deadlock"
     assert "16 of 64 threads wait at a threadgroup barrier" in str(e.value)
+    assert (e.value.file, e.value.line) == ("source", 3)  # the barrier that is not reached by all
     assert time.time() - t0 < 10
 
 
@@ -615,3 +616,20 @@ def test_float_atomics_that_cancel_are_not_mistaken_for_a_race():
     (out,) = metal("cancel", [("inp", x)], [("out", (1,), "float32")], src, [], (x.size, 1, 1), (256, 1, 1),
                    init_value=0, atomic_outputs=True)
     assert out[0] == 0.0
+
+
+def test_threadgroup_memory_over_the_apple_limit_is_a_resource_error():
+    src = """
+        threadgroup float a[4096];
+        threadgroup float b[SECOND];
+        uint l = thread_position_in_threadgroup.x;
+        a[l] = 1.0f; b[l] = 2.0f;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[l] = a[l] + b[l];
+    """
+    args = ([("inp", np.zeros(1, np.float32))], [("out", (32,), "float32")])
+    (ok,) = metal("tg32k", *args, src.replace("SECOND", "4096"), [], (32, 1, 1), (32, 1, 1))  # exactly 32 KB
+    assert (ok == 3).all()
+    with pytest.raises(SimError) as e:
+        metal("tg33k", *args, src.replace("SECOND", "4100"), [], (32, 1, 1), (32, 1, 1))
+    assert e.value.kind == "resource_limit" and "32784 bytes of threadgroup memory" in str(e.value)
