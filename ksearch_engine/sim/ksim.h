@@ -27,12 +27,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdarg>
+#include <cerrno>
 #include <signal.h>
 #include <unistd.h>
 #include <dlfcn.h>
 #include <ucontext.h>
 #include <sys/mman.h>
 #include <sys/time.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <sys/types.h>
 #include <cmath>
@@ -423,6 +425,7 @@ struct Grid {
   Ctx sched;
   char* msg;
   int msglen;
+  volatile int* status;  // shared with the parent: the exit code, written before exiting
   unsigned long atomic_ops;
   int reverse;  // schedule warps and threadgroups in reverse order (the race check's second run)
   int lenient;  // threads that returned count as arrived at barriers (what NVIDIA hardware does)
@@ -455,6 +458,7 @@ inline uintptr_t code_offset(uintptr_t pc) {
   va_start(ap, fmt);
   if (g.msg) vsnprintf(g.msg, g.msglen, fmt, ap);
   va_end(ap);
+  if (g.status) *g.status = code;
   fflush(stdout);
   fflush(stderr);
   _exit(code);
@@ -865,14 +869,21 @@ inline int run_grid_child(void** args, const long long* cfg) {
 // 3 deadlock, 4 fault, 5 setup, 6 timeout, 7 killed by another signal, 8 fork failed, 9 other,
 // 10 a resource limit of the real GPU exceeded (threadgroup memory).
 inline int run_grid(void (*entry)(), void** args, const long long* cfg, char* msg, int msglen) {
+  // page layout: int status (-1 until the child reports), then the message
   char* shared = (char*)mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) {
     snprintf(msg, msglen, "cannot map a message buffer");
     return 8;
   }
-  shared[0] = 0;
+  volatile int* status = (volatile int*)shared;
+  char* text = shared + 16;
+  const int textlen = 4096 - 16;
+  *status = -1;
+  text[0] = 0;
   fflush(stdout);
   fflush(stderr);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   pid_t pid = fork();
   if (pid < 0) {
     munmap(shared, 4096);
@@ -880,8 +891,9 @@ inline int run_grid(void (*entry)(), void** args, const long long* cfg, char* ms
     return 8;
   }
   if (pid == 0) {
-    g.msg = shared;
-    g.msglen = 4096;
+    g.msg = text;
+    g.msglen = textlen;
+    g.status = status;
     g.entry = entry;
     long long ms = cfg[11] > 0 ? cfg[11] : 20000;
     struct itimerval it;
@@ -891,30 +903,47 @@ inline int run_grid(void (*entry)(), void** args, const long long* cfg, char* ms
     signal(SIGALRM, SIG_DFL);
     setitimer(ITIMER_REAL, &it, nullptr);
     run_grid_child(args, cfg);
+    *status = 0;
     fflush(stdout);
     fflush(stderr);
     _exit(0);
   }
   int st = 0;
-  while (waitpid(pid, &st, 0) < 0) {
-  }
+  pid_t w;
+  do {
+    w = waitpid(pid, &st, 0);
+  } while (w < 0 && errno == EINTR);
   int rc;
-  if (WIFEXITED(st)) {
+  if (w < 0) {
+    // the child was reaped by someone else (SIGCHLD ignored, or a waitpid(-1) elsewhere): it has
+    // finished; what it reported in the shared page is all there is
+    rc = *status;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long long elapsed_ms = (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    if (rc < 0 && elapsed_ms >= cfg[11]) {
+      snprintf(text, textlen, "time limit of %lld ms exceeded (an endless loop, or a spin-wait on "
+               "another threadgroup?)", cfg[11]);
+      rc = 6;
+    } else if (rc < 0) {
+      snprintf(text, textlen, "the kernel process ended without reporting (killed by a signal?)");
+      rc = 7;
+    }
+  } else if (WIFEXITED(st)) {
     rc = WEXITSTATUS(st);
     if (rc != 0 && rc != 3 && rc != 4 && rc != 5 && rc != 10) {
-      if (!shared[0]) snprintf(shared, 4096, "the kernel exited the process with status %d", rc);
+      if (!text[0]) snprintf(text, textlen, "the kernel exited the process with status %d", rc);
       rc = 9;
     }
   } else if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) {
-    snprintf(shared, 4096, "time limit of %lld ms exceeded (an endless loop, or a spin-wait on "
+    snprintf(text, textlen, "time limit of %lld ms exceeded (an endless loop, or a spin-wait on "
              "another threadgroup?)", cfg[11]);
     rc = 6;
   } else {
-    snprintf(shared, 4096, "the kernel process was killed by signal %d (%s)",
+    snprintf(text, textlen, "the kernel process was killed by signal %d (%s)",
              WIFSIGNALED(st) ? WTERMSIG(st) : -1, WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "?");
     rc = 7;
   }
-  snprintf(msg, msglen, "%s", shared);
+  snprintf(msg, msglen, "%s", text);
   munmap(shared, 4096);
   return rc;
 }

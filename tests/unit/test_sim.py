@@ -633,3 +633,25 @@ def test_threadgroup_memory_over_the_apple_limit_is_a_resource_error():
     with pytest.raises(SimError) as e:
         metal("tg33k", *args, src.replace("SECOND", "4100"), [], (32, 1, 1), (32, 1, 1))
     assert e.value.kind == "resource_limit" and "32784 bytes of threadgroup memory" in str(e.value)
+
+
+def test_runs_still_report_when_the_host_process_ignores_sigchld():
+    import signal
+
+    old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel: no status
+    try:
+        x = rng.random(64).astype(np.float32)
+        (out,) = metal("sigchld_ok", [("inp", x)], [("out", (64,), "float32")],
+                       "uint i = thread_position_in_grid.x; out[i] = inp[i] * 2.0f;", [], (64, 1, 1), (64, 1, 1))
+        np.testing.assert_array_equal(out, x * 2)
+        with pytest.raises(SimError) as e:
+            metal("sigchld_dl", [("inp", x)], [("out", (64,), "float32")],
+                  "uint l = thread_position_in_threadgroup.x; if (l < 16) threadgroup_barrier(mem_flags::mem_threadgroup); out[l] = 1;",
+                  [], (64, 1, 1), (64, 1, 1))
+        assert e.value.kind == "deadlock"
+        with pytest.raises(SimError) as e:
+            metal("sigchld_spin", [("inp", x)], [("out", (1,), "float32")], "while (inp[0] >= 0.0f) {}", [],
+                  (1, 1, 1), (1, 1, 1), timeout_s=0.3)
+        assert e.value.kind == "timeout"
+    finally:
+        signal.signal(signal.SIGCHLD, old)
