@@ -13,14 +13,29 @@ from .errors import guarded
 from .state import KsearchServer
 
 log = logging.getLogger(__name__)
-SECRET_ENV = "GEMINI_API_KEY"
+# Keys a client may hand over, and the environment variable each reaches the worker through (only there).
+SECRETS = {"geminiApiKey": "GEMINI_API_KEY", "openaiApiKey": "OPENAI_API_KEY"}
 
 
-def _set_secret(ls: KsearchServer, key: Any) -> None:
-    if isinstance(key, str) and key.strip():
-        ls.secret_env[SECRET_ENV] = key.strip()
-    elif key in (None, ""):
-        ls.secret_env.pop(SECRET_ENV, None)
+def _set_secrets(ls: KsearchServer, given: Any) -> None:
+    for field, env in SECRETS.items():
+        key = given.get(field) if isinstance(given, dict) else getattr(given, field, None)
+        if isinstance(key, str) and key.strip():
+            ls.secret_env[env] = key.strip()
+        elif isinstance(given, dict) and field in given or hasattr(given, field):
+            ls.secret_env.pop(env, None)       # an explicit empty value forgets the key
+
+
+async def _watch_store(ls: KsearchServer, every_s: float = 2.0) -> None:
+    """Results written by other processes (the CLI in a terminal, a worker left from an earlier session)
+    refresh the lenses and hints too."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            if ls.results.store_changed(ls.store):
+                ls.results_changed()
+        except Exception:  # noqa: BLE001 - a busy or moved store: try again later
+            log.debug("store check failed", exc_info=True)
 
 
 def create_server() -> KsearchServer:
@@ -40,7 +55,7 @@ def create_server() -> KsearchServer:
         enc = ls.workspace.position_encoding
         ls.index.encoding = str(getattr(enc, "value", enc) or "utf-16")
         opts = params.initialization_options if isinstance(params.initialization_options, dict) else {}
-        _set_secret(ls, opts.get("geminiApiKey"))
+        _set_secrets(ls, opts)
         section = opts.get("settings", {}).get("ksearch") if isinstance(opts.get("settings"), dict) else opts.get("ksearch")
         if isinstance(section, dict):
             config._apply(ls, section)
@@ -56,6 +71,7 @@ def create_server() -> KsearchServer:
                      f"writable location.")
         await documents.start_watching(ls)
         asyncio.ensure_future(guarded(ls, "Scanning the workspace for kernels")(documents.scan_workspace)(ls))
+        asyncio.ensure_future(_watch_store(ls))
 
     @ls.feature(types.SHUTDOWN)
     def shutdown(params: None) -> None:
@@ -71,9 +87,6 @@ def create_server() -> KsearchServer:
 
     @ls.feature("ksearch/secret")
     def secret(params) -> None:
-        key = getattr(params, "geminiApiKey", None)
-        if key is None and isinstance(params, dict):
-            key = params.get("geminiApiKey")
-        _set_secret(ls, key)
+        _set_secrets(ls, params)
 
     return ls

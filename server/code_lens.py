@@ -32,6 +32,9 @@ def lenses_for(ls: "KsearchServer", uri: str) -> list[types.CodeLens]:
             state = "queued" if job.state == "queued" else job.progress_message()
             out.append(_lens(rng, f"⟳ {job.title}: {state}", "ksearch.cancel", [job.run_id]))
             out.append(_lens(rng, "Cancel", "ksearch.cancel", [job.run_id]))
+        elif res.runs and res.runs[0]["status"] in ("running", "queued"):
+            other = res.runs[0]
+            out.append(_lens(rng, f"⟳ {other['kind']} running in another session", "ksearch.cancel", [other["id"]]))
         elif res.pending is not None and res.ranked:
             rid = res.pending["id"]
             i = ls.offers.get(rid, 0) % len(res.ranked)

@@ -6,6 +6,8 @@ Port and Optimize answer when their job ends (so that `$/cancelRequest` of the c
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -109,10 +111,19 @@ def register(ls: "KsearchServer") -> None:
     @guarded(ls, "Cancel")
     def cancel(*args):
         run_id = _args(args, 1, "ksearch.cancel [runId]")[0]
-        if not ls.jobs.cancel(run_id):
-            ls.tell(f"run {run_id} is not running (nothing to cancel)")
-            return {"cancelled": False}
-        return {"cancelled": True}
+        if ls.jobs.cancel(run_id):
+            return {"cancelled": True}
+        run = ls.store.run(run_id)
+        pid = (run or {}).get("worker_pid")
+        if run and run["status"] == "running" and pid:
+            # A worker started by an earlier session of the server (or the CLI): it records 'cancelled' itself.
+            try:
+                os.kill(pid, signal.SIGTERM)
+                return {"cancelled": True}
+            except ProcessLookupError:
+                ls.store.mark_orphans_failed()
+        ls.tell(f"run {run_id} is not running (nothing to cancel)")
+        return {"cancelled": False}
 
     @ls.command("ksearch.createTask")
     @guarded(ls, "Create benchmark task")

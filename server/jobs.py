@@ -95,7 +95,8 @@ class JobManager:
         store = self.ls.store
         s = self.ls.settings
         req = SearchRequest(kind=kind, store_path=str(store.path), source_file=path, kernel=kernel,
-                            doc_version=doc_version, proposer=s.proposer, model=s.model, base_url=s.openai_base_url,
+                            doc_version=doc_version, proposer=s.proposer, model=s.model,
+                            base_url=s.openai_base_url if s.proposer == "openai" else None,
                             backend=s.backend_request, max_evals=s.evaluations, **request)
         task = req.task or {}
         run_id = store.create_run(kind, task_name=task.get("name") or kernel, family=req.family or task.get("family", ""),

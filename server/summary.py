@@ -90,12 +90,27 @@ class Results:
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str], KernelResults] = {}
         self._baselines: dict[str, str] = {}
+        self._data_version: int | None = None
 
     def invalidate(self) -> None:
         self._cache.clear()
 
+    def store_changed(self, store: Store) -> bool:
+        """Whether another process (a worker, the CLI in a terminal) committed to the store since last asked."""
+        try:
+            v = store.query("PRAGMA data_version")[0]["data_version"]
+        except Exception:  # noqa: BLE001
+            return False
+        changed = self._data_version is not None and v != self._data_version
+        self._data_version = v
+        if changed:
+            self._cache.clear()
+        return changed
+
     def for_kernel(self, store: Store | None, path: str, kernel: str) -> KernelResults:
         key = (path, kernel)
+        if store is not None:
+            self.store_changed(store)
         if key in self._cache:
             return self._cache[key]
         out = KernelResults()
