@@ -142,7 +142,6 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w("    if kind == 'metal' and STATIC_SHARED_BYTES + cfg['shared_mem'] > APPLE_THREADGROUP_BYTES:")
     w("        raise ValueError(f\"{NAME}: {STATIC_SHARED_BYTES + cfg['shared_mem']} bytes of threadgroup memory; \"")
     w("                         f\"Apple GPUs allow {APPLE_THREADGROUP_BYTES}: use a smaller block or tile\")")
-    arrays_by_name = {a.name: a for a in plan.arrays}
     arg_exprs = []
     for kind_, i in plan.order:
         if kind_ == "array":
@@ -165,7 +164,6 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
         w("")
         w(f"# The {profile.family} family's definition in MLX operations (what the port is checked against).")
         lines.append(ref.rstrip("\n"))
-    del arrays_by_name
     return "\n".join(lines) + "\n"
 
 
@@ -178,6 +176,3 @@ def _shape_tuple(shape: list[str] | None) -> str:
     return "(" + ", ".join(shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _replace_word(text: str, word: str, value: str) -> str:
-    import re
-    return re.sub(r"\b" + re.escape(word) + r"\b", value, text)

@@ -12,7 +12,6 @@ Conventions of the ports (documented in the module they emit):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path

@@ -10,7 +10,7 @@ import mlx.core as mx
 import pytest
 
 from ksearch_engine.source import find_kernels
-from ksearch_engine.task import InputSpec, Workload
+from ksearch_engine.task import InputSpec
 from ksearch_engine.translate import TranslateError, module_path_for, translate_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
