@@ -655,3 +655,28 @@ def test_runs_still_report_when_the_host_process_ignores_sigchld():
         assert e.value.kind == "timeout"
     finally:
         signal.signal(signal.SIGCHLD, old)
+
+
+@pytest.mark.parametrize("dialect", ["metal", "cuda"])
+def test_dtypes_round_trip(dialect):
+    a = rng.integers(-2**40, 2**40, 32).astype(np.int64)
+    b = rng.integers(0, 2**32 - 1, 32).astype(np.uint32)
+    c = rng.random(32) > 0.5
+    d = rng.standard_normal(32).astype(np.float16)
+    e = rng.standard_normal(32).astype(np.float32)
+    idx = "thread_position_in_grid.x" if dialect == "metal" else "threadIdx.x"
+    src = f"""
+        uint i = {idx};
+        oa[i] = a[i] + 1; ob[i] = b[i] ^ 1u; oc[i] = !c[i]; od[i] = d[i]; oe[i] = e[i];
+    """
+    run = metal if dialect == "metal" else cuda
+    oa, ob, oc, od, oe = run(f"dt_{dialect}", [("a", a), ("b", b), ("c", c), ("d", d), ("e", e)],
+                             [("oa", (32,), "int64"), ("ob", (32,), "uint32"), ("oc", (32,), "bool"),
+                              ("od", (32,), "float16"), ("oe", (32,), "bfloat16")], src, [], (32, 1, 1), (32, 1, 1),
+                             input_dtypes=[None, None, None, None, "bfloat16"])
+    np.testing.assert_array_equal(oa, a + 1)
+    np.testing.assert_array_equal(ob, b ^ 1)
+    np.testing.assert_array_equal(oc, ~c)
+    np.testing.assert_array_equal(od, d)
+    assert oe.dtype == np.float32
+    np.testing.assert_allclose(oe, e, rtol=2 ** -8)  # rounded to bfloat16 on the way in
