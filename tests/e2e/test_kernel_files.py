@@ -10,7 +10,7 @@ from lsprotocol import types
 from pygls.uris import from_fs_path
 
 from .conftest import EXAMPLES, Editor, start_editor, stop_editor
-from .test_port_flow import at, doc, execute, lens_titles
+from .test_port_flow import doc, execute, lens_titles
 
 UNPORTABLE = """\
 #define TILE 128
@@ -109,14 +109,24 @@ async def test_create_task_command_and_files_found_on_disk(workspace: Path):
     ed = await start_editor(workspace, "neovim")     # no dynamic watcher registration: the server watches
     try:
         assert not ed.registrations
+        soft = from_fs_path(str(workspace / "softmax.cu"))
+
+        async def titles_of(uri: str, want) -> list[str]:
+            for _ in range(150):
+                titles = await lens_titles(ed, uri)          # asked without opening the file: from the index
+                if want(titles):
+                    return titles
+                await asyncio.sleep(0.1)
+            return titles
+
+        assert (await titles_of(soft, lambda t: t)).count("Port to MLX") == 1     # found by the startup scan
+        # Changed on disk, never opened: only the watcher can tell the server.
+        extra = (EXAMPLES / "gelu" / "gelu.cu").read_text().split("#include <cuda_runtime.h>")[-1]
+        (workspace / "softmax.cu").write_text((workspace / "softmax.cu").read_text() + extra)
+        titles = await titles_of(soft, lambda t: t.count("Port to MLX") == 2)
+        assert titles.count("Port to MLX") == 2, "a kernel added on disk was not picked up"
         shutil.copy(EXAMPLES / "rmsnorm" / "rmsnorm.cu", workspace / "later.cu")
-        uri = from_fs_path(str(workspace / "later.cu"))
-        titles: list[str] = []
-        for _ in range(100):
-            titles = await lens_titles(ed, uri)          # asked without opening it: from the index
-            if titles:
-                break
-            await asyncio.sleep(0.1)
+        titles = await titles_of(from_fs_path(str(workspace / "later.cu")), lambda t: t)
         assert "Port to MLX" in titles, "a kernel file written on disk was not picked up"
         gelu = workspace / "gelu.cu"
         shutil.copy(EXAMPLES / "gelu" / "gelu.cu", gelu)

@@ -42,6 +42,8 @@ async def test_port_to_mlx_then_accept(editor: Editor, workspace: Path):
     line = kernel_line(source)
 
     assert "Port to MLX" in await lens_titles(editor, uri)
+    if editor.client.capabilities.workspace.did_change_watched_files.dynamic_registration:
+        assert any(r.method == "workspace/didChangeWatchedFiles" for r in editor.registrations)
 
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=doc(uri), range=at(line + 10, 4), context=types.CodeActionContext(diagnostics=[])))
