@@ -1228,8 +1228,13 @@ inline auto min(A a, B b) -> std::common_type_t<A, B> {
   typedef std::common_type_t<A, B> C;
   return C(a) < C(b) ? C(a) : C(b);
 }
-inline __half max(__half a, __half b) { return a > b ? a : b; }
-inline __half min(__half a, __half b) { return a < b ? a : b; }
+// plain overloads for same-type arguments, as CUDA has: they win over std::max under `using namespace std`
+#define KSIM_CU_MINMAX(T)                             \
+  inline T max(T a, T b) { return a > b ? a : b; }    \
+  inline T min(T a, T b) { return a < b ? a : b; }
+KSIM_CU_MINMAX(int) KSIM_CU_MINMAX(unsigned) KSIM_CU_MINMAX(long) KSIM_CU_MINMAX(unsigned long)
+KSIM_CU_MINMAX(long long) KSIM_CU_MINMAX(unsigned long long) KSIM_CU_MINMAX(float) KSIM_CU_MINMAX(double)
+KSIM_CU_MINMAX(__half) KSIM_CU_MINMAX(__nv_bfloat16)
 inline unsigned umin(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
 inline long long llmin(long long a, long long b) { return a < b ? a : b; }
