@@ -34,8 +34,12 @@ export type KeyReader = () => Promise<string | undefined>;
 function probe(command: string): Promise<ProbeResult> {
   return new Promise((resolve) => {
     execFile(command, PROBE_ARGS, { timeout: PROBE_TIMEOUT_MS, windowsHide: true }, (error, stdout, stderr) => {
-      const err = error as (NodeJS.ErrnoException & { code?: string | number }) | null;
-      const spawnError = err && typeof err.code === "string" ? err.code : undefined;
+      const err = error as (NodeJS.ErrnoException & { code?: string | number; killed?: boolean }) | null;
+      const spawnError = err?.killed
+        ? `no answer within ${PROBE_TIMEOUT_MS / 1000} s`
+        : err && typeof err.code === "string"
+          ? err.code
+          : undefined;
       const exitCode = err ? (typeof err.code === "number" ? err.code : null) : 0;
       resolve(readProbe({ spawnError, exitCode, stdout: String(stdout), stderr: String(stderr) }));
     });
