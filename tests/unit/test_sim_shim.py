@@ -66,3 +66,22 @@ def test_shim_reports_kernel_errors_and_uninstalls():
     with pytest.raises(RuntimeError, match="No Metal back-end"):
         k(inputs=[mx.zeros((4,))], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)],
           output_dtypes=[mx.float32])
+
+
+def test_mlx_docs_cuda_example_matches_mx_exp(shim):
+    def exp_elementwise(a: mx.array):
+        source = """
+            auto elem = cooperative_groups::this_grid().thread_rank();
+            T tmp = inp[elem];
+            out[elem] = exp(tmp);
+        """
+        kernel = mx.fast.cuda_kernel(name="myexp", input_names=["inp"], output_names=["out"], source=source)
+        outputs = kernel(inputs=[a], template=[("T", mx.float32)], grid=(a.size, 1, 1),
+                         threadgroup=(256, 1, 1), output_shapes=[a.shape], output_dtypes=[a.dtype],
+                         verbose=True)
+        return outputs[0]
+
+    a = mx.random.normal(shape=(16, 16)).astype(mx.float16)
+    b = exp_elementwise(a)
+    assert b.dtype == mx.float16
+    assert mx.allclose(b, mx.exp(a)).item()
