@@ -178,15 +178,23 @@ def shared_from_declaration(decl, data: bytes, orig: bytes, dialect: str) -> lis
 # the file
 
 
-def _iter_functions(node, template=None):
-    for child in node.children:
+def _iter_functions(node):
+    """(function_definition, enclosing template_declaration or None) in file order, through namespaces,
+    extern "C" blocks, #if blocks and error nodes (iterative: nesting depth is the file's choice)."""
+    stack = [(iter(node.children), None)]
+    while stack:
+        children, template = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            continue
         t = child.type
         if t == "function_definition":
             yield child, template
         elif t == "template_declaration":
-            yield from _iter_functions(child, child)
+            stack.append((iter(child.children), child))
         elif t in _CONTAINERS:
-            yield from _iter_functions(child, None)
+            stack.append((iter(child.children), None))
 
 
 def _fn_tokens(fn, data: bytes) -> set[str]:

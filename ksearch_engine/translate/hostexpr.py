@@ -60,6 +60,13 @@ class HostTranslator:
                             node.start_point[0] + self.line_offset)
 
     def expr(self, node) -> str:
+        try:
+            return self._expr(node)
+        except RecursionError:
+            raise HostExprError("expression nested too deeply to evaluate",
+                                node.start_point[0] + self.line_offset) from None
+
+    def _expr(self, node) -> str:
         t = node.type
         if t == "number_literal":
             return _number(self.text(node))

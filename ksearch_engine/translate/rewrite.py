@@ -8,6 +8,7 @@ the original text between them kept as written.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 
 from pydantic.dataclasses import dataclass as pdataclass
@@ -17,6 +18,7 @@ from .rules import Rule, RuleTable
 
 _ADDRESS_SPACES = {"device", "threadgroup", "constant", "thread"}
 _HELPER_WORDS = {"__device__", "__host__", "__forceinline__", "__noinline__"}
+MAX_DEPTH = 20000   # tree levels; real kernels stay under 100
 # identifiers that are keywords (or reserved attribute words) in Metal Shading Language but not in CUDA
 METAL_KEYWORDS = {"device", "constant", "threadgroup", "thread", "kernel", "vertex", "fragment", "threadgroup_imageblock",
                   "ray_data", "object_data", "visible", "stage_in", "patch"}
@@ -63,22 +65,33 @@ class Rewriter:
 
     # -- entry points ---------------------------------------------------------------------------
     def rewrite_function(self, text: str, helper: bool) -> tuple[str, str]:
-        """(rewritten whole function, rewritten body without braces) of one function definition."""
+        """(rewritten helper function, "") for a helper; ("", rewritten body without braces) for a kernel."""
         self.data = text.encode()
         root = parse_bytes(self.data, "cuda").root_node
+        depth = _depth(root)
+        if depth > MAX_DEPTH:
+            self.issues.append(Issue(construct="nesting", line=self.line_offset, severity="error",
+                                     message=f"blocks nested {depth} deep: too deep to translate (limit {MAX_DEPTH})"))
+            return text, ""
+        # the walk recurses once or twice per tree level; Python 3.11 frames do not use the C stack
+        limit = sys.getrecursionlimit()
+        if 3 * depth + 200 > limit:
+            sys.setrecursionlimit(3 * depth + 200)
+        try:
+            return self._rewrite_root(root, helper)
+        finally:
+            sys.setrecursionlimit(limit)
+
+    def _rewrite_root(self, root, helper: bool) -> tuple[str, str]:
         fn = _first(root, "function_definition")
         if fn is None:
             return self._emit(root), ""
         self.grid_objects = self._find_grid_objects(fn)
         if helper:
-            whole = self._emit_helper(fn)
-        else:
-            whole = self._emit(fn)
+            return self._emit_helper(fn), ""
         body = fn.child_by_field_name("body")
-        inner = ""
-        if body is not None:
-            inner = self._emit_children(body, skip_braces=True)
-        return whole, inner
+        inner = self._emit_children(body, skip_braces=True) if body is not None else ""
+        return "", inner
 
     def rewrite_snippet(self, text: str) -> str:
         """Rewrites a run of statements (used by the rule examples and for small fragments)."""
@@ -361,6 +374,15 @@ class Rewriter:
                         replace[tnode.id] = f"{spaces.get(idx, 'device')} " + self._emit(tnode)
                 idx += 1
         return self._emit_children(fn, replace=replace)
+
+
+def _depth(root) -> int:
+    best, stack = 0, [(root, 1)]
+    while stack:
+        n, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in n.children)
+    return best
 
 
 def _walk(node):
