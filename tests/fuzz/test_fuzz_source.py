@@ -119,7 +119,7 @@ def test_random_bytes_never_crash_the_finder(data, path):
     pytest.param("__global__ void k(float* x) {" + "if (x) {" * 3000 + "}" * 3000 + "}",
                  marks=pytest.mark.xfail(strict=True, raises=RecursionError,
                                          reason="known bug: translate/rewrite.py recurses once per nesting level "
-                                                "(RecursionError at ~1000 levels); remove this mark when fixed")),
+                                                "(RecursionError from about 250 nested blocks); remove this mark when fixed")),
     "#define A(x) A(x)\n__global__ void k(float* x) { A(1); }",
     "template <" * 5000,
     "k<<<" * 5000,
