@@ -714,17 +714,10 @@ inline void run_block() {
                (unsigned)i / (g.bdim.x * g.bdim.y));
     ctx_make(&f.ctx, g.stacks + (size_t)i * g.stack_stride, g.stack_size, fiber_main);
   }
-  for (int k = 0; k < n; k++) {
-    int w = k / WARP, l = k % WARP;
-    g.order[k] = g.reverse ? (g.nwarps - 1 - w) * WARP + l : k;
-    if (g.order[k] >= n) g.order[k] = -1;
-  }
-  if (g.reverse) {  // the last warp may be partial: compact the order
-    int m = 0;
-    for (int k = 0; k < g.nwarps * WARP; k++) {
-      int w = k / WARP, l = k % WARP, i = (g.nwarps - 1 - w) * WARP + l;
-      if (i < n) g.order[m++] = i;
-    }
+  // scheduling order: threads in order, or (race check) warps last-to-first, lanes in order
+  for (int k = 0, m = 0; k < g.nwarps * WARP; k++) {
+    int i = g.reverse ? (g.nwarps - 1 - k / WARP) * WARP + k % WARP : k;
+    if (i < n) g.order[m++] = i;
   }
   block_gen++;
   smem_static_bytes = 0;
