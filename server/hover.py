@@ -57,7 +57,8 @@ def run_table(ls: "KsearchServer", run: dict) -> list[str]:
             lat, iqr, vs_base, vs_orig = f"✓ verified ({res.get('verified_by') or res.get('backend') or '?'})", "—", "—", "—"
         else:
             lat = iqr = vs_base = vs_orig = "—"
-        status = c["status"] + (f" ({decided[c['id']]})" if c["id"] in decided else "")
+        status = c["status"] + (" ★" if c["id"] == run.get("best_candidate") else "") \
+            + (f" ({decided[c['id']]})" if c["id"] in decided else "")
         where = f"{short_device(res.get('device'))} ({res.get('backend') or '?'})" if res else "—"
         trials = str(res.get("trials", "—")) if res else "—"
         plan = c.get("plan") or c.get("message") or ""
@@ -81,7 +82,12 @@ def hover_text(ls: "KsearchServer", path: str, kernel: str) -> str | None:
         parts.append(f"Best: {res.best.inlay_label()}")
     for r in runs:
         parts.append("\n".join(run_table(ls, r)))
-    parts.append("_Simulated checks verify correctness only; they are never shown as a time._")
+    t = res.best.timing if res.best is not None else None
+    if t:
+        parts.append(f"_Timed at workload `{t.get('workload', '?')}`: {t.get('method', '')}. "
+                     f"★ the search's best. Simulated checks verify correctness only and are never shown as a time._")
+    else:
+        parts.append("_★ the search's best. Simulated checks verify correctness only and are never shown as a time._")
     return "\n\n".join(parts)
 
 

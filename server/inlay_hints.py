@@ -31,7 +31,7 @@ def hints_for(ls: "KsearchServer", uri: str, rng: types.Range | None) -> list[ty
             continue
         t = best.timing
         tip = (f"best of run {best.run['id']} ({best.run['kind']}), candidate #{best.cand['seq']}"
-               + (f"; {t.get('method', '')}, {t.get('repeats', '?')} repeats, IQR {t.get('iqr_ms', 0):.3g} ms" if t else
+               + (f", workload {t.get('workload', '?')}, IQR {t.get('iqr_ms', 0):.3g} ms; {t.get('method', '')}" if t else
                   "; checked for correctness only, not timed"))
         out.append(types.InlayHint(position=k.name_line_end, label=best.inlay_label(), padding_left=True,
                                    tooltip=tip))

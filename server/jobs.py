@@ -277,6 +277,7 @@ class JobManager:
         if job.token:
             self.ls.work_done_progress.end(job.token, types.WorkDoneProgressEnd(message=_end_message(job, final)))
             self.ls.work_done_progress.tokens.pop(job.token, None)
+        job.request_file.unlink(missing_ok=True)     # the run's config in the store keeps the request
         self.ls.results_changed(immediate=True)
         self.ls.on_job_finished(job, final)
         if not job.done.done():
