@@ -82,7 +82,7 @@ def test_correct_candidate_passes_and_is_timed(ev):
     assert r.status == "passed", r.message
     assert r.trials == 4 and r.verified_by == "mlx-cpu"
     assert r.timing and r.timing.median_ms > 0 and r.timing.baseline_ms > 0
-    assert r.timing.workload == "bench" and r.backend == "mlx-cpu" and r.mlx_version
+    assert r.timing.workload == "bench-cpu" and r.backend == "mlx-cpu" and r.mlx_version
     assert "one call per mx.eval + mx.synchronize" in r.timing.method
 
 
