@@ -104,10 +104,13 @@ class KsearchServer(LanguageServer):
     def store_path(self) -> Path:
         if self.settings.store_path:
             p = Path(os.path.expanduser(self.settings.store_path))
-            return p if p.is_absolute() else Path(self.root or os.getcwd()) / p
+            return p if p.is_absolute() else Path(self.root or os.path.expanduser("~")) / p
         if os.environ.get("KSEARCH_STORE"):
             return Path(os.environ["KSEARCH_STORE"])
-        return Path(self.root or os.getcwd()) / ".ksearch" / "ksearch.db"
+        if self.root:
+            return Path(self.root) / ".ksearch" / "ksearch.db"
+        # A single file opened without a workspace folder: one store for such files, in the user's cache.
+        return Path(os.path.expanduser("~/.cache/ksearch/ksearch.db"))
 
     @property
     def store(self) -> Store:

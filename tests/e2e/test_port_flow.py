@@ -43,7 +43,8 @@ async def test_port_to_mlx_then_accept(editor: Editor, workspace: Path):
 
     assert "Port to MLX" in await lens_titles(editor, uri)
     if editor.client.capabilities.workspace.did_change_watched_files.dynamic_registration:
-        assert any(r.method == "workspace/didChangeWatchedFiles" for r in editor.registrations)
+        await editor.wait_for(lambda: any(r.method == "workspace/didChangeWatchedFiles" for r in editor.registrations),
+                              timeout=10, what="the file watcher registration")
 
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=doc(uri), range=at(line + 10, 4), context=types.CodeActionContext(diagnostics=[])))
