@@ -28,7 +28,7 @@ import numpy as np
 from .. import backend as backends
 from ..task import KernelTask
 from .models import EvalResult, Limits, Mismatch, Timing
-from .sandbox import kill_group, scratch_usage, spawn
+from .sandbox import kill_group, scratch_usage, spawn, sweep_stale
 
 SUSPECT_SPEEDUP = 10.0
 
@@ -153,7 +153,9 @@ class Evaluator:
         self.limits = limits or Limits(wall_s=180.0 if self.backend == "sim" else 60.0)
         self.repeats, self.warmup, self.timing_max_s = repeats, warmup, timing_max_s
         self._own_dir = workdir is None
-        self.dir = Path(workdir or tempfile.mkdtemp(prefix="ksearch-eval-"))
+        if workdir is None:
+            sweep_stale()  # what killed evaluators left: cgroups (and their processes), temp folders
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix=f"ksearch-eval-{os.getpid()}-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self._items: list[dict] | None = None
         self._expected: dict[str, list[np.ndarray]] = {}

@@ -221,6 +221,44 @@ def scratch_usage(scratch: Path, max_files: int) -> tuple[int, int]:
 
 
 _SEQ = itertools.count()
+_STALE = re.compile(r"^ksearch-(?:eval-)?(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(tmp: Path | None = None) -> dict:
+    """Remove what evaluators that were killed (SIGKILL: no cleanup ran) left behind: their pids cgroups,
+    killing any process still in them, and their `ksearch-eval-PID-*` folders. Returns the counts."""
+    import shutil
+    import tempfile
+
+    out = {"cgroups": 0, "dirs": 0}
+    for root, kind in ((PidsCgroup.ROOT, "cgroups"), (Path(tmp or tempfile.gettempdir()), "dirs")):
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        for name in names:
+            m = _STALE.match(name)
+            if not m or (kind == "dirs" and not name.startswith("ksearch-eval-")) or _alive(int(m.group(1))):
+                continue
+            if kind == "cgroups":
+                cg = PidsCgroup.__new__(PidsCgroup)
+                cg.path = root / name
+                cg.remove()
+                out[kind] += not cg.path and not (root / name).exists()
+            else:
+                shutil.rmtree(root / name, ignore_errors=True)
+                out[kind] += not (root / name).exists()
+    return out
 
 
 def kill_group(proc: subprocess.Popen, cgroup: PidsCgroup | None = None) -> None:
