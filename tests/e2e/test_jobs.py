@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,4 +144,38 @@ async def test_settings_change_reaches_the_next_job(workspace: Path):
         assert run["config"]["max_evals"] == 321 and run["config"]["backend"] == "mlx-cpu"
         await execute(ed, types.Command(title="Cancel", command="ksearch.cancel", arguments=[run["id"]]))
     finally:
+        await stop_editor(ed)
+
+
+async def test_a_search_started_elsewhere_shows_and_can_be_cancelled(workspace: Path):
+    """`ksearch optimize` in a terminal writes the same store: the editor shows the run and can stop it."""
+    ed = await start_editor(workspace, "vscode")
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ksearch_engine.cli", "optimize", "softmax.cu", "--kernel", KERNEL, "--budget", "500",
+        "--backend", "mlx-cpu", cwd=workspace, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if k != "KSEARCH_STORE"})
+    try:
+        uri = ed.open(workspace / "softmax.cu")
+        run = await wait_running(ed, workspace)
+        titles: list[str] = []
+        for _ in range(100):
+            titles = await lens_titles(ed, uri)
+            if any("another session" in t for t in titles):
+                break
+            await asyncio.sleep(0.1)
+        assert any("another session" in t for t in titles), titles
+        answer = await execute(ed, types.Command(title="Cancel", command="ksearch.cancel", arguments=[run["id"]]))
+        assert answer["cancelled"] is True
+        await asyncio.wait_for(cli.wait(), 30)
+        store = store_of(workspace)
+        assert store.run(run["id"])["status"] == "cancelled"
+        for _ in range(100):                     # the store changed under the server: lenses follow
+            titles = await lens_titles(ed, uri)
+            if not any("another session" in t for t in titles):
+                break
+            await asyncio.sleep(0.1)
+        assert "Optimize kernel" in titles and not any("another session" in t for t in titles)
+    finally:
+        if cli.returncode is None:
+            cli.kill()
         await stop_editor(ed)
