@@ -150,6 +150,22 @@ try {
     seen.notification = (await toast.innerText()).replace(/\s+/g, " ");
     await shot(page, "00-missing-ksearch.png");
     step("install hint shown");
+    if (cfg.fixedSettings) {
+      // The user follows the hint and points ksearch.interpreter at a Python with ksearch: the
+      // extension restarts the server on the settings change and the lenses appear.
+      await toast.locator(".monaco-button", { hasText: "Set ksearch.interpreter" }).first().click();
+      const field = page.locator(".settings-editor .setting-item-text input").first();
+      await field.waitFor({ state: "visible", timeout: 30_000 });
+      await field.click();
+      await page.keyboard.press("Control+A");
+      await page.keyboard.type(cfg.fixedSettings.interpreter);
+      await sleep(1500); // the settings editor writes the value after a short debounce
+      await shot(page, "00-fix-interpreter.png");
+      await page.keyboard.press("Escape"); // closes the settings editor
+      await page.locator(".codelens-decoration a", { hasText: cfg.portTitle }).first().waitFor({ timeout: cfg.timeoutsMs.lens });
+      seen.lensesAfterFix = await page.locator(".codelens-decoration a").allTextContents();
+      step("lenses after the fix", { lenses: seen.lensesAfterFix });
+    }
     seen.ok = true;
     process.stdout.write(JSON.stringify(seen));
     await browser.close();

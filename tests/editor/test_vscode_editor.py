@@ -173,20 +173,25 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, tmp_path, a
     assert not leaks, f"the Gemini key was written to {leaks}"
 
 
-def test_missing_ksearch_shows_the_fix(tools, kernel_workspace, tmp_path, artifacts):
-    """With an interpreter that lacks ksearch, VS Code says which one and how to fix it."""
+def test_missing_ksearch_shows_the_fix_and_the_fix_works(tools, language_server, kernel_workspace, tmp_path,
+                                                         artifacts):
+    """With an interpreter that lacks ksearch, VS Code says which one and how to fix it; once the user sets
+    ksearch.interpreter to a Python that has it (the hint's button opens the setting), the server restarts by
+    itself and the lenses appear."""
     venv = tmp_path / "bare-venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     bare_python = venv / "bin" / "python"
     (artifacts / "00-missing-ksearch.png").unlink(missing_ok=True)
-    settings = {**user_settings(str(bare_python))}
-    with running_code_server(tools, kernel_workspace, tmp_path / "home", artifacts, settings, "missing") as url:
+    home = tmp_path / "home"
+    fixed = {"interpreter": language_server}
+    with running_code_server(tools, kernel_workspace, home, artifacts, user_settings(str(bare_python)), "missing") as url:
         run, seen = drive(tools, {
             "mode": "missing", "url": url, "folder": str(kernel_workspace), "file": "softmax.cu", "kernel": KERNEL,
-            "expect": "pip install ksearch", "timeoutsMs": {"start": 60_000, "lens": 30_000, "job": 0},
+            "expect": "pip install ksearch", "portTitle": "Port to MLX", "fixedSettings": fixed,
+            "timeoutsMs": {"start": 60_000, "lens": 90_000, "job": 0},
         }, artifacts, "missing")
-    assert run.returncode == 0 and seen.get("ok"), f"no install hint appeared: {seen.get('error')}\n{seen.get('notifications')}"
+    assert run.returncode == 0 and seen.get("ok"), f"the missing-ksearch scenario stopped: {seen.get('error')}\n{seen.get('notifications')}"
     message = seen["notification"]
-    assert f"{bare_python} -m pip install ksearch" in message or f"{venv}" in message, message
+    assert f"{bare_python} -m pip install ksearch" in message, message
     assert "ksearch.interpreter" in message, message
-
+    assert "Port to MLX" in seen["lensesAfterFix"], seen["lensesAfterFix"]
