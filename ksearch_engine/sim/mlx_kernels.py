@@ -278,15 +278,18 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
             total, partial = tuple(n * t for n, t in zip(nblocks, tg)), False
         initial = [b.read(np.uint8, (b.nbytes,)) for b in outs]
         runs = []
-        for reverse in ((False, True) if check_races else (False,)):
+
+        def launch_once(reverse: bool, limit: float) -> None:
             if reverse:
                 for b, raw in zip(outs, initial):
                     b.write(raw)
             if all(n > 0 for n in nblocks):  # an empty grid runs nothing
                 rt.launch(so, what, pointers, nblocks, tgc, total, partial, dyn_smem=shared_memory,
-                          timeout_s=timeout_s, regions=regions, reverse=reverse,
+                          timeout_s=limit, regions=regions, reverse=reverse,
                           strict_barriers=strict_barriers)
             runs.append([b.read(rt.STORAGE[dt], shp) for b, dt, shp in zip(outs, out_dtypes, out_shapes)])
+
+        rt.run_both_orders(launch_once, check_races, timeout_s)
         if check_races:
             for nm, a, b, dt in zip(output_names, runs[0], runs[1], out_dtypes):
                 why = rt.schedule_dependent(a, b, dt)

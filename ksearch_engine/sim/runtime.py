@@ -225,3 +225,31 @@ RACE_HINT = ("the result depends on the order in which threads run (a missing th
              "__syncthreads between writing and reading shared memory, a read of another threadgroup's "
              "output, or an order-dependent atomic). Two schedules were compared: warps and "
              "threadgroups forward, then in reverse")
+
+
+def reverse_timeout(timeout_s: float, forward_s: float) -> float:
+    """Time allowed to the race check's reversed run: it does the same work as the forward run."""
+    return min(timeout_s, max(2.0, 10.0 * forward_s))
+
+
+REVERSE_HANG = ("; this happened only when threadgroups ran in reverse order: the kernel waits for "
+                "another threadgroup's progress (e.g. spins on a flag an earlier threadgroup sets), "
+                "which GPUs do not guarantee; take the order from an atomic counter instead of the "
+                "threadgroup index")
+
+
+def run_both_orders(launch_once, check_races: bool, timeout_s: float) -> None:
+    """Call launch_once(reverse, timeout) forward, then (race check) reversed with a bounded time."""
+    import time
+
+    t0 = time.monotonic()
+    launch_once(False, timeout_s)
+    if not check_races:
+        return
+    forward = time.monotonic() - t0
+    try:
+        launch_once(True, reverse_timeout(timeout_s, forward))
+    except SimError as e:
+        if e.kind in ("timeout", "deadlock"):
+            raise SimError(e.message + REVERSE_HANG, e.line, file=e.file, kind="race") from None
+        raise

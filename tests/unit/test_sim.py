@@ -680,3 +680,26 @@ def test_dtypes_round_trip(dialect):
     np.testing.assert_array_equal(od, d)
     assert oe.dtype == np.float32
     np.testing.assert_allclose(oe, e, rtol=2 ** -8)  # rounded to bfloat16 on the way in
+
+
+def test_spin_wait_on_an_earlier_threadgroup_is_reported_quickly():
+    # each block waits for the previous block's flag: fine when blocks start in order, a hang when
+    # they do not (GPUs promise no order); the reversed run exposes it within a few seconds
+    src = """
+    __global__ void chain(float* out, volatile int* flags) {
+        int b = blockIdx.x;
+        if (threadIdx.x == 0) {
+            if (b > 0) while (atomicAdd((int*)&flags[b - 1], 0) == 0) {}
+            out[b] = b > 0 ? out[b - 1] + 1.0f : 1.0f;
+            atomicExch((int*)&flags[b], 1);
+        }
+    }
+    """
+    args = {"out": np.zeros(4, np.float32), "flags": np.zeros(4, np.int32)}
+    out = run_cuda_source(src, "chain", (4, 1, 1), (32, 1, 1), args, check_races=False)
+    np.testing.assert_array_equal(out["out"], [1, 2, 3, 4])
+    t0 = time.time()
+    with pytest.raises(SimError) as e:
+        run_cuda_source(src, "chain", (4, 1, 1), (32, 1, 1), args)
+    assert e.value.kind == "race" and "reverse order" in str(e.value)
+    assert time.time() - t0 < 15
