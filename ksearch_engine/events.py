@@ -32,6 +32,8 @@ class SearchRequest(BaseModel):
     stagnation: int = 6
     seed: int = 0
     resume: bool = False
+    cluster: str | None = None         # a Ray cluster to evaluate on (ray://HOST:PORT, HOST:PORT, auto, local); None: here
+    max_in_flight: int | None = None   # cap on candidates evaluated at once (None: one per free device of the pool)
 
 
 class _E(BaseModel):
@@ -59,6 +61,7 @@ class CandidateEvent(_E):
     evals: int                         # evaluations so far
     median_ms: float | None = None
     speedup: float | None = None
+    node: str | None = None            # the cluster node it ran on (None: this machine)
 
 
 class BestEvent(_E):

@@ -14,20 +14,28 @@ A new best must beat the previous one (the original, at first) both in measured 
 Only a PASSED and MEASURED (timed, not flagged suspect) candidate can become the best. On a backend that does
 not time (the simulator), candidates are verified only and no latency or speedup is ever reported.
 `req.resume=True` with an existing run id reloads the latest tree snapshot and the run's candidates.
+
+Candidates are evaluated through a pool (`ksearch_engine.pool`): the local one by default (one warm worker, one
+candidate at a time), or a Ray cluster (`req.cluster`). The search keeps up to the pool's number of devices in
+flight (capped by `req.max_in_flight`) and takes their results in the order it submitted them, so a seeded
+search makes the same decisions however the devices finish.
 """
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
 from typing import Callable
 
 from . import backend as backends
-from .evaluate import FAILING, EvalResult, Evaluator, Limits
+from .evaluate import FAILING, EvalResult, Limits
 from .events import BestEvent, CandidateEvent, DoneEvent, LogEvent, NodeEvent, SearchRequest, StageEvent
+from .pool import EvalPool, PoolError, make_pool
 from .propose import make_proposer
 from .propose.base import Attempt, ProposeContext, Proposer, ProposerError, describe_error
 from .store import Store
 from .task import KernelTask, TaskError
-from .worldmodel import ROOT, PlanTree, render_tree
+from .worldmodel import ROOT, PlanNode, PlanTree, render_tree
 
 ORIGINAL = "original"
 MIN_GAIN = 0.02   # a new best must beat the old one by 2%: smaller gains are within timing noise
@@ -106,15 +114,35 @@ def _original_source(task: KernelTask, family, kind: str) -> tuple[str, str]:
     return src, f"the baseline ({task.baseline_name})"
 
 
+@dataclass
+class _InFlight:
+    """A candidate submitted to the pool whose result the search has not taken yet."""
+    node: PlanNode
+    plan: str
+    source: str
+    cid: str
+    future: Future
+    tries: int                  # debug attempts before this one
+    ctx: ProposeContext
+
+
+def _result(fut: Future) -> EvalResult:
+    """Wait for a pool's result in short steps, so that a cancel (SIGTERM in the worker) is never held up."""
+    while not fut.done():
+        wait([fut], timeout=0.5)
+    return fut.result()
+
+
 class _Run:
     """State of one search (kept off the module level: no global state)."""
 
     def __init__(self, req: SearchRequest, store: Store, emit: Callable, proposer: Proposer, task: KernelTask,
-                 evaluator: Evaluator, kinds: list[str], max_debug: int):
+                 pool: EvalPool, info: backends.BackendInfo, kinds: list[str], max_debug: int):
         self.req, self.store, self.emit_raw, self.proposer = req, store, emit, proposer
-        self.task, self.ev, self.kinds, self.max_debug = task, evaluator, kinds, max_debug
+        self.task, self.pool, self.backend, self.kinds, self.max_debug = task, pool, info.name, kinds, max_debug
         self.run_id = req.run_id
-        self.timed = evaluator.info.timed
+        self.timed = info.timed
+        self.inflight: list[_InFlight] = []
         self.evals = 0
         self.history: list[Attempt] = []
         self.tree = PlanTree.new(stagnation=max(1, req.stagnation))
@@ -133,14 +161,15 @@ class _Run:
         self.emit(LogEvent(level=level, message=msg))
 
     def context(self, new_round: bool = False) -> ProposeContext:
-        return ProposeContext(task=self.task, backend=self.ev.backend, kinds=self.kinds, timed=self.timed,
+        return ProposeContext(task=self.task, backend=self.backend, kinds=self.kinds, timed=self.timed,
                               analysis=self.analysis, original_source=self.original_source,
                               best_source=(self.best or {}).get("source"), best_node=(self.best or {}).get("node_id"),
                               tree=self.tree, new_round=new_round, extra={"analysis": self.tree.analysis})
 
     # -- budgets -------------------------------------------------------------------------------------
-    def out_of_budget(self) -> str | None:
-        if self.evals >= self.req.max_evals:
+    def out_of_budget(self, pending: int = 0) -> str | None:
+        """Why the search must stop launching candidates, counting `pending` ones in flight as spent."""
+        if self.evals + pending >= self.req.max_evals:
             return f"evaluation budget spent ({self.evals}/{self.req.max_evals})"
         if time.monotonic() - self.started >= self.req.max_seconds:
             return f"time budget spent ({self.req.max_seconds:.0f} s)"
@@ -151,11 +180,24 @@ class _Run:
         return None
 
     # -- evaluation ------------------------------------------------------------------------------------
-    def evaluate(self, source: str, node_id: str, plan: str) -> tuple[str, EvalResult, float | None]:
+    def room(self) -> int:
+        """How many candidates may be in flight: the pool's devices for the backend, capped by the request."""
+        n = self.pool.slots(self.backend)
+        return min(n, self.req.max_in_flight) if self.req.max_in_flight else n
+
+    def submit(self, source: str, node_id: str, plan: str) -> tuple[str, Future]:
         self.emit(StageEvent(stage="evaluate", message=f"node {node_id}: {plan[:120]}"))
         kind = backends.candidate_kind(source)
         cid = self.store.add_candidate(self.run_id, source, node_id=node_id, plan=plan, kind=kind, status="running")
-        res = self.ev.evaluate(source, timing=True)
+        return cid, self.pool.submit(self.task, source, self.backend, timing=True)
+
+    def evaluate(self, source: str, node_id: str, plan: str) -> tuple[str, EvalResult, float | None]:
+        cid, fut = self.submit(source, node_id, plan)
+        res, vs_orig = self.finish(cid, _result(fut))
+        return cid, res, vs_orig
+
+    def finish(self, cid: str, res: EvalResult) -> tuple[EvalResult, float | None]:
+        """Store one result and announce it."""
         self.evals += 1
         vs_orig = None
         if res.passed and res.timing is not None and self.original_ms:
@@ -164,9 +206,11 @@ class _Run:
         data["vs_original"] = {"original_ms": self.original_ms, "speedup": vs_orig} if vs_orig else None
         self.store.record_result(cid, res.status, res.summary(), data)
         t = res.timing if self.timed else None
+        node = res.sandbox.get("node") or {}
         self.emit(CandidateEvent(candidate_id=cid, status=res.status, summary=_summary(res, vs_orig), evals=self.evals,
-                                 median_ms=t.median_ms if t else None, speedup=t.speedup if t else None))
-        return cid, res, vs_orig
+                                 median_ms=t.median_ms if t else None, speedup=t.speedup if t else None,
+                                 node=node.get("name") if node.get("pool") == "ray" else None))
+        return res, vs_orig
 
     def consider_best(self, cid: str, node_id: str, res: EvalResult, vs_orig: float | None, source: str) -> bool:
         """Make a candidate the best if it passed and was measured faster; returns whether it improved."""
@@ -178,7 +222,7 @@ class _Run:
                 self.best = {"candidate_id": cid, "node_id": node_id, "median_ms": None, "speedup": None,
                              "vs_original": None, "source": source}
                 self.store.update_run(self.run_id, best_candidate=cid)
-                self.emit(BestEvent(candidate_id=cid, summary=f"verified on {self.ev.backend} (not timed: "
+                self.emit(BestEvent(candidate_id=cid, summary=f"verified on {self.backend} (not timed: "
                                                               f"no latency is claimed)"))
                 return True
             return False
@@ -273,14 +317,18 @@ class _Run:
             self.log(w, "warning")
         self.proposer.warnings.clear()
 
-    def step(self) -> bool:
-        """One node: write, evaluate, debug, record. False when nothing is left to try."""
+    def launch(self) -> _InFlight | bool | None:
+        """Pick a node, write its candidate and submit it to the pool. Returns the candidate in flight, True when
+        the node was used up without an evaluation (the proposer wrote nothing), None when nothing is left to try
+        now (with candidates in flight, their results may open new nodes)."""
         node = self.tree.select()
         if node is None:
+            if self.inflight:
+                return None
             self.apply_edits()
             node = self.tree.select()
             if node is None:
-                return False
+                return None
         plan = self.tree.plan_text(node.id)
         self.emit(NodeEvent(node_id=node.id, plan=plan, round=self.tree.round))
         self.tree.mark_running(node.id)
@@ -294,23 +342,31 @@ class _Run:
             self._flush_warnings()
             self.snapshot()
             return True
-        source = draft.source
-        cid, res, vs = self.evaluate(source, node.id, plan)
-        node.attempts = 1
-        tries = 0
-        while res.status in FAILING and tries < self.max_debug and not self.out_of_budget():
+        cid, fut = self.submit(draft.source, node.id, plan)
+        item = _InFlight(node=node, plan=plan, source=draft.source, cid=cid, future=fut, tries=0, ctx=ctx)
+        self.inflight.append(item)
+        return item
+
+    def collect(self) -> None:
+        """Take the oldest candidate's result: debug it if it failed, else record it on its node and refine."""
+        item = self.inflight.pop(0)
+        node, plan, source, cid, ctx = item.node, item.plan, item.source, item.cid, item.ctx
+        res, vs = self.finish(cid, _result(item.future))
+        node.attempts = 1 if item.tries == 0 else node.attempts + 1
+        tries = item.tries
+        if res.status in FAILING and tries < self.max_debug and not self.out_of_budget(len(self.inflight)):
             tries += 1
             try:
                 fix = self.proposer.debug(source, describe_error(res.model_dump(mode="json")), ctx)
             except ProposerError as e:
                 self.log(f"debugging node {node.id} failed: {e}", "warning")
                 fix = None
-            if fix is None:
-                break
-            self.emit(StageEvent(stage="propose", message=f"debug attempt {tries} for node {node.id} after {res.status}"))
-            source = fix.source
-            cid, res, vs = self.evaluate(source, node.id, plan + f" (debug {tries})")
-            node.attempts += 1
+            if fix is not None:
+                self.emit(StageEvent(stage="propose", message=f"debug attempt {tries} for node {node.id} after {res.status}"))
+                cid, fut = self.submit(fix.source, node.id, plan + f" (debug {tries})")
+                self.inflight.append(_InFlight(node=node, plan=plan, source=fix.source, cid=cid, future=fut,
+                                               tries=tries, ctx=ctx))
+                return
         t = res.timing if self.timed else None
         self.tree.record(node.id, candidate_id=cid, status=res.status, message=res.summary(),
                          median_ms=t.median_ms if t else None, speedup=t.speedup if t else None,
@@ -326,7 +382,18 @@ class _Run:
                                                         f"without a new best; difficulty gate now {self.tree.difficulty_gate}"))
         self.apply_edits(new_round=new_round)
         self.snapshot()
-        return True
+
+    def loop(self) -> str:
+        """Keep up to `room()` candidates in flight until a budget runs out or nothing is left; returns why it stopped."""
+        while True:
+            stop = self.out_of_budget(len(self.inflight))
+            while not stop and len(self.inflight) < max(1, self.room()):
+                if self.launch() is None:
+                    break
+                stop = self.out_of_budget(len(self.inflight))
+            if not self.inflight:
+                return stop or "no open plan left to try"
+            self.collect()
 
 
 def _beats(speedup: float, median_ms: float, best: dict) -> bool:
@@ -346,11 +413,13 @@ def _summary(res: EvalResult, vs_orig: float | None) -> str:
 
 
 def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Proposer | None = None,
-               family=None, limits: Limits | None = None, repeats: int = 20, max_debug: int = 2) -> DoneEvent:
+               family=None, limits: Limits | None = None, repeats: int = 20, max_debug: int = 2,
+               pool: EvalPool | None = None) -> DoneEvent:
     """Run (or resume) one optimize job; returns the DoneEvent (the worker emits it and closes the run).
 
     Keyword arguments are for embedding and tests: a ready proposer, a Family object instead of `req.family`,
-    evaluator limits and timing repeats, and the number of debug attempts per failing candidate."""
+    evaluator limits and timing repeats, the number of debug attempts per failing candidate, and a ready
+    evaluator pool (left open; by default the search makes one from `req.cluster` and closes it)."""
     try:
         task, family = resolve_task(req, family)
     except TaskError as e:
@@ -359,17 +428,25 @@ def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Pr
         req.run_id = store.create_run("optimize", task_name=task.name, family=task.family, kernel=req.kernel,
                                       file=req.source_file, proposer=req.proposer, backend=req.backend or "",
                                       config=req.model_dump(mode="json"), status="running")
+    own_pool = pool is None
+    if pool is None:
+        try:
+            pool = make_pool(req.cluster, limits=limits, repeats=repeats)
+        except PoolError as e:
+            raise SearchError(str(e)) from None
     try:
-        info = backends.info(req.backend)
-    except ValueError as e:
-        raise SearchError(str(e)) from None
-    kinds = candidate_kinds(info.name, task)
-    if proposer is None:
-        proposer = make_proposer(req, family=family, cache_dir=str(_cache_dir(req)))
-    store.update_run(req.run_id, task_name=task.name, family=task.family, backend=info.name, proposer=proposer.name)
-
-    with Evaluator(task, info.name, limits=limits, repeats=repeats) as ev:
-        run = _Run(req, store, emit, proposer, task, ev, kinds, max_debug)
+        try:
+            info = pool.info(req.backend)       # on a cluster: the backend of its nodes, not of this machine
+        except (PoolError, ValueError) as e:
+            raise SearchError(str(e)) from None
+        kinds = candidate_kinds(info.name, task)
+        if proposer is None:
+            proposer = make_proposer(req, family=family, cache_dir=str(_cache_dir(req)))
+        store.update_run(req.run_id, task_name=task.name, family=task.family, backend=info.name, proposer=proposer.name)
+        run = _Run(req, store, emit, proposer, task, pool, info, kinds, max_debug)
+        if req.cluster:
+            run.log(f"evaluating on the Ray cluster {req.cluster}: {pool.slots(info.name)} {info.name} device(s), "
+                    f"{info.device}")
         if not info.timed:
             run.log(f"backend {info.name} verifies candidates without timing them: no latency or speedup is reported")
         resumed = req.resume and run.resume()
@@ -391,13 +468,13 @@ def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Pr
                         f"to try; use --family NAME or --proposer gemini", "warning")
             run.apply_edits()
             run.snapshot()
-        stop = None
-        while True:
-            stop = run.out_of_budget()
-            if stop or not run.step():
-                break
-        stop = stop or "no open plan left to try"
+        stop = run.loop()
         run.snapshot()
+        for w in getattr(pool, "warnings", []):
+            run.log(w, "warning")
+    finally:
+        if own_pool:
+            pool.close()
 
     best = run.best if run.best and run.best["node_id"] != ROOT else None
     if best and best["median_ms"] is not None:
