@@ -6,6 +6,7 @@ with ``#line N "name"`` (``source``, ``header``, the ``.cu`` file name), so g++ 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -18,16 +19,20 @@ from .errors import SimError
 
 HEADER = Path(__file__).with_name("ksim.h")
 FLAGS = ["-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-w", "-fno-strict-aliasing",
-         "-fno-omit-frame-pointer", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
-         "-fstack-clash-protection"]
+         "-fno-omit-frame-pointer", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+GCC_FLAGS = ["-fstack-clash-protection"]  # stack probes: a huge local array cannot skip a guard page
 GENERATED = {"ksim-signature", "ksim-launch", "ksim-prelude"}
 _DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$")
 _CONTEXT = re.compile(r"^(?:In file included from |\s+from )?(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)?\s+(?:required from|required by|In instantiation).*$")
 
 
 def flags() -> list[str]:
-    """FLAGS, plus -DKSIM_USE_UCONTEXT when KSEARCH_SIM_UCONTEXT=1 (the portable context switch)."""
-    return FLAGS + (["-DKSIM_USE_UCONTEXT"] if os.environ.get("KSEARCH_SIM_UCONTEXT") == "1" else [])
+    """FLAGS (+ GCC_FLAGS with GCC), and -DKSIM_USE_UCONTEXT when KSEARCH_SIM_UCONTEXT=1 (the
+    portable context switch)."""
+    extra = GCC_FLAGS if _is_gcc(compiler()) else []
+    if os.environ.get("KSEARCH_SIM_UCONTEXT") == "1":
+        extra = extra + ["-DKSIM_USE_UCONTEXT"]
+    return FLAGS + extra
 
 
 def cache_dir() -> Path:
@@ -45,6 +50,7 @@ def compiler() -> str:
     return cxx
 
 
+@functools.lru_cache(maxsize=8)
 def _is_gcc(cxx: str) -> bool:
     try:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=20).stdout
