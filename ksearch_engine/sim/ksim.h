@@ -1527,6 +1527,14 @@ template <class A, class B,
           std::enable_if_t<ksim::is_scalar_num<A>::value && ksim::is_scalar_num<B>::value && !std::is_same<A, B>::value, int> = 0>
 inline auto min(A a, B b) { typedef decltype(a + b) C; return min(C(a), C(b)); }
 template <class T> inline T max3(T a, T b, T c) { return max(max(a, b), c); }
+template <class T> inline T fmax3(T a, T b, T c) { return fmax(fmax(a, b), c); }
+template <class T> inline T fmin3(T a, T b, T c) { return fmin(fmin(a, b), c); }
+inline float sincos(float x, float& cosval) { cosval = ::cosf(x); return ::sinf(x); }
+inline _Float16 sincos(_Float16 x, _Float16& cosval) { cosval = (_Float16)::cosf((float)x); return (_Float16)::sinf((float)x); }
+inline float ldexp(float x, int e) { return ::ldexpf(x, e); }
+inline float frexp(float x, int& e) { return ::frexpf(x, &e); }
+inline float modf(float x, float& ip) { return ::modff(x, &ip); }
+template <class T> inline bool isnormal(T x) { return std::isnormal((float)x); }
 template <class T> inline T min3(T a, T b, T c) { return min(min(a, b), c); }
 template <class T> inline T median3(T a, T b, T c) { return max(min(a, b), min(max(a, b), c)); }
 template <class T, class L, class H> inline T clamp(T x, L lo, H hi) { return min(max(x, T(lo)), T(hi)); }
