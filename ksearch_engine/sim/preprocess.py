@@ -183,11 +183,6 @@ def _is_device_fn(head: str) -> bool:
     return bool(re.search(r"\b(__global__|__device__)\b", head))
 
 
-def _containers(node):
-    for c in node.children:
-        yield c
-
-
 def strip_host_code(source: str) -> str:
     """Blank every function definition that is neither ``__global__`` nor ``__device__``."""
     src = source.encode("utf-8")
