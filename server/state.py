@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from pathlib import Path
 
 from lsprotocol import types
@@ -44,20 +45,22 @@ class KsearchProtocol(LanguageServerProtocol):
 
 
 class RedactSecrets(logging.Filter):
-    """Keeps API keys out of every log line (pygls logs whole initialize params at INFO)."""
+    """Keeps API keys out of every log line: pygls logs whole messages (initialize params at INFO, everything
+    at DEBUG) before the server has read the key, so key fields are masked by name as well as by value."""
+
+    FIELD = re.compile(r"""((?:gemini|openai)ApiKey['"]?\s*[:=]\s*['"]?)([^'",}\s)]+)""")
 
     def __init__(self, server: "KsearchServer"):
         super().__init__()
         self.server = server
 
     def filter(self, record: logging.LogRecord) -> bool:
-        secrets = [v for v in self.server.secret_env.values() if v]
-        if secrets:
-            msg = record.getMessage()
-            if any(s in msg for s in secrets):
-                for s in secrets:
-                    msg = msg.replace(s, "***")
-                record.msg, record.args = msg, None
+        msg = record.getMessage()
+        clean = self.FIELD.sub(r"\1***", msg)
+        for secret in (v for v in self.server.secret_env.values() if v):
+            clean = clean.replace(secret, "***")
+        if clean != msg:
+            record.msg, record.args = clean, None
         return True
 
 

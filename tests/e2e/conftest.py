@@ -165,11 +165,11 @@ def capabilities(profile: str) -> types.ClientCapabilities:
 
 
 async def start_editor(root: Path, profile: str, settings: dict | None = None,
-                       init_options: dict | None = None) -> Editor:
+                       init_options: dict | None = None, server_args: list[str] | None = None) -> Editor:
     holder: dict = {}
     env = dict(os.environ)
     env.pop("KSEARCH_STORE", None)
-    config = ClientServerConfig(server_command=[sys.executable, "-m", "ksearch_server"],
+    config = ClientServerConfig(server_command=[sys.executable, "-m", "ksearch_server", *(server_args or [])],
                                 client_factory=lambda: make_client(holder), server_env=env)
     client = await config.start()
     editor = Editor(client, root)

@@ -82,7 +82,9 @@ async def test_cancel_a_running_optimize(workspace: Path, how: str):
 async def test_api_key_only_in_the_worker_environment(workspace: Path, via: str):
     settings = {"budget": {"evaluations": 500}, "backend": "mlx-cpu"}
     init = {"geminiApiKey": SECRET} if via == "initializationOptions" else {"geminiApiKey": "an-older-key"}
-    ed = await start_editor(workspace, "vscode", settings=settings, init_options=init)
+    log = workspace.parent / "server.log"
+    ed = await start_editor(workspace, "vscode", settings=settings, init_options=init,
+                            server_args=["--log-file", str(log), "--log-level", "DEBUG"])
     try:
         if via == "ksearch/secret":
             ed.client.protocol.notify("ksearch/secret", {"geminiApiKey": SECRET})
@@ -99,6 +101,9 @@ async def test_api_key_only_in_the_worker_environment(workspace: Path, via: str)
         await execute(ed, types.Command(title="Cancel", command="ksearch.cancel", arguments=[run["id"]]))
     finally:
         await stop_editor(ed)
+    logged = log.read_text()
+    assert "geminiApiKey" in logged          # the messages carrying it were logged, masked
+    assert SECRET not in logged and "an-older-key" not in logged
 
 
 async def test_jobs_queue_beyond_the_concurrency_limit(workspace: Path):
