@@ -1442,6 +1442,29 @@ KSIM_METAL_VEC(long, long)
 KSIM_METAL_VEC(ulong, unsigned long)
 KSIM_METAL_VEC(bool, bool)
 
+// packed_floatN / packed_halfN: element-aligned storage, converted to and from the vector types
+namespace ksim {
+template <class T, int N> struct packed_fields;
+template <class T> struct packed_fields<T, 2> { union { struct { T x, y; }; T v_[2]; }; };
+template <class T> struct packed_fields<T, 3> { union { struct { T x, y, z; }; T v_[3]; }; };
+template <class T> struct packed_fields<T, 4> { union { struct { T x, y, z, w; }; T v_[4]; }; };
+template <class T, int N> struct packed : packed_fields<T, N> {
+  packed() = default;
+  packed(const vec<T, N>& o) { for (int i = 0; i < N; i++) this->v_[i] = o[i]; }
+  operator vec<T, N>() const { vec<T, N> r; for (int i = 0; i < N; i++) r[i] = this->v_[i]; return r; }
+  T& operator[](int i) { return this->v_[i]; }
+  const T& operator[](int i) const { return this->v_[i]; }
+};
+}  // namespace ksim
+#define KSIM_METAL_PACKED(name, T)                          \
+  typedef ksim::packed<T, 2> packed_##name##2;              \
+  typedef ksim::packed<T, 3> packed_##name##3;              \
+  typedef ksim::packed<T, 4> packed_##name##4;
+KSIM_METAL_PACKED(float, float)
+KSIM_METAL_PACKED(half, _Float16)
+KSIM_METAL_PACKED(int, int)
+KSIM_METAL_PACKED(uint, unsigned)
+
 namespace metal {
 enum class mem_flags : int { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4, mem_threadgroup_imageblock = 8, mem_object_data = 16 };
 inline constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int(a) | int(b)); }
