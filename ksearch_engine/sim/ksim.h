@@ -1466,6 +1466,7 @@ KSIM_METAL_PACKED(int, int)
 KSIM_METAL_PACKED(uint, unsigned)
 
 namespace metal {
+template <class T, int N> using vec = ksim::vec<T, N>;  // MSL's generic spelling: vec<float, 4>
 enum class mem_flags : int { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4, mem_threadgroup_imageblock = 8, mem_object_data = 16 };
 inline constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(int(a) | int(b)); }
 KSIM_AI void threadgroup_barrier(mem_flags = mem_flags::mem_none) { ksim::barrier(0, KSIM_SITE); }
