@@ -8,6 +8,7 @@ from lsprotocol import types
 
 from . import documents
 from .errors import guarded
+from .summary import Best
 
 if TYPE_CHECKING:
     from .state import KsearchServer
@@ -43,7 +44,8 @@ def lenses_for(ls: "KsearchServer", uri: str) -> list[types.CodeLens]:
             out.append(_lens(rng, "Reject", "ksearch.reject", [rid, cand["id"]]))
             if len(res.ranked) > 1:
                 out.append(_lens(rng, f"Next candidate ({i + 1}/{len(res.ranked)})", "ksearch.next", [rid]))
-            out.append(_lens(rng, "Show diff", "ksearch.showDiff", [rid, cand["id"]]))
+            label = Best(res.pending, cand, ls.results.baseline_name(res.pending)).lens_label()
+            out.append(_lens(rng, f"Show diff · {label}", "ksearch.showDiff", [rid, cand["id"]]))
         if job is None:
             if k.is_cuda:
                 out.append(_lens(rng, "Port to MLX", "ksearch.port", [uri, k.name]))
