@@ -77,17 +77,21 @@ class Job:
         return self.proc.poll() is None
 
 
-def evaluator_children() -> set[int]:
-    """Pids of sandboxed evaluator workers (the candidate/reference children) on this machine."""
+def evaluator_children(worker_pids: set[int]) -> set[int]:
+    """Pids of sandboxed evaluator processes started by the given workers (found by their pids cgroup,
+    named ksearch-WORKERPID-N, or by a parent that is one of the workers)."""
     out = set()
     for p in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not p.isdigit():
             continue
         try:
-            cmd = Path(f"/proc/{p}/cmdline").read_bytes()
-        except OSError:
+            if b"ksearch_engine.evaluate.child" not in Path(f"/proc/{p}/cmdline").read_bytes():
+                continue
+            cg = Path(f"/proc/{p}/cgroup").read_text()
+            ppid = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if b"ksearch_engine.evaluate.child" in cmd:
+        if ppid in worker_pids or any(f"/ksearch-{w}-" in cg for w in worker_pids):
             out.add(int(p))
     return out
 
@@ -108,7 +112,6 @@ def main() -> int:
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="ksearch-soak-"))
     store_path = args.store or work / "ksearch.db"
-    before_children = evaluator_children()
     jobs: list[Job] = []
     killed = 0
     deadline = time.monotonic() + args.minutes * 60
@@ -169,8 +172,9 @@ def main() -> int:
     if no_trace:
         problems.append(f"killed runs not marked failed: {no_trace[:5]}")
     with_events = sum(1 for j in killed_runs if store.events(j.run_id))
-    for _ in range(100):   # evaluator children exit on EOF once their worker is gone
-        leftover = evaluator_children() - before_children
+    worker_pids = {j.proc.pid for j in jobs}
+    for _ in range(100):   # evaluator children die with their worker (PR_SET_PDEATHSIG, EOF on their pipe)
+        leftover = evaluator_children(worker_pids)
         if not leftover:
             break
         time.sleep(0.1)

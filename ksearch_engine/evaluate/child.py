@@ -224,17 +224,17 @@ def _reply(obj: dict) -> None:
         data = data[os.write(_PROTO, data):]
 
 
-_STREAMS: list = []  # every stream a candidate made: the timer waits for all of them
-
-
 def _load_mlx(backend: str):
+    """MLX, with mx.new_stream wrapped so the timer knows every stream a candidate makes (the list lives in
+    the wrapper's closure and on the Worker, not in a module global)."""
     import mlx.core as mx
 
     made = mx.new_stream
+    streams: list = []
 
     def new_stream(*a, **k):
         s = made(*a, **k)
-        _STREAMS.append(s)
+        streams.append(s)
         return s
 
     new_stream.__doc__ = made.__doc__
@@ -243,7 +243,7 @@ def _load_mlx(backend: str):
     if backend == "sim":
         from ksearch_engine.sim import install_mlx_shim
         install_mlx_shim()
-    return mx
+    return mx, streams
 
 
 def _make_tamper_check(mx):
@@ -255,11 +255,12 @@ def _make_tamper_check(mx):
             "np.linalg": np.linalg, "time": time, "os": os, "builtins": builtins, "json": json,
             "worker": sys.modules[__name__]}
     snap = {(m, k): v for m, mod in mods.items() for k, v in list(vars(mod).items())
-            if callable(v) or isinstance(v, types.ModuleType)}
+            if callable(v) or isinstance(v, types.ModuleType) or m == "worker"}
     snap.update({("Worker", k): v for k, v in vars(Worker).items()})
+    off = "tamper" in _GUARDS_OFF   # read once: rebinding the worker's globals later changes nothing
 
     def tampered() -> list[str]:
-        if "tamper" in _GUARDS_OFF:
+        if off:
             return []
         now = {m: vars(mod) for m, mod in mods.items()}
         now["Worker"] = vars(Worker)
@@ -324,7 +325,8 @@ class Worker:
     def __init__(self, backend: str, guard):
         self.backend = backend
         self.guard = guard
-        self.mx = _load_mlx(backend)
+        self.mx, self.streams = _load_mlx(backend)
+        self.off = _GUARDS_OFF   # read once, like the tamper check's
         from ksearch_engine.task import KernelTask  # loaded before privileges are dropped
         self.Task = KernelTask
         self.tampered = _make_tamper_check(self.mx)
@@ -376,7 +378,7 @@ class Worker:
         elif rep.get("status") == "ok":
             bad = self.tampered()
             if bad:
-                rep = {"status": "cheating", "message": f"replaced {', '.join(bad[:4])} (timer or evaluator functions patched)",
+                rep = {"status": "cheating", "message": f"replaced {', '.join(bad[:4])} (the timer, the evaluator's functions or its state patched)",
                        "guard": "tamper"}
             elif threading.active_count() > threads:
                 rep = {"status": "cheating", "message": "left a thread running after it returned", "guard": "threads"}
@@ -466,7 +468,7 @@ class Worker:
             defaults.append(mx.default_stream(mx.default_device()))
 
         def sync_all():
-            for st in defaults if "streams" in _GUARDS_OFF else defaults + _STREAMS:
+            for st in defaults if "streams" in self.off else defaults + self.streams:
                 mx.synchronize(st)
 
         base = _load_module(task.baseline_source(), "baseline")
@@ -474,7 +476,7 @@ class Worker:
         t = req["timing"]
         repeats = t.get("repeats", 20)
         pick = random.SystemRandom()
-        recheck = "recheck" not in _GUARDS_OFF
+        recheck = "recheck" not in self.off
         dtypes = [s.dtype for s in task.inputs]
         dt = next((d for d in ("bfloat16", "float16") if d in dtypes), "float32")
         tol = task.tolerance(dt).model_dump()

@@ -173,8 +173,12 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
                "hidden": confine.get("hide", []), "private_tmp": confine.get("tmp", []), "env": "scrubbed",
                "scratch_quota": f"{limits.scratch_mb} MB, {limits.scratch_files} files"}
 
+    pdeathsig = _libc_prctl()
+
     def preexec() -> None:  # runs in the child between fork and exec
         os.setsid()
+        if pdeathsig is not None:  # dies with the evaluator's process (a SIGKILLed worker leaves no child)
+            pdeathsig(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if procs:
             try:
                 with open(procs, "w") as f:
@@ -198,6 +202,18 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
     if stderr_path:
         err.close()
     return proc, applied, cg
+
+
+def _libc_prctl():
+    """libc's prctl on Linux (for PR_SET_PDEATHSIG), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
 
 
 def scratch_usage(scratch: Path, max_files: int) -> tuple[int, int]:

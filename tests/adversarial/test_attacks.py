@@ -13,6 +13,7 @@ CAUGHT = [
     ("expected_via_gc", "cheating", "walk the interpreter's objects"),
     ("worker_internals", "cheating", "replaced evaluator's Worker.time"),
     ("worker_globals", "cheating", "evaluator's _reply"),
+    ("disarms_guards", "cheating", "replaced evaluator's _GUARDS_OFF"),
     ("mutates_input_through_numpy", "cheating", "mutated its input #0 (x)"),
     ("patch_perf_counter", "cheating", "time.perf_counter"),
     ("patch_mx_eval", "cheating", "mx.eval"),
