@@ -5,6 +5,8 @@
     ksearch eval TASK CANDIDATE [--backend B]
     ksearch runs
     ksearch show RUN [--tree]
+    ksearch optimize TARGET --cluster ray://HOST:PORT    (evaluate on a Ray cluster: docs/cluster.md)
+    ksearch cluster status [--cluster ADDRESS]
 
 TARGET is a `*.task.toml`, a built-in family name (`ksearch families` lists them), or a kernel file whose
 task is found next to it (`<stem>.task.toml`) or recognized from its kernel.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -106,7 +109,7 @@ def cmd_optimize(args) -> int:
     req = SearchRequest(kind="optimize", store_path=str(args.store or default_path()), task=task.model_dump(mode="json"),
                         source_file=source_file, kernel=args.kernel or task.kernel_name, proposer=args.proposer,
                         model=args.model, base_url=args.base_url, backend=args.backend, max_evals=args.budget,
-                        max_seconds=args.max_seconds, seed=args.seed)
+                        max_seconds=args.max_seconds, seed=args.seed, cluster=args.cluster, max_in_flight=args.in_flight)
     return _run(req, args, title=f"optimize {task.name} ({task.family})")
 
 
@@ -275,6 +278,32 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_cluster_status(args) -> int:
+    from .pool import PoolError
+    from .pool.status import cluster_status
+
+    try:
+        st = cluster_status(args.cluster)
+    except PoolError as e:
+        raise UserError(str(e)) from None
+    if args.json:
+        print(json.dumps(st, indent=2, default=str))
+        return 0
+    t = Table(title=f"Ray cluster {st['address']}")
+    for c in ("node", "ip", "state", "backends", "devices", "CPU / GPU", "running"):
+        t.add_column(c)
+    for n in st["nodes"]:
+        backs = ", ".join(f"{b}×{v:g}" for b, v in n["backends"].items()) or "-"
+        devs = ", ".join(f"{d}×{v:g}" for d, v in n["devices"].items()) or "-"
+        running = "; ".join(
+            f"{w['backend']}: " + (f"{w['running']['task']} ({w['running']['label'] or 'candidate'})" if w["running"]
+                                   else "idle") + f", {w['done']} done" for w in n["workers"]) or "-"
+        state = ("alive" if n["alive"] else "dead") + (" (head)" if n["head"] else "")
+        t.add_row(n["name"] or n["node_id"][:12], n["ip"], state, backs, devs, f"{n['cpus']:g} / {n['gpus']:g}", running)
+    console.print(t)
+    return 0
+
+
 def cmd_families(args) -> int:
     from . import families
 
@@ -300,6 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--budget", type=int, default=16, help="candidate evaluations (default 16)")
     o.add_argument("--max-seconds", type=float, default=900.0)
     o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--cluster", default=None, metavar="ADDRESS",
+                   help="evaluate on a Ray cluster: ray://HOST:PORT (Ray Client), HOST:PORT (inside the cluster "
+                        "network), or 'local' (a one-node Ray here); default: this machine only. Run Ray only on a "
+                        "trusted network (docs/cluster.md)")
+    o.add_argument("--in-flight", type=int, default=None, metavar="N",
+                   help="at most N candidates evaluated at once (default: one per free device of the pool)")
     o.set_defaults(fn=cmd_optimize)
 
     pt = sub.add_parser("port", help="translate a CUDA kernel to an MLX module and check it")
@@ -324,6 +359,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run", help="run id (a prefix is enough)")
     s.add_argument("--tree", action="store_true", help="print the world-model tree")
     s.set_defaults(fn=cmd_show)
+
+    cl = sub.add_parser("cluster", help="the Ray cluster candidates can be evaluated on")
+    cls = cl.add_subparsers(dest="cluster_cmd", required=True)
+    cst = cls.add_parser("status", help="nodes, their backends and devices, and what each is evaluating")
+    cst.add_argument("--cluster", default=os.environ.get("KSEARCH_CLUSTER", "auto"), metavar="ADDRESS",
+                     help="ray://HOST:PORT or HOST:PORT (default: $KSEARCH_CLUSTER, else the cluster started on "
+                          "this machine)")
+    cst.set_defaults(fn=cmd_cluster_status)
 
     f = sub.add_parser("families", help="list the built-in kernel families")
     f.set_defaults(fn=cmd_families)

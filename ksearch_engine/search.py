@@ -431,7 +431,7 @@ def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Pr
     own_pool = pool is None
     if pool is None:
         try:
-            pool = make_pool(req.cluster, limits=limits, repeats=repeats)
+            pool = make_pool(req.cluster, limits=limits, repeats=repeats, workers=req.max_in_flight)
         except PoolError as e:
             raise SearchError(str(e)) from None
     try:

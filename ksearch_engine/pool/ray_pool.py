@@ -48,16 +48,20 @@ def import_ray():
     return ray
 
 
-def connect(address: str | None, *, local_workers: int | None = None, local_backend: str = "mlx-cpu"):
+def connect(address: str | None, *, local_workers: int | None = None):
     """Connect this process to a cluster (`ray://HOST:PORT` through Ray Client, `HOST:PORT` as a driver inside
-    the cluster network, `auto`), or with address 'local' start a one-node Ray here offering `local_workers`
-    units of `local_backend`. Returns (ray, whether this call started the connection)."""
+    the cluster network, `auto`: the one started on this machine), or with address 'local' start a one-node Ray
+    here offering `local_workers` units of mlx_cpu, sim and this machine's best backend.
+    Returns (ray, whether this call made the connection)."""
     ray = import_ray()
     if ray.is_initialized():
         return ray, False
     if address in (None, "", "local"):
+        from .. import backend as backends
+
         n = local_workers or 1
-        ray.init(num_cpus=n, resources={RESOURCE[local_backend]: n}, include_dashboard=False, namespace=NAMESPACE,
+        here = {"mlx-cpu", "sim", backends.detect().name}
+        ray.init(num_cpus=n, resources={RESOURCE[b]: n for b in here}, include_dashboard=False, namespace=NAMESPACE,
                  logging_level="ERROR", log_to_driver=False)
         return ray, True
     if address.startswith("ray://"):
@@ -153,9 +157,9 @@ class RayPool(EvalPool):
 
     def __init__(self, address: str | None = None, *, limits: Limits | None = None, repeats: int = 20,
                  max_workers: int | None = None, device: str | None = None, local_workers: int | None = None,
-                 local_backend: str = "mlx-cpu", max_node_failures: int = 3, place_timeout_s: float = 300.0,
+                 max_node_failures: int = 3, place_timeout_s: float = 300.0,
                  call_timeout_s: float | None = None):
-        self.ray, self._owns_ray = connect(address, local_workers=local_workers, local_backend=local_backend)
+        self.ray, self._owns_ray = connect(address, local_workers=local_workers)
         self.address = address or "local"
         self.limits, self.repeats = limits, repeats
         self.max_workers, self.device = max_workers, device

@@ -92,3 +92,31 @@ def test_killing_a_node_mid_candidate_retries_it_elsewhere(ray_cluster):
     assert r_slow.sandbox["node"]["node_id"] != victim                # finished on the surviving node
     assert len(r_slow.sandbox["node_failures"]) == 1 and killed
     assert retried_in < 120
+
+
+def test_cluster_status_lists_nodes_their_backends_and_what_each_runs(ray_cluster, capsys):
+    import json
+
+    from ksearch_engine import cli
+
+    toy = toy_family.make_task(rows=64, cols=64)
+    with RayPool(ray_cluster.address, limits=Limits(wall_s=60), repeats=3) as pool:
+        pool.info("mlx-cpu")
+        slow = pool.submit(toy, SLOW, "mlx-cpu")
+        deadline = time.monotonic() + 60
+        while not any(w["busy"] for w in pool.workers()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert cli.main(["--json", "cluster", "status", "--cluster", ray_cluster.address]) == 0
+        st = json.loads(capsys.readouterr().out)
+        assert slow.result(timeout=120).status == "passed"
+    nodes = {n["node_id"]: n for n in st["nodes"] if n["alive"]}
+    cpu, sim = nodes[ray_cluster.node_id("cpu-a")], nodes[ray_cluster.node_id("sim-b")]
+    assert cpu["backends"] == {"mlx-cpu": 1} and sim["backends"] == {"sim": 1}
+    assert any(n["head"] and not n["backends"] for n in nodes.values())
+    [worker] = cpu["workers"]
+    assert worker["backend"] == "mlx-cpu" and worker["running"]["task"] == "toy-softmax"
+    assert not sim["workers"]                      # no sim actor was started by this pool
+    assert cli.main(["cluster", "status", "--cluster", ray_cluster.address]) == 0
+    table = capsys.readouterr().out
+    assert "mlx-cpu×1" in table and "sim×1" in table and "(head)" in table
