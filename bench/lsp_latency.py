@@ -147,7 +147,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200, help="requests per kind")
     ap.add_argument("--gap-ms", type=float, default=20.0, help="pause between rounds")
-    ap.add_argument("--seconds", type=float, default=20.0, help="measure for at least this long")
+    ap.add_argument("--seconds", type=float, default=15.0, help="measure for at least this long")
     ap.add_argument("--budget", type=int, default=400, help="evaluations of the background search")
     ap.add_argument("--backend", default="mlx-cpu")
     ap.add_argument("--idle", action="store_true", help="no background search")
