@@ -80,6 +80,13 @@ async def test_create_benchmark_task_then_optimize_is_offered(editor: Editor, wo
     assert "Create benchmark task" in hint[0].message
     titles = await lens_titles(editor, uri)
     assert "Create benchmark task" in titles and "Optimize kernel" not in titles
+    refused = await execute(editor, types.Command(title="Optimize", command="ksearch.optimize",
+                                                  arguments=[uri, "gelu_kernel"]))
+    assert refused is None
+    told = await editor.wait_for(lambda: [m for m in editor.client.messages if "no benchmark task" in m.message],
+                                 what="the reason Optimize cannot start")
+    assert "gelu.cu" in told[0].message and "Create benchmark task" in told[0].message
+    assert told[0].type == types.MessageType.Error and "Traceback" not in told[0].message
 
     actions = await editor.client.text_document_code_action_async(types.CodeActionParams(
         text_document=doc(uri), range=hint[0].range, context=types.CodeActionContext(diagnostics=hint)))
