@@ -159,7 +159,12 @@ try {
       await field.click();
       await page.keyboard.press("Control+A");
       await page.keyboard.type(cfg.fixedSettings.interpreter);
-      await sleep(1500); // the settings editor writes the value after a short debounce
+      // The settings editor writes the value after a short debounce: wait until it is on disk.
+      const written = Date.now() + 30_000;
+      while (Date.now() < written && !readFileSync(cfg.fixedSettings.path, "utf8").includes(JSON.stringify(cfg.fixedSettings.interpreter))) {
+        await sleep(250);
+      }
+      step("interpreter setting written");
       await shot(page, "00-fix-interpreter.png");
       await page.keyboard.press("Escape"); // closes the settings editor
       await page.locator(".codelens-decoration a", { hasText: cfg.portTitle }).first().waitFor({ timeout: cfg.timeoutsMs.lens });

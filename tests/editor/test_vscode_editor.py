@@ -183,14 +183,16 @@ def test_missing_ksearch_shows_the_fix_and_the_fix_works(tools, language_server,
     bare_python = venv / "bin" / "python"
     (artifacts / "00-missing-ksearch.png").unlink(missing_ok=True)
     home = tmp_path / "home"
-    fixed = {"interpreter": language_server}
+    fixed = {"interpreter": language_server, "path": str(home / "user-data" / "User" / "settings.json")}
     with running_code_server(tools, kernel_workspace, home, artifacts, user_settings(str(bare_python)), "missing") as url:
         run, seen = drive(tools, {
             "mode": "missing", "url": url, "folder": str(kernel_workspace), "file": "softmax.cu", "kernel": KERNEL,
             "expect": "pip install ksearch", "portTitle": "Port to MLX", "fixedSettings": fixed,
             "timeoutsMs": {"start": 60_000, "lens": 90_000, "job": 0},
         }, artifacts, "missing")
-    assert run.returncode == 0 and seen.get("ok"), f"the missing-ksearch scenario stopped: {seen.get('error')}\n{seen.get('notifications')}"
+    assert run.returncode == 0 and seen.get("ok"), (
+        f"the missing-ksearch scenario stopped: {seen.get('error')}\nsteps: {[s['name'] for s in seen.get('steps', [])]}\n"
+        f"notifications: {seen.get('notifications')}\nsee {artifacts}/error.png and drive-missing.log")
     message = seen["notification"]
     assert f"{bare_python} -m pip install ksearch" in message, message
     assert "ksearch.interpreter" in message, message
