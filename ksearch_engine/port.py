@@ -87,7 +87,8 @@ def reference(*inputs):
             args[p["name"]] = next(arrays)
     targs = [v for n, v in cfg["template"] if n in TEMPLATE_NAMES]
     outs = run_cuda_source(ORIGINAL, {k.name!r}, cfg["grid"], cfg["block"], args, cfg["shared_mem"],
-                           template_args=targs or None, filename={k.name!r})
+                           template_args=targs or None, filename={k.name!r},
+                           strict_barriers=False)  # NVIDIA tolerates barriers after early-returned threads
     res = tuple(mx.array(outs[n]) for n in OUTPUTS)
     return res if len(res) > 1 else res[0]
 '''
