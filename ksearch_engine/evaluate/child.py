@@ -1,8 +1,16 @@
 """The sandboxed worker: runs references or candidates on inputs from files and answers in JSON lines.
 
-Protocol: one JSON request per line on stdin, one JSON reply per line on the original stdout (the child
-points fd 1 at stderr first, so whatever a candidate prints cannot corrupt the protocol). Outputs go to
-.npy files in the child's scratch directory; nothing live crosses the process boundary.
+Protocol: one JSON request per line on stdin (`reference`, `candidate` = verify, `time` = time the candidate
+just verified, `ping`), one JSON reply per line on the original stdout (the child points fd 1 at stderr
+first, so whatever a candidate prints cannot corrupt the protocol); replies echo the request's nonce.
+Guard events (network, processes, signals, interpreter walks, stack inspection, hidden paths) are written
+to the same channel the moment they happen. Outputs go to .npy files in the child's scratch directory;
+nothing live crosses the process boundary.
+
+Before anything else the worker confines itself (`_confine`: home and temp folders hidden) and, once MLX
+is loaded, drops root (`_drop_privileges`). In-process guards (audit hook, tamper snapshot, timed-output
+re-checks) raise the bar for Python-level cheats; a candidate with native code (ctypes, or a simulated
+kernel's C++) can get past them, which is why the limits that matter are the OS's and the evaluator's.
 """
 from __future__ import annotations
 

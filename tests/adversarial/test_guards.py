@@ -186,6 +186,8 @@ def test_api_key_is_in_no_environment_the_candidate_can_read(keyed_process, monk
     monkeypatch.setenv("GEMINI_API_KEY", "ksearch-test-api-key")
     src = attack("reads_parent_environ", PARENT=keyed_process, KEY="ksearch-test-api-key")
     with make_evaluator(softmax_task()) as ev:
+        r = ev.evaluate(attack("reads_env_key", KEY="ksearch-test-api-key"))
+        assert r.status == "passed", f"the key reached the candidate's environment: {r.message}"
         r = ev.evaluate(src)
         assert r.status == "cheating" and "environment" in r.message, r.message
         assert_carries_on(ev)
