@@ -77,9 +77,9 @@ def start_job(ls: "KsearchServer", kind: str, uri: str, kernel: str):
             raise UserError(str(e)) from None
         except Exception as e:  # noqa: BLE001 - a task that does not load is the user's to fix
             raise UserError(f"the task for {kernel} in {name} does not load: {e}") from None
-        request = {"task": task.model_dump(mode="json"),
-                   "task_file": str(info.task_file) if info.task_file else None,
-                   "family": info.family}
+        # The resolved task travels as data (as the CLI sends it): a task file may be the `family = ...`
+        # shortcut, which only the resolver understands.
+        request = {"task": task.model_dump(mode="json"), "family": info.family}
         title = f"Optimize {kernel}"
     return ls.jobs.submit(kind=kind, uri=uri, path=path, kernel=kernel, title=title, request=request,
                           doc_version=doc.version if doc is not None else None, source_hash=source_hash(text))
