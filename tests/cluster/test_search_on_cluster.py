@@ -2,6 +2,8 @@
 locally: same candidates, in the same order, with the same statuses, each naming the node it ran on."""
 from __future__ import annotations
 
+import pytest
+
 from ksearch_engine.evaluate import Limits
 from ksearch_engine.events import SearchRequest
 from ksearch_engine.families.base import Family, Template
@@ -44,6 +46,7 @@ def _search(tmp_path, name, pool):
     return store, req, done, events
 
 
+@pytest.mark.slow        # two searches on the simulator: about 50 s on 2 cores
 def test_the_store_holds_the_same_results_as_a_local_run(ray_cluster, tmp_path):
     with LocalPool(limits=Limits(wall_s=120)) as local:
         l_store, l_req, l_done, _ = _search(tmp_path, "local", local)
