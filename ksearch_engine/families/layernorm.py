@@ -48,5 +48,5 @@ OPS = Template(id="layernorm.ops", pattern="general.compile_fusion", kinds=("ops
 
 FAMILY = Family(name="layernorm", make_task=make_task,
                 templates=[OPS, *row_templates("layernorm", "layernorm", 2.0)],
-                naive=lambda kind: naive_row("layernorm", "layernorm", kind),
+                naive=lambda kind: naive_row("layernorm", "layernorm", kind) if kind != "ops" else _render_ops({"formulation": "two_pass", "upcast": True, "compile": False}, "ops"),
                 description="LayerNorm over the hidden axis")

@@ -44,5 +44,5 @@ OPS = Template(id="rmsnorm.ops", pattern="general.compile_fusion", kinds=("ops",
                render=_render_ops, description="MLX ops, fused by mx.compile", difficulty=1, predicted_speedup=0.8)
 
 FAMILY = Family(name="rmsnorm", make_task=make_task, templates=[OPS, *row_templates("rmsnorm", "rmsnorm", 1.1)],
-                naive=lambda kind: naive_row("rmsnorm", "rmsnorm", kind),
+                naive=lambda kind: naive_row("rmsnorm", "rmsnorm", kind) if kind != "ops" else _render_ops({"formulation": "mean_square", "upcast": True, "compile": False}, "ops"),
                 description="RMSNorm (Llama-style) over the hidden axis")

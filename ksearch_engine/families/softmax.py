@@ -45,5 +45,5 @@ OPS = Template(id="softmax.ops", pattern="softmax.ops_lse", kinds=("ops",),
                render=_render_ops, description="MLX ops, fused by mx.compile", difficulty=1, predicted_speedup=1.0)
 
 FAMILY = Family(name="softmax", make_task=make_task, templates=[OPS, *row_templates("softmax", "softmax", 1.6)],
-                naive=lambda kind: naive_row("softmax", "softmax", kind),
+                naive=lambda kind: naive_row("softmax", "softmax", kind) if kind != "ops" else _render_ops({"formulation": "max_sub", "upcast": True, "compile": False}, "ops"),
                 description="row softmax (attention scores, logits)")

@@ -106,3 +106,12 @@ def test_a_wrong_scan_kernel_is_caught():
     with Evaluator(_fast(fam.make_task()), backend="sim") as ev:
         r = ev.evaluate(broken, timing=False)
     assert r.status == "failed" and r.worst is not None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_naive_candidate_exists_for_every_kind(name):
+    from ksearch_engine.backend import candidate_kind
+
+    fam = families.get(name)
+    for kind in ("ops", "metal", "cuda"):
+        assert candidate_kind(fam.naive(kind)) == kind
