@@ -116,15 +116,13 @@ def test_random_bytes_never_crash_the_finder(data, path):
     "}" * 20000,
     "(" * 20000 + "__global__ void k(float* x) {}",
     "__global__ void k(float* x) {" + "if (x) {" * 150 + "}" * 150 + "}",
-    pytest.param("__global__ void k(float* x) {" + "if (x) {" * 3000 + "}" * 3000 + "}",
-                 marks=pytest.mark.xfail(strict=True, raises=RecursionError,
-                                         reason="known bug: translate/rewrite.py recurses once per nesting level "
-                                                "(RecursionError from about 250 nested blocks); remove this mark when fixed")),
+    "__global__ void k(float* x) {" + "if (x) {" * 3000 + "}" * 3000 + "}",
+    "__global__ void k(float* x) {" + "x[0] = (" * 5000 + "1" + ")" * 5000 + "; }",
     "#define A(x) A(x)\n__global__ void k(float* x) { A(1); }",
     "template <" * 5000,
     "k<<<" * 5000,
 ], ids=["empty", "nuls", "huge-identifier", "open-braces", "close-braces", "open-parens", "nesting-150",
-        "nesting-3000",
+        "nesting-3000", "parens-5000",
         "recursive-macro", "template-flood", "launch-flood"])
 def test_pathological_sources(text):
     result = _parse(text, "x.cu")
