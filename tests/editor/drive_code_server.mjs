@@ -156,9 +156,11 @@ try {
       await toast.locator(".monaco-button", { hasText: "Set ksearch.interpreter" }).first().click();
       const field = page.locator(".settings-editor .setting-item-text input").first();
       await field.waitFor({ state: "visible", timeout: 30_000 });
-      await field.click();
-      await page.keyboard.press("Control+A");
-      await page.keyboard.type(cfg.fixedSettings.interpreter);
+      // Wait for the settings editor to show the current (bad) value before replacing it: typing into a
+      // field that is still being rendered loses keystrokes.
+      await page.waitForFunction((el) => el && el.value.length > 0, await field.elementHandle(), { timeout: 30_000 });
+      await sleep(500);
+      await field.fill(cfg.fixedSettings.interpreter);
       // The settings editor writes the value after a short debounce: wait until it is on disk.
       const written = Date.now() + 30_000;
       while (Date.now() < written && !readFileSync(cfg.fixedSettings.path, "utf8").includes(JSON.stringify(cfg.fixedSettings.interpreter))) {
@@ -169,6 +171,8 @@ try {
       await page.keyboard.press("Escape"); // closes the settings editor
       await page.locator(".codelens-decoration a", { hasText: cfg.portTitle }).first().waitFor({ timeout: cfg.timeoutsMs.lens });
       seen.lensesAfterFix = await page.locator(".codelens-decoration a").allTextContents();
+      await sleep(1000);
+      seen.settingsAfterFix = JSON.parse(readFileSync(cfg.fixedSettings.path, "utf8"));
       step("lenses after the fix", { lenses: seen.lensesAfterFix });
     }
     seen.ok = true;

@@ -197,3 +197,4 @@ def test_missing_ksearch_shows_the_fix_and_the_fix_works(tools, language_server,
     assert f"{bare_python} -m pip install ksearch" in message, message
     assert "ksearch.interpreter" in message, message
     assert "Port to MLX" in seen["lensesAfterFix"], seen["lensesAfterFix"]
+    assert seen["settingsAfterFix"]["ksearch.interpreter"] == language_server, seen["settingsAfterFix"]
