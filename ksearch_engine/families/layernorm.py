@@ -43,7 +43,7 @@ def _render_ops(k: dict, kind: str) -> str:
 
 
 OPS = Template(id="layernorm.ops", pattern="general.compile_fusion", kinds=("ops",),
-               knobs={"formulation": ["two_pass", "moments"], "upcast": [True, False], "compile": [True, False]},
+               knobs={"formulation": ["two_pass", "moments"], "upcast": [True, False], "compile": [False, True]},
                render=_render_ops, description="MLX ops, fused by mx.compile", difficulty=1, predicted_speedup=1.0)
 
 FAMILY = Family(name="layernorm", make_task=make_task,

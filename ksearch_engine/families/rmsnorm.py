@@ -40,7 +40,7 @@ def _render_ops(k: dict, kind: str) -> str:
 
 
 OPS = Template(id="rmsnorm.ops", pattern="general.compile_fusion", kinds=("ops",),
-               knobs={"formulation": ["mean_square", "dot"], "upcast": [True, False], "compile": [True, False]},
+               knobs={"formulation": ["mean_square", "dot"], "upcast": [True, False], "compile": [False, True]},
                render=_render_ops, description="MLX ops, fused by mx.compile", difficulty=1, predicted_speedup=0.8)
 
 FAMILY = Family(name="rmsnorm", make_task=make_task, templates=[OPS, *row_templates("rmsnorm", "rmsnorm", 1.1)],

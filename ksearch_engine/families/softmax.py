@@ -41,7 +41,7 @@ def _render_ops(k: dict, kind: str) -> str:
 
 
 OPS = Template(id="softmax.ops", pattern="softmax.ops_lse", kinds=("ops",),
-               knobs={"formulation": ["max_sub", "lse"], "upcast": [True, False], "compile": [True, False]},
+               knobs={"formulation": ["max_sub", "lse"], "upcast": [True, False], "compile": [False, True]},
                render=_render_ops, description="MLX ops, fused by mx.compile", difficulty=1, predicted_speedup=1.0)
 
 FAMILY = Family(name="softmax", make_task=make_task, templates=[OPS, *row_templates("softmax", "softmax", 1.6)],
