@@ -152,7 +152,15 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
     """Start `cmd` sandboxed in `scratch`. Returns the process, what was applied, and its pids cgroup."""
     scratch.mkdir(parents=True, exist_ok=True)
     rl = [(resource.RLIMIT_CPU, limits.cpu_s, "cpu"), (resource.RLIMIT_FSIZE, limits.file_mb << 20, "fsize"),
-          (resource.RLIMIT_NPROC, limits.nproc, "nproc"), (resource.RLIMIT_NOFILE, limits.nofile, "nofile")]
+          (resource.RLIMIT_NOFILE, limits.nofile, "nofile")]
+    own_uid = limits.drop_privileges and os.geteuid() == 0
+    if own_uid:
+        rl.append((resource.RLIMIT_NPROC, limits.nproc, "nproc"))
+    elif os.geteuid() != 0:
+        # RLIMIT_NPROC counts every thread of the user, not of the child: allow what the user already runs
+        busy = _user_threads(os.geteuid())
+        if busy is not None:
+            rl.append((resource.RLIMIT_NPROC, busy + limits.nproc, "nproc"))
     if backend != "mlx-cuda":  # CUDA runtimes reserve large virtual ranges; RLIMIT_AS breaks them
         rl.append((resource.RLIMIT_AS, limits.memory_mb << 20, "as"))
     prefix = _unshare_prefix() if limits.isolate_network else []
@@ -202,6 +210,23 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
     if stderr_path:
         err.close()
     return proc, applied, cg
+
+
+def _user_threads(uid: int) -> int | None:
+    """How many threads `uid` runs now (Linux /proc), or None where that cannot be read."""
+    if not os.path.isdir("/proc/self/task"):
+        return None
+    n = 0
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            st = os.stat(f"/proc/{p}")
+            if st.st_uid == uid:
+                n += len(os.listdir(f"/proc/{p}/task"))
+        except OSError:
+            pass
+    return n
 
 
 def _libc_prctl():
