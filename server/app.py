@@ -66,6 +66,7 @@ def create_server() -> KsearchServer:
         await config.load_settings(ls)
         try:
             ls.store    # opens it; runs left 'running' by a dead worker become 'failed'
+            ls.jobs.adopt_running()      # workers still running from an earlier session: follow them
         except Exception as e:  # noqa: BLE001
             ls.error(f"cannot open the results store {ls.store_path()}: {e}. Set ksearch.storePath to a "
                      f"writable location.")

@@ -1,10 +1,12 @@
 """Jobs: each Port / Optimize runs `python -m ksearch_engine.worker REQUEST.json` in its own process.
 
-The server reads the worker's JSON-line events without blocking its event loop (asyncio subprocess), turns
-them into work-done progress, and queues jobs beyond the `ksearch.concurrency` limit. Cancelling (the
-`ksearch.cancel` command, `$/cancelRequest` of the executeCommand that started the job, or the progress
-bar's cancel button) sends SIGTERM to the worker, which records the run as 'cancelled'; a worker that does
-not stop within the grace period is killed with its whole process group and the server records it.
+The worker writes its JSON-line events to a file under `.ksearch/jobs/` (not a pipe: a worker outlives the
+server that started it, and a restarted server adopts it and follows the same file); the server reads them
+without blocking its event loop, turns them into work-done progress, and queues jobs beyond the
+`ksearch.concurrency` limit. Cancelling (the `ksearch.cancel` command, `$/cancelRequest` of the
+executeCommand that started the job, or the progress bar's cancel button) sends SIGTERM to the worker, which
+records the run as 'cancelled'; a worker that does not stop within the grace period is killed with its whole
+process group and the server records it.
 """
 from __future__ import annotations
 
@@ -32,6 +34,23 @@ log = logging.getLogger(__name__)
 
 GRACE_S = 5.0
 REPORT_INTERVAL_S = 0.2
+POLL_S = 0.1
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:                                   # a zombie (exited, not reaped yet) is not running
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 @dataclass
@@ -47,6 +66,8 @@ class Job:
     done: asyncio.Future
     state: str = "queued"          # queued | running | finished
     proc: asyncio.subprocess.Process | None = None
+    pid: int | None = None
+    adopted: bool = False          # started by an earlier server session, followed through its event file
     token: str | None = None
     cancel_requested: bool = False
     request_ids: set = field(default_factory=set)
@@ -88,6 +109,10 @@ class JobManager:
     def active_for(self, path: str, kernel: str) -> Job | None:
         return next((j for j in self.jobs.values()
                      if j.state != "finished" and j.path == path and j.kernel == kernel), None)
+
+    def files(self, run_id: str) -> tuple[Path, Path]:
+        d = self.ls.store.path.parent / "jobs"
+        return d / f"{run_id}.events.jsonl", d / f"{run_id}.stderr.txt"
 
     # -- submit ------------------------------------------------------------------------------------
     def submit(self, *, kind: str, uri: str, path: str, kernel: str, title: str, request: dict[str, Any],
@@ -133,9 +158,9 @@ class JobManager:
             self.queue.remove(job)
             self._finish(job, {"status": "cancelled", "message": "cancelled before it started"})
             return True
-        if job.proc is not None and job.proc.returncode is None:
+        if job.pid is not None and not self._exited(job):
             try:
-                job.proc.send_signal(signal.SIGTERM)
+                os.kill(job.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
             asyncio.ensure_future(self._kill_after_grace(job))
@@ -152,70 +177,119 @@ class JobManager:
                 self.cancel(job.run_id)
 
     async def _kill_after_grace(self, job: Job) -> None:
-        proc = job.proc
+        deadline = time.monotonic() + GRACE_S
+        while time.monotonic() < deadline:
+            if self._exited(job):
+                return
+            await asyncio.sleep(POLL_S)
         try:
-            await asyncio.wait_for(proc.wait(), GRACE_S)
-        except asyncio.TimeoutError:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)   # the worker and every evaluator child it started
-            except (ProcessLookupError, PermissionError):
-                pass
+            os.killpg(job.pid, signal.SIGKILL)   # the worker and every evaluator child it started
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _exited(self, job: Job) -> bool:
+        if job.proc is not None:
+            return job.proc.returncode is not None
+        return not pid_alive(job.pid)
 
     def shutdown(self) -> None:
-        """Server exit: stop queued jobs and ask running workers to stop (they record 'cancelled')."""
+        """Server exit: queued jobs are cancelled; running workers go on (the next session adopts them)."""
         for job in list(self.queue):
             self.cancel(job.run_id)
-        for job in self.running:
-            if job.proc is not None and job.proc.returncode is None:
-                try:
-                    job.proc.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+
+    def adopt_running(self) -> list[str]:
+        """Follow the workers an earlier session started that are still running (after a server restart)."""
+        adopted = []
+        store = self.ls.store
+        for run in store.query("SELECT * FROM runs WHERE status='running'"):
+            events, _ = self.files(run["id"])
+            if run["id"] in self.jobs or not pid_alive(run.get("worker_pid")) or not events.exists():
+                continue
+            try:
+                req = SearchRequest.model_validate({**(run.get("config") or {}), "run_id": run["id"],
+                                                    "store_path": str(store.path)})
+            except Exception:  # noqa: BLE001 - a run written by another version: leave it to its worker
+                continue
+            path, kernel = run.get("file") or "", run.get("kernel") or ""
+            title = f"Port {kernel} to MLX" if run["kind"] == "port" else f"Optimize {kernel}"
+            job = Job(run_id=run["id"], kind=run["kind"], path=path, uri=self.ls.uri_of(path), kernel=kernel,
+                      title=title, request=req, request_file=events.parent / f"{run['id']}.json",
+                      done=asyncio.get_running_loop().create_future(), state="running",
+                      pid=run["worker_pid"], adopted=True)
+            self.jobs[run["id"]] = job
+            asyncio.ensure_future(self._run(job))
+            adopted.append(run["id"])
+        if adopted:
+            self._announce()
+        return adopted
 
     # -- run ---------------------------------------------------------------------------------------
     async def _run(self, job: Job) -> None:
         final: dict = {}
         try:
             await self._begin_progress(job)
-            env = dict(os.environ, PYTHONUNBUFFERED="1", **self.ls.secret_env)
-            cwd = self.ls.root or os.path.dirname(job.path) or None
-            job.proc = await asyncio.create_subprocess_exec(
-                *self.worker_argv, str(job.request_file), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd,
-                start_new_session=True, limit=16 * 1024 * 1024)
-            if job.cancel_requested:       # cancelled while the process was starting
-                job.proc.send_signal(signal.SIGTERM)
-                asyncio.ensure_future(self._kill_after_grace(job))
-            err_task = asyncio.ensure_future(self._read_stderr(job))
-            async for raw in job.proc.stdout:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("{"):
-                    continue
-                try:
-                    ev = parse_event(line)
-                except Exception:  # noqa: BLE001 - a stray print from a library, not an event
-                    continue
-                self._on_event(job, ev)
-                if ev.type == "done":
-                    final = {"status": ev.status, "best": ev.best_candidate, "message": ev.message,
-                             "evals": ev.evals}
-            await job.proc.wait()
-            await err_task
-            if not final:
-                rc = job.proc.returncode
-                if job.cancel_requested:
-                    final = {"status": "cancelled", "message": "cancelled by the user"}
-                else:
-                    tail = job.stderr_tail.strip().splitlines()[-1:] or [f"exit code {rc}"]
-                    final = {"status": "failed", "message": f"the worker stopped without finishing ({tail[0]})"}
+            if not job.adopted:
+                await self._start(job)
+            final = await self._follow(job)
         except Exception as e:  # noqa: BLE001 - the job fails, the server carries on
             log.exception("job %s", job.run_id)
             final = {"status": "failed", "message": f"could not run the worker: {e}"}
         self._finish(job, final)
 
-    async def _read_stderr(self, job: Job) -> None:
-        async for raw in job.proc.stderr:
-            job.stderr_tail = (job.stderr_tail + raw.decode("utf-8", "replace"))[-4000:]
+    async def _start(self, job: Job) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.ls.secret_env)
+        cwd = self.ls.root or os.path.dirname(job.path) or None
+        events, errors = self.files(job.run_id)
+        events.parent.mkdir(parents=True, exist_ok=True)
+        with open(events, "wb") as out, open(errors, "wb") as err:
+            job.proc = await asyncio.create_subprocess_exec(
+                *self.worker_argv, str(job.request_file), stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                stderr=err, env=env, cwd=cwd, start_new_session=True)
+        job.pid = job.proc.pid
+        if job.cancel_requested:       # cancelled while the process was starting
+            os.kill(job.pid, signal.SIGTERM)
+            asyncio.ensure_future(self._kill_after_grace(job))
+
+    async def _follow(self, job: Job) -> dict:
+        """Read the worker's event file as it grows, until the worker has exited and the file is drained."""
+        events, errors = self.files(job.run_id)
+        final: dict = {}
+        offset, partial = 0, b""
+        while True:
+            exited = self._exited(job)          # checked first: lines written before the exit are read below
+            try:
+                with open(events, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except OSError:
+                data = b""
+            offset += len(data)
+            *lines, partial = (partial + data).split(b"\n")
+            for raw in lines:
+                ev = _event(raw)
+                if ev is None:
+                    continue
+                self._on_event(job, ev)
+                if ev.type == "done":
+                    final = {"status": ev.status, "best": ev.best_candidate, "message": ev.message,
+                             "evals": ev.evals}
+            if exited:
+                break
+            await asyncio.sleep(POLL_S)
+        if job.proc is not None:
+            await job.proc.wait()
+        if not final:
+            try:
+                job.stderr_tail = errors.read_text(errors="replace")[-4000:]
+            except OSError:
+                pass
+            rc = job.proc.returncode if job.proc is not None else None
+            if job.cancel_requested:
+                final = {"status": "cancelled", "message": "cancelled by the user"}
+            else:
+                tail = job.stderr_tail.strip().splitlines()[-1:] or [f"exit code {rc}"]
+                final = {"status": "failed", "message": f"the worker stopped without finishing ({tail[0]})"}
+        return final
 
     def _on_event(self, job: Job, ev) -> None:
         changed = False
@@ -277,7 +351,9 @@ class JobManager:
         if job.token:
             self.ls.work_done_progress.end(job.token, types.WorkDoneProgressEnd(message=_end_message(job, final)))
             self.ls.work_done_progress.tokens.pop(job.token, None)
-        job.request_file.unlink(missing_ok=True)     # the run's config in the store keeps the request
+        # The store keeps the request (the run's config) and the events; the files were for the live job.
+        for f in (job.request_file, *self.files(job.run_id)):
+            f.unlink(missing_ok=True)
         self.ls.results_changed(immediate=True)
         self.ls.on_job_finished(job, final)
         if not job.done.done():
@@ -289,6 +365,16 @@ class JobManager:
         best = next((j.best for j in self.running if j.best), None)
         self.ls.protocol.notify("ksearch/jobs", {"running": len(self.running), "queued": len(self.queue),
                                                  "best": best})
+
+
+def _event(raw: bytes):
+    line = raw.decode("utf-8", "replace").strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        return parse_event(line)
+    except Exception:  # noqa: BLE001 - a stray print from a library, not an event
+        return None
 
 
 def _end_message(job: Job, final: dict) -> str:

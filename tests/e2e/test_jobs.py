@@ -184,3 +184,38 @@ async def test_a_search_started_elsewhere_shows_and_can_be_cancelled(workspace: 
         if cli.returncode is None:
             cli.kill()
         await stop_editor(ed)
+
+
+async def test_a_running_job_survives_a_server_crash(workspace: Path):
+    """The server dies mid-search; its worker goes on, and the next server follows it and can cancel it."""
+    ed = await start_editor(workspace, "vscode", settings={"budget": {"evaluations": 500}, "backend": "mlx-cpu"})
+    try:
+        uri = ed.open(workspace / "softmax.cu")
+        ed.client.protocol.send_request(types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(
+            command="ksearch.optimize", arguments=[uri, KERNEL]))
+        run = await wait_running(ed, workspace)
+        ed.client._server.kill()                 # no shutdown, no exit: a crash
+        await ed.client._server.wait()
+    finally:
+        await ed.client.stop()
+    await asyncio.sleep(1.0)
+    assert alive(run["worker_pid"]), "the worker died with the server"
+    store = store_of(workspace)
+    assert store.run(run["id"])["status"] == "running"
+
+    ed = await start_editor(workspace, "vscode")
+    try:
+        uri = ed.open(workspace / "softmax.cu")
+        token = f"ksearch-{run['id']}"
+        await ed.wait_for(lambda: ed.client.progress_reports.get(token), what="progress of the adopted job")
+        titles = await lens_titles(ed, uri)
+        assert any(t.startswith("⟳ Optimize softmax_kernel") for t in titles), titles
+        await execute(ed, types.Command(title="Cancel", command="ksearch.cancel", arguments=[run["id"]]))
+        await ed.wait_for(lambda: store.run(run["id"])["status"] == "cancelled", timeout=30, what="cancelled")
+        await ed.wait_for(lambda: not alive(run["worker_pid"]), timeout=15, what="the worker to exit")
+        ends = await ed.wait_for(lambda: [r for r in ed.client.progress_reports[token] if r.kind == "end"],
+                                 what="progress end")
+        assert "cancel" in ends[-1].message
+    finally:
+        store.close()
+        await stop_editor(ed)
