@@ -89,9 +89,14 @@ def candidate_source(fam, tname: str, knobs: dict) -> tuple[str, str]:
     return t.render(full, kind), f"{t.id}({', '.join(f'{k}={v}' for k, v in knobs.items())})"
 
 
+# bench entries that are a family's task with options
+VARIANTS = {"attention_causal": ("attention", {"causal": True})}
+
+
 def run_family(name: str, gpu: GpuTimer, deadline: float, log, small: bool = False) -> dict:
-    fam = F.get(name)
-    task = fam.make_task()
+    fam_name, opts = VARIANTS.get(name, (name, {}))
+    fam = F.get(fam_name)
+    task = fam.make_task(**opts)
     ref = load(task.reference, "reference").reference
     base = load(task.baseline_source(), "baseline").baseline
     wl_small = task.workloads[0]

@@ -12,7 +12,7 @@ from .base import Family, Template
 
 _MODULES = {
     "softmax": "softmax", "rmsnorm": "rmsnorm", "layernorm": "layernorm",
-    "attention": "attention", "attention_causal": "attention:FAMILY_CAUSAL", "decode": "decode", "paged_decode": "paged_decode",
+    "attention": "attention", "decode": "decode", "paged_decode": "paged_decode",
     "scan": "scan", "ssd": "ssd", "moe_gating": "moe_gating", "moe": "moe",
 }
 

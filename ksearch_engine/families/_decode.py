@@ -40,7 +40,8 @@ def _pass1(kind: str, k: dict, paged: bool, prefill: bool = False) -> str:
     if prefill:
         write_final = "if (q0 + g < SEQ) out[((size_t)(b * HQ + h) * SEQ + q0 + g) * DH + e] = static_cast<T>(A / Ls);"
         qaddr = "((size_t)(b * HQ + h) * SEQ + ((q0 + g < SEQ) ? q0 + g : SEQ - 1)) * DH"
-        mapping = ["const int bh = " + d.bid("x") + ";", "const int b = bh / HQ;", "const int h = bh % HQ;",
+        mapping = ["const bool CAUSAL = causal[0] > 0.5f;     // the task's flag, read on the device",
+                   "const int bh = " + d.bid("x") + ";", "const int b = bh / HQ;", "const int h = bh % HQ;",
                    "const int hk = h / (HQ / HKV);", "const int q0 = " + d.bid("y") + " * G;", "const int split = 0;",
                    "const int s0 = 0;", "const int s1 = CAUSAL ? ((q0 + G < SEQ) ? q0 + G : SEQ) : SEQ;"]
         keep = "ok && (!CAUSAL || j <= q0 + g)"
@@ -246,16 +247,16 @@ _SOURCE = r"""
 {_pass1(kind, k, paged=False, prefill=True)}
 """
 _HEADER = ""
-_K = {kernel_ctor(kind, name, ["Q", "K", "V"], ["out"])}
+_K = {kernel_ctor(kind, name, ["Q", "K", "V", "causal"], ["out"])}
 
 
-def attention(q, k, v, causal):
+def kernel(q, k, v, causal):
     Bt, Hq, L, Dh = q.shape
     Hkv = k.shape[1]
     if Dh % {k["lanes_per_key"]} or (Dh // {k["lanes_per_key"]}) & (Dh // {k["lanes_per_key"]} - 1) or Hq % Hkv or k.shape[2] != L:
         raise ValueError(f"{tid}: needs self-attention (as many keys as queries), Hq % Hkv == 0 and a power-of-two head dim split over lanes_per_key, got q {{q.shape}} k {{k.shape}}")
-    return _K(inputs=[q, k, v],
-              template=[("T", q.dtype), ("HQ", Hq), ("HKV", Hkv), ("DH", Dh), ("SEQ", L), ("CAUSAL", bool(causal))],
+    return _K(inputs=[q, k, v, causal],
+              template=[("T", q.dtype), ("HQ", Hq), ("HKV", Hkv), ("DH", Dh), ("SEQ", L)],
               grid=(Bt * Hq * {threads}, (L + {qb} - 1) // {qb}, 1), threadgroup=({threads}, 1, 1),
               output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
 '''

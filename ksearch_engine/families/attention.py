@@ -1,9 +1,10 @@
 """Attention prefill: softmax(Q K^T / sqrt(Dh) [+ causal mask]) V, GQA when Hkv < Hq.
 
-q (B, Hq, L, Dh), k/v (B, Hkv, L, Dh), fp16. Two families share this module: `attention` (no mask) and
-`attention_causal`. Baseline `mx.fast.scaled_dot_product_attention` (cuDNN's flash kernel on the H200); the
-`ops` template is the naive softmax(Q K^T) V in MLX operations; the kernel template is flash-style (online
-softmax, the L x L scores never stored) on CUDA cores / SIMD lanes, without tensor-core MMA.
+q (B, Hq, L, Dh), k/v (B, Hkv, L, Dh), fp16, and `causal` (1,) fp32: 1 for a causal mask (the task's choice,
+`make_task(causal=True)`; candidates read it on the device, so one template serves both). Baseline
+`mx.fast.scaled_dot_product_attention` (cuDNN's flash kernel on the H200); the `ops` template is the naive
+softmax(Q K^T) V in MLX operations; the kernel template is flash-style (online softmax, the L x L scores never
+stored) on CUDA cores / SIMD lanes, without tensor-core MMA.
 """
 from __future__ import annotations
 
@@ -12,23 +13,21 @@ from ._src import header
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
 
-_REF = '''import mlx.core as mx
+REFERENCE = '''import mlx.core as mx
 
-CAUSAL = {causal}
-
-def reference(q, k, v):
+def reference(q, k, v, causal):
     B, Hq, L, Dh = q.shape
     Hkv = k.shape[1]
     qg = q.astype(mx.float32).reshape(B, Hkv, Hq // Hkv, L, Dh) * (Dh ** -0.5)
     s = qg @ k.astype(mx.float32)[:, :, None].swapaxes(-1, -2)
-    if CAUSAL:
-        s = mx.where(mx.arange(L)[:, None] >= mx.arange(L)[None, :], s, -mx.inf)
+    tri = mx.arange(L)[:, None] >= mx.arange(L)[None, :]
+    s = mx.where(mx.logical_or(causal[0] <= 0, tri), s, -mx.inf)
     p = mx.softmax(s, axis=-1)
     return (p @ v.astype(mx.float32)[:, :, None]).reshape(B, Hq, L, Dh).astype(q.dtype)
 '''
 _BASE = '''import mlx.core as mx
 
-def baseline(q, k, v):
+def baseline(q, k, v, causal):
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=q.shape[-1] ** -0.5, mask={mask})
 '''
 SMALL = [Workload(name="b1_hq4_hkv2_l40_d64", dims={"Bt": 1, "Hq": 4, "Hkv": 2, "L": 40, "Dh": 64}),
@@ -40,15 +39,16 @@ BENCH = [Workload(name="b1_h32_kv8_l4096_d128_gqa", dims={"Bt": 1, "Hq": 32, "Hk
 def make_task(causal: bool = False, dtype: str = "float16") -> KernelTask:
     inputs = [InputSpec(name=n, shape=["Bt", h, "L", "Dh"], dtype=dtype, init="normal")
               for n, h in (("q", "Hq"), ("k", "Hkv"), ("v", "Hkv"))]
-    name = "attention_causal" if causal else "attention"
-    return KernelTask(name=name, family="attention", description=("causal " if causal else "") + "attention prefill",
-                      inputs=inputs, outputs=["out"], reference=_REF.format(causal=causal),
+    inputs.append(InputSpec(name="causal", shape=[1], init="ones" if causal else "zeros"))
+    return KernelTask(name="attention_causal" if causal else "attention", family="attention",
+                      description=("causal " if causal else "") + "attention prefill",
+                      inputs=inputs, outputs=["out"], reference=REFERENCE,
                       baseline=_BASE.format(mask='"causal"' if causal else "None"),
                       baseline_name="mx.fast.scaled_dot_product_attention", workloads=SMALL, bench_workloads=BENCH,
                       seeds=[0, 1])
 
 
-def _render_ops(k: dict, kind: str, causal: bool) -> str:
+def _render_ops(k: dict, kind: str) -> str:
     if kind != "ops":
         raise ValueError("attention.ops renders ops candidates only")
     ct = "mx.float32" if k["upcast"] else "q.dtype"
@@ -60,51 +60,45 @@ def _render_ops(k: dict, kind: str, causal: bool) -> str:
         kv = (f"    qg = (q * (Dh ** -0.5)).reshape(B, Hkv, Hq // Hkv, L, Dh).astype({ct})\n"
               f"    s = qg @ k.astype({ct})[:, :, None].swapaxes(-1, -2)\n")
         out_v = f"    o = p.astype({ct}) @ v.astype({ct})[:, :, None]\n"
-    mask = ("    s = mx.where(mx.arange(L)[:, None] >= mx.arange(L)[None, :], s, mx.array(-float('inf'), s.dtype))\n"
-            if causal else "")
+    mask = ("    tri = mx.arange(L)[:, None] >= mx.arange(L)[None, :]\n"
+            "    s = mx.where(mx.logical_or(causal[0] <= 0, tri), s, mx.array(-float('inf'), s.dtype))\n")
     body = f'''
 
-def _attention(q, k, v):
+def _attention(q, k, v, causal):
     B, Hq, L, Dh = q.shape
     Hkv = k.shape[1]
 {kv}{mask}    p = mx.softmax(s, axis=-1, precise=True)
 {out_v}    return o.reshape(B, Hq, L, Dh).astype(q.dtype)
 '''
-    tid = ("attention_causal" if causal else "attention") + ".ops"
-    src = header(tid.split(".")[0], tid, k, kind) + body
+    src = header("attention", "attention.ops", k, kind) + body
     return src + ("\n\nkernel = mx.compile(_attention)\n" if k["compile"] else "\n\nkernel = _attention\n")
 
 
-def _family(causal: bool) -> Family:
-    fname = "attention_causal" if causal else "attention"
-
-    def render_flash(k: dict, kind: str) -> str:
-        return render_prefill(fname, f"{fname}.flash", k, kind) + f"\n\ndef kernel(q, k, v):\n    return attention(q, k, v, {causal})\n"
-
-    ops = Template(id=f"{fname}.ops", pattern="attention.ops_sdpa", kinds=("ops",),
-                   knobs={"gqa": ["reshape", "repeat"], "upcast": [True, False], "compile": [False, True]},
-                   render=lambda k, kind: _render_ops(k, kind, causal),
-                   description="naive softmax(Q K^T) V in MLX ops (the L x L scores in memory)", difficulty=1,
-                   predicted_speedup=0.2)
-    flash = Template(
-        id=f"{fname}.flash", pattern="attention.flash_tiling", kinds=("metal", "cuda"),
-        knobs={"q_per_group": [8, 4, 16], "lanes_per_key": [16, 8, 32], "warps": [4, 2, 8], "unroll": [2, 1, 4],
-               "fast_exp": [False, True]},
-        render=render_flash,
-        description="flash-style: a threadgroup owns q_per_group query rows of one head and streams every key once "
-                    "through its warps (online softmax, merge through threadgroup memory); CUDA cores, no MMA",
-        difficulty=4, predicted_speedup=0.1,
-        valid=lambda k: (k["warps"] * k["q_per_group"] <= 32 and 32 % k["lanes_per_key"] == 0
-                         and k["unroll"] * 128 // k["lanes_per_key"] <= 32))
-
-    def naive(kind: str) -> str:
-        if kind == "ops":
-            return _render_ops({"gqa": "repeat", "upcast": True, "compile": False}, "ops", causal)
-        return render_flash({"q_per_group": 1, "lanes_per_key": 32, "warps": 1, "unroll": 1, "fast_exp": False}, kind)
-
-    return Family(name=fname, make_task=lambda **kw: make_task(causal=causal, **kw), templates=[ops, flash],
-                  naive=naive, description=("causal " if causal else "") + "attention prefill (flash-style)")
+def _render_flash(k: dict, kind: str) -> str:
+    return render_prefill("attention", "attention.flash", k, kind)
 
 
-FAMILY = _family(False)
-FAMILY_CAUSAL = _family(True)
+OPS = Template(id="attention.ops", pattern="attention.ops_sdpa", kinds=("ops",),
+               knobs={"gqa": ["reshape", "repeat"], "upcast": [True, False], "compile": [False, True]},
+               render=_render_ops, description="naive softmax(Q K^T) V in MLX ops (the L x L scores in memory)",
+               difficulty=1, predicted_speedup=0.2)
+FLASH = Template(
+    id="attention.flash", pattern="attention.flash_tiling", kinds=("metal", "cuda"),
+    knobs={"q_per_group": [8, 4, 16], "lanes_per_key": [16, 8, 32], "warps": [4, 2, 8], "unroll": [2, 1, 4],
+           "fast_exp": [False, True]},
+    render=_render_flash,
+    description="flash-style: a threadgroup owns q_per_group query rows of one head and streams every key once "
+                "through its warps (online softmax, merge through threadgroup memory); CUDA cores, no MMA",
+    difficulty=4, predicted_speedup=0.1,
+    valid=lambda k: (k["warps"] * k["q_per_group"] <= 32 and 32 % k["lanes_per_key"] == 0
+                     and k["unroll"] * 128 // k["lanes_per_key"] <= 32))
+
+
+def _naive(kind: str) -> str:
+    if kind == "ops":
+        return _render_ops({"gqa": "repeat", "upcast": True, "compile": False}, "ops")
+    return _render_flash({"q_per_group": 1, "lanes_per_key": 32, "warps": 1, "unroll": 1, "fast_exp": False}, kind)
+
+
+FAMILY = Family(name="attention", make_task=make_task, templates=[OPS, FLASH], naive=_naive,
+                description="attention prefill, causal or not (make_task(causal=True))")

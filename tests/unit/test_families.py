@@ -115,3 +115,14 @@ def test_naive_candidate_exists_for_every_kind(name):
     fam = families.get(name)
     for kind in ("ops", "metal", "cuda"):
         assert candidate_kind(fam.naive(kind)) == kind
+
+
+def test_causal_attention_kernel_honours_the_flag_and_ignoring_it_is_caught():
+    fam = families.get("attention")
+    t = fam.template("attention.flash")
+    src = t.render(t.defaults(), "cuda")
+    ignoring = src.replace("causal[0] > 0.5f", "false")
+    assert ignoring != src
+    with Evaluator(_fast(fam.make_task(causal=True)), backend="sim") as ev:
+        assert ev.evaluate(src, timing=False).status == "passed"
+        assert ev.evaluate(ignoring, timing=False).status == "failed"
