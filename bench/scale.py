@@ -75,6 +75,7 @@ def run(kind: str, workers: int, backends: list[str], n: int, cluster: str | Non
     task = families.get("scan").make_task()
     limits = Limits(wall_s=120)
     t0 = time.monotonic()
+    load_before = os.getloadavg()[0]
     pool = make_pool(kind, workers, backends, cluster, gpu, limits, repeats)
     try:
         per_backend = {}
@@ -102,6 +103,7 @@ def run(kind: str, workers: int, backends: list[str], n: int, cluster: str | Non
     return {"pool": kind, "workers": workers, "slots": per_backend, "backends": backends, "candidates": len(results),
             "wall_s": round(wall, 2), "evals_per_min": round(60 * len(results) / wall, 1), "startup_s": round(started_s, 1),
             "statuses": statuses, "nodes": len(nodes),
+            "load_avg_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)],   # other work on the machine
             "mean_eval_s": round(sum(r.eval_ms for _, r in results) / 1e3 / len(results), 2)}
 
 
@@ -128,7 +130,7 @@ def main() -> None:
         rows.append(r)
         print(f"{r['pool']:5} workers={w:<2} slots={r['slots']} {r['candidates']} evals in {r['wall_s']:7.1f} s · "
               f"{r['evals_per_min']:6.1f} evals/min · x{r['speedup_vs_1']:.2f} vs 1 worker · startup {r['startup_s']} s · "
-              f"{r['statuses']}", flush=True)
+              f"{r['statuses']} · load {r['load_avg_1min']}", flush=True)
     info = {"machine": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "task": "scan", "results": rows}
     if args.out:

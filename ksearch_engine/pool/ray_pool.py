@@ -237,12 +237,13 @@ class RayPool(EvalPool):
         for j in jobs:
             if not j.future.done():
                 j.future.set_exception(PoolError("the Ray pool was closed before this candidate was evaluated"))
+        try:      # each worker closes its evaluators (their sandboxed children), then the actors go
+            refs = [s.actor.shutdown.remote() for s in slots if s.state == "ready"]
+            if refs:
+                self.ray.wait(refs, num_returns=len(refs), timeout=10)
+        except Exception:  # noqa: BLE001 - the cluster may be gone already
+            pass
         for s in slots:
-            if s.state in ("ready", "starting"):
-                try:
-                    self.ray.get(s.actor.shutdown.remote(), timeout=10)
-                except Exception:  # noqa: BLE001 - it may be gone already
-                    pass
             try:
                 self.ray.kill(s.actor)
             except Exception:  # noqa: BLE001
