@@ -85,7 +85,8 @@ def evaluator_children(worker_pids: set[int]) -> set[int]:
         if not p.isdigit():
             continue
         try:
-            if b"ksearch_engine.evaluate.child" not in Path(f"/proc/{p}/cmdline").read_bytes():
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+            if b"evaluate/child.py" not in cmd and b"ksearch_engine.evaluate.child" not in cmd:
                 continue
             cg = Path(f"/proc/{p}/cgroup").read_text()
             ppid = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])

@@ -29,8 +29,6 @@ _GUARDS_OFF = frozenset(filter(None, os.environ.pop("KSEARCH_GUARDS_OFF", "").sp
 
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 _perf = time.perf_counter  # captured before any candidate runs: patching time.* cannot fool the timer
 
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
@@ -82,16 +80,39 @@ def _confine() -> dict:
             open(k, "a").close()
         mount(src.encode(), k, None, _MS_BIND | _MS_REC, None)
         os.close(fd)
-    return {"hide": hide, "keep": keep, "uid": spec.get("uid")}
+    locked = False
+    if spec.get("userns") and "mountlock" not in _GUARDS_OFF:
+        _lock_mounts(libc)
+        locked = True
+    return {"hide": hide, "keep": keep, "uid": spec.get("uid"), "locked": locked}
 
 
-_CONFINED = _confine()
+def _lock_mounts(libc) -> None:
+    """Without root we cannot drop to another uid, and root-in-our-user-namespace could unmount the covers.
+    Entering a nested user + mount namespace locks every mount we made (the kernel refuses to unmount or
+    move a mount inherited from a more privileged namespace); we stay 'root' only inside it."""
+    import ctypes
+
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+        err = ctypes.get_errno()
+        raise OSError(err, f"ksearch sandbox: cannot lock the hiding mounts: {os.strerror(err)}")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+_CONFINED = _confine()   # before numpy starts threads: a new user namespace needs a single-threaded process
+
+import numpy as np  # noqa: E402
 
 
 def _drop_privileges(needs: list[str]) -> str:
     """Become the sandbox's own uid (no capabilities: the mounts above cannot be undone, nothing of the
     user's can be written), after checking with effective ids only that this uid still reaches `needs`."""
     uid = _CONFINED.get("uid")
+    if _CONFINED.get("locked"):
+        return "the user's own uid, root only inside a nested user namespace (hiding mounts locked)"
     if uid is None:
         return "unchanged" if os.geteuid() else "root (not dropped: no namespaces or drop_privileges off)"
     os.setgroups([])

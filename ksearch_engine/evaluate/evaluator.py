@@ -49,7 +49,9 @@ class _Child:
         self.limits = limits
         self.stderr = scratch.parent / f"{scratch.name}.stderr"
         shutil.rmtree(scratch, ignore_errors=True)  # nothing a previous worker left is handed on
-        cmd = [sys.executable, "-m", "ksearch_engine.evaluate.child", backend]
+        # Run child.py as a script (not `-m`, which would import this package, numpy and its threads first:
+        # the child confines itself while still single-threaded); -P keeps its folder off sys.path.
+        cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), str(Path(__file__).with_name("child.py")), backend]
         pkg_root = str(Path(__file__).resolve().parents[2])
         self.proc, self.applied, self.cgroup = spawn(
             cmd, scratch, limits, backend=backend, stderr_path=self.stderr,

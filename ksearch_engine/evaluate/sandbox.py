@@ -82,12 +82,19 @@ def _unshare_prefix() -> list[str]:
         return []
     if "prefix" not in _PROBE:
         cmd = ["unshare", "--net", "--pid", "--fork", "--mount", "--mount-proc", "--kill-child"]
-        try:
-            ok = subprocess.run(cmd + ["true"], capture_output=True, timeout=10).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        _PROBE["prefix"] = cmd if ok else []
+        _PROBE["prefix"] = []
+        # root: plain namespaces; a user: the same inside a user namespace of its own, where the distro allows
+        for c in ([cmd] if os.geteuid() == 0 else [cmd[:1] + USERNS + cmd[1:]]):
+            try:
+                if subprocess.run(c + ["true"], capture_output=True, timeout=10).returncode == 0:
+                    _PROBE["prefix"] = c
+                    break
+            except (OSError, subprocess.TimeoutExpired):
+                pass
     return _PROBE["prefix"]
+
+
+USERNS = ["--user", "--map-root-user"]
 
 
 _PROBE: dict[str, object] = {}
@@ -168,13 +175,14 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
     procs = cg.procs_file()
     confine: dict = {}
     if prefix:
-        uid = _child_uid() if (limits.drop_privileges and os.geteuid() == 0) else None
+        userns = "--user" in prefix
+        uid = _child_uid() if (limits.drop_privileges and os.geteuid() == 0 and not userns) else None
         if uid is not None:
             os.chown(scratch, uid, uid)
             os.chmod(scratch, 0o700)
             os.chmod(scratch.parent, 0o711)  # others may pass through the evaluator's folder, not list it
         confine = {"hide": hidden_paths(limits), "tmp": [d for d in TMP_DIRS if os.path.isdir(d)],
-                   "tmp_mb": limits.tmp_mb, "keep": needed_paths(scratch), "uid": uid}
+                   "tmp_mb": limits.tmp_mb, "keep": needed_paths(scratch), "uid": uid, "userns": userns}
     applied = {"session": True, "scratch": str(scratch), "rlimits": [n for *_, n in rl],
                "network": "isolated (new network namespace)" if prefix else "not isolated (no namespaces here)",
                "pid_namespace": bool(prefix), "pids_cgroup": procs is not None,

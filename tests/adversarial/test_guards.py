@@ -155,6 +155,43 @@ def test_with_nothing_hidden_the_key_leaks(fake_home):
     assert r.status == "runtime_error" and "ksearch-test-secret" in r.message
 
 
+def _unmount_attempt(home: Path, key: Path, **limits) -> str:
+    # the home stays hidden too (as by default): the interpreter under it is bound back, so the uid drop works
+    hide = [str(Path.home().resolve()), str(home)]
+    with make_evaluator(softmax_task(), hide=hide, disable_guards=["audit"] + limits.pop("off", []),
+                        **limits) as ev:
+        r = ev.evaluate(attack("unmounts_hidden_folder", DIR=home, KEY=key), timing=False)
+    assert r.status == "runtime_error" and "UMOUNT" in r.message, r.message
+    return r.message
+
+
+@needs_ns
+@needs_root
+def test_root_worker_cannot_unmount_the_cover_after_dropping_to_its_own_uid(fake_home):
+    home, key = fake_home
+    msg = _unmount_attempt(home, key)
+    assert "rc=-1" in msg and "ksearch-test-secret" not in msg
+    # Shows the uid drop is what stops it: a worker left root unmounts the cover and reads the key.
+    assert "ksearch-test-secret" in _unmount_attempt(home, key, drop_privileges=False)
+
+
+@needs_ns
+def test_user_namespace_worker_locks_its_covers(fake_home, monkeypatch):
+    """How a non-root user's worker runs (unshare --user --map-root-user): it cannot drop to another uid, so
+    it locks its mounts in a nested user namespace. Forced here with the same unshare flags."""
+    home, key = fake_home
+    monkeypatch.setattr(sandbox, "_unshare_prefix", lambda: ["unshare", *sandbox.USERNS, "--net", "--pid",
+                                                             "--fork", "--mount", "--mount-proc", "--kill-child"])
+    with make_evaluator(softmax_task(), hide=[str(Path.home().resolve()), str(home)]) as ev:
+        r = ev.evaluate(attack("good"))
+        assert r.status == "passed" and "nested user namespace" in r.sandbox["user"], (r.message, r.sandbox)
+        assert r.sandbox["network"].startswith("isolated")
+    msg = _unmount_attempt(home, key)
+    assert "rc=-1" in msg and "ksearch-test-secret" not in msg
+    # Shows the lock is what stops it: without it, root-in-the-namespace unmounts the cover.
+    assert "ksearch-test-secret" in _unmount_attempt(home, key, off=["mountlock"])
+
+
 @needs_ns
 def test_the_default_hides_the_whole_home_but_keeps_what_the_run_needs():
     home = str(Path.home().resolve())
