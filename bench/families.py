@@ -71,6 +71,8 @@ SWEEPS = {
     "ssd": [("ops_chunked", dict(chunk=64, compile=True))]
            + [("registers", dict(states_per_thread=s_, chunk=c, threads_per_group=g, fast_exp=True))
               for s_, c, g in ((4, 16, 128), (4, 32, 128), (8, 16, 128), (16, 8, 64), (4, 8, 256))],
+    "moe": [("ops", dict(method="unsorted", compile=False)), ("ops", dict(method="dense", compile=False)),
+            ("gemv_rows", dict(cols_per_warp=4, vec=8, warps_per_group=4)), ("gemv_rows", dict(cols_per_warp=8, vec=8, warps_per_group=8))],
     "moe_gating": [("ops", dict(method="argpartition", compile=False)), ("ops", dict(method="k_argmax", compile=True))]
                   + [("k_passes", dict(lanes_per_token=l, threads_per_group=g, fast_exp=f))
                      for l, g, f in ((8, 128, False), (4, 128, False), (16, 128, False), (32, 128, False), (1, 128, False),

@@ -2,6 +2,8 @@
 the evaluator on mlx-cpu and every `metal`/`cuda` template passes it on the CPU simulator (`sim`)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from ksearch_engine import families
@@ -28,8 +30,12 @@ def test_registry_lists_the_families_and_names_a_missing_one():
 def test_task_builds_with_small_checks_and_real_bench_shapes(name):
     task = families.get(name).make_task()
     assert task.workloads and task.bench_workloads
-    small = max(sum(a.size for a in task.make_inputs(w, 0)) for w in task.workloads)
-    big = max(sum(a.size for a in task.make_inputs(w, 0)) for w in task.bench_workloads[:1])
+    def elements(w):
+        return sum(math.prod(i.resolve_shape(w.dims)) for i in task.inputs)
+
+    assert all(len(task.make_inputs(w, 0)) == len(task.inputs) for w in task.workloads)
+    small = max(elements(w) for w in task.workloads)
+    big = min(elements(w) for w in task.bench_workloads)
     assert small < 200_000, "correctness workloads must stay small (they run in CI and in the simulator)"
     assert big > 10 * small
 
