@@ -3,19 +3,27 @@ worker still sees the GPU, runs op and cuda_kernel candidates, times them, and s
 
 Run on the device machine (skipped elsewhere):
     python -m pytest -q tests/gpu/test_sandbox_cuda.py
+or, where pytest is not installed (the device image), as a script that prints each result:
+    PYTHONPATH=. python tests/gpu/test_sandbox_cuda.py
 """
 import os
+import sys
 
-import pytest
+try:
+    import pytest
+except ImportError:  # the device machine may have no pytest: see __main__ below
+    pytest = None
 
-mx = pytest.importorskip("mlx.core")
-if not (hasattr(mx, "cuda") and mx.cuda.is_available()):
+import mlx.core as mx
+
+if pytest is not None and __name__ != "__main__" and not (hasattr(mx, "cuda") and mx.cuda.is_available()):
     pytest.skip("needs MLX's CUDA backend (an NVIDIA GPU)", allow_module_level=True)
 
 from ksearch_engine.evaluate import Evaluator, Limits  # noqa: E402
 from ksearch_engine.task import InputSpec, KernelTask, Workload  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+if pytest is not None:
+    pytestmark = pytest.mark.gpu
 
 TASK = KernelTask(
     name="row-softmax", family="softmax",
@@ -77,10 +85,15 @@ def kernel(x):
 """
 
 
-@pytest.fixture(scope="module")
-def ev():
-    with Evaluator(TASK, "mlx-cuda", limits=Limits(wall_s=120), repeats=10, warmup=2) as e:
-        yield e
+def _evaluator() -> Evaluator:
+    return Evaluator(TASK, "mlx-cuda", limits=Limits(wall_s=120), repeats=10, warmup=2)
+
+
+if pytest is not None:
+    @pytest.fixture(scope="module")
+    def ev():
+        with _evaluator() as e:
+            yield e
 
 
 def test_confined_worker_sees_the_gpu_and_times_an_ops_candidate(ev):
@@ -114,3 +127,19 @@ def test_memory_limit_is_not_applied_on_cuda_and_the_rest_are(ev):
     r = ev.evaluate(OPS, timing=False)
     assert "as" not in r.sandbox["rlimits"]
     assert {"cpu", "fsize", "nproc", "nofile"} <= set(r.sandbox["rlimits"])
+
+
+if __name__ == "__main__":
+    if not (hasattr(mx, "cuda") and mx.cuda.is_available()):
+        sys.exit("needs MLX's CUDA backend (an NVIDIA GPU)")
+    failed = 0
+    with _evaluator() as e:
+        for name, fn in list(globals().items()):
+            if name.startswith("test_") and callable(fn):
+                try:
+                    fn(e)
+                    print(f"PASS {name}")
+                except Exception as exc:  # noqa: BLE001 - report every test, then exit non-zero
+                    failed += 1
+                    print(f"FAIL {name}: {type(exc).__name__}: {exc}")
+    sys.exit(1 if failed else 0)
