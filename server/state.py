@@ -120,6 +120,12 @@ class KsearchServer(LanguageServer):
         want = self.store_path()
         if self._store is None or self._store.path != want:
             self._store = Store(want)
+            ignore = want.parent / ".gitignore"
+            if want.parent.name == ".ksearch" and not ignore.exists():
+                try:   # results, requests and job logs are not source: keep them out of the user's commits
+                    ignore.write_text("*\n")
+                except OSError:
+                    pass
             failed = self._store.mark_orphans_failed()
             if failed:
                 log.info("runs left running by a stopped worker marked failed: %s", failed)
