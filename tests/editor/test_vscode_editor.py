@@ -57,6 +57,18 @@ def user_settings(python: str) -> dict:
     }
 
 
+def files_containing(root: Path, needle: bytes) -> list[Path]:
+    """Files under root whose bytes contain needle; files that vanish while code-server runs are skipped."""
+    found = []
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and needle in path.read_bytes():
+                found.append(path)
+        except OSError:
+            continue
+    return found
+
+
 def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -169,7 +181,7 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, tmp_path, a
         time.sleep(0.5)
     assert "Sending notification 'ksearch/secret'" in traced, traced[-2000:]
     assert traced.count('"geminiApiKey": "***"') >= 2, f"the key was not sent (blanked) in ksearch/secret and initialize:\n{traced[-3000:]}"
-    leaks = [p for p in tmp_path.rglob("*") if p.is_file() and GEMINI_KEY.encode() in p.read_bytes()]
+    leaks = files_containing(tmp_path, GEMINI_KEY.encode())
     assert not leaks, f"the Gemini key was written to {leaks}"
 
 
