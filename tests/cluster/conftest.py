@@ -25,33 +25,19 @@ SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_timeout_ms": 500, 
                  "health_check_initial_delay_ms": 0}
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class LocalCluster:
     """A head node offering nothing, plus worker nodes added with the resources a test asks for."""
 
     def __init__(self):
-        self.client_port = _free_port()
         self.cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 0, "include_dashboard": False, "_system_config": SYSTEM_CONFIG,
-            "object_store_memory": 100 << 20, "ray_client_server_port": self.client_port})
+            "object_store_memory": 100 << 20})
         self.workers = {}
 
     @property
     def address(self) -> str:
         """The GCS address, for a driver inside the cluster network."""
         return self.cluster.address
-
-    @property
-    def client_address(self) -> str:
-        """The Ray Client address (ray://), for a machine outside the cluster network."""
-        return f"ray://127.0.0.1:{self.client_port}"
 
     def add(self, name: str, resources: dict):
         node = self.cluster.add_node(num_cpus=1, resources=resources, object_store_memory=100 << 20)

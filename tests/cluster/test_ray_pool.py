@@ -124,33 +124,3 @@ def test_cluster_status_lists_nodes_their_backends_and_what_each_runs(ray_cluste
     table = capsys.readouterr().out
     assert "mlx-cpu×1" in table and "sim×1" in table and "(head)" in table
 
-
-CLIENT_SCRIPT = '''
-import json, sys
-from ksearch_engine.pool.ray_pool import RayPool
-from tests.fakes import toy_family
-with RayPool(sys.argv[1], repeats=3) as pool:
-    r = pool.submit(toy_family.make_task(rows=64, cols=64), toy_family.NAIVE, "mlx-cpu").result(timeout=120)
-print(json.dumps({"status": r.status, "node": r.sandbox["node"]}))
-'''
-
-
-def test_a_machine_outside_the_cluster_connects_through_ray_client(ray_cluster, tmp_path):
-    """`ray://HOST:PORT` (Ray Client): what a laptop or a browser editor uses; a separate process, as the CLI is."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.cluster.conftest import ROOT
-
-    pytest.importorskip("grpc", reason="Ray Client needs ray[client] (grpcio)")
-    out = subprocess.run([sys.executable, "-c", CLIENT_SCRIPT, ray_cluster.client_address], cwd=ROOT,
-                         capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr[-2000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["status"] == "passed" and r["node"]["node_id"] == ray_cluster.node_id("cpu-a")
-    st = subprocess.run([sys.executable, "-m", "ksearch_engine.cli", "--json", "cluster", "status", "--cluster",
-                         ray_cluster.client_address], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert st.returncode == 0, st.stderr[-2000:]
-    backends = sorted(b for n in json.loads(st.stdout)["nodes"] if n["alive"] for b in n["backends"])
-    assert backends == ["mlx-cpu", "sim"]
