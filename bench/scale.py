@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ksearch_engine import families  # noqa: E402
 from ksearch_engine.evaluate import Limits  # noqa: E402
-from ksearch_engine.pool import LocalPool  # noqa: E402
+from ksearch_engine.pool import LocalPool, PoolError  # noqa: E402
 
 KINDS = {"mlx-cpu": "ops", "mlx-cuda": "cuda", "mlx-metal": "metal", "sim": "cuda"}
 
@@ -80,6 +80,7 @@ def run(kind: str, workers: int, backends: list[str], n: int, cluster: str | Non
     try:
         per_backend = {}
         for b in backends:
+            pool.info(b)          # fails at once, saying why, where no worker can run this backend
             per = pool.slots(b)
             warm = [pool.submit(task, src, b) for src in candidates(b, per)]   # start + reference, one per worker
             for f in warm:
@@ -125,7 +126,10 @@ def main() -> None:
         backends.append("mlx-cuda")
     rows = []
     for w in [int(x) for x in args.workers.split(",")]:
-        r = run(args.pool, w, backends, args.candidates, args.cluster, args.gpu, args.repeats)
+        try:
+            r = run(args.pool, w, backends, args.candidates, args.cluster, args.gpu, args.repeats)
+        except PoolError as e:
+            raise SystemExit(f"bench/scale.py: {e}") from None
         r["speedup_vs_1"] = round(r["evals_per_min"] / rows[0]["evals_per_min"], 2) if rows else 1.0
         rows.append(r)
         print(f"{r['pool']:5} workers={w:<2} slots={r['slots']} {r['candidates']} evals in {r['wall_s']:7.1f} s · "
