@@ -70,12 +70,21 @@ def kernel_line(source: Path, kernel: str = KERNEL) -> int:
     raise AssertionError(f"{source} has no __global__ {kernel}(")
 
 
+def walk_files(root: Path, skip_hidden: bool = False):
+    """Every file under root; os.walk ignores folders that vanish while code-server or the server works."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        if skip_hidden:
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            yield Path(dirpath) / name
+
+
+def python_files(folder: Path) -> set[Path]:
+    """Python files under folder, outside hidden folders such as .ksearch (os.walk ignores folders that
+    vanish while the server works)."""
+    return {p for p in walk_files(folder, skip_hidden=True) if p.suffix == ".py"}
+
+
 def new_python_files(folder: Path, before: set[Path]) -> list[Path]:
-    """Python files under folder (outside hidden folders such as .ksearch) that were not there before."""
-    found = []
-    for path in folder.rglob("*.py"):
-        if any(part.startswith(".") for part in path.relative_to(folder).parts):
-            continue
-        if path not in before:
-            found.append(path)
-    return sorted(found)
+    """Python files under folder (outside hidden folders) that were not there before."""
+    return sorted(python_files(folder) - before)

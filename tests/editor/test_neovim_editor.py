@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from editor_helpers import KERNEL, REPO, kernel_line, new_python_files
+from editor_helpers import KERNEL, REPO, kernel_line, new_python_files, python_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
 
 
 def test_port_to_mlx_in_neovim(tools, language_server, kernel_workspace, tmp_path, artifacts):
     source = kernel_workspace / "softmax.cu"
-    before = set(kernel_workspace.rglob("*.py"))
+    before = python_files(kernel_workspace)
     out = tmp_path / "nvim-seen.json"
     cfg = {
         "python": language_server, "file": str(source), "root": str(kernel_workspace), "kernel": KERNEL,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from editor_helpers import KERNEL, kernel_line, new_python_files
+from editor_helpers import KERNEL, kernel_line, new_python_files, python_files, walk_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -60,7 +60,7 @@ def user_settings(python: str) -> dict:
 def files_containing(root: Path, needle: bytes) -> list[Path]:
     """Files under root whose bytes contain needle; files that vanish while code-server runs are skipped."""
     found = []
-    for path in root.rglob("*"):
+    for path in walk_files(root):
         try:
             if path.is_file() and needle in path.read_bytes():
                 found.append(path)
@@ -140,7 +140,7 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, tmp_path, a
     for name in [*SCREENSHOTS, "error.png"]:
         (artifacts / name).unlink(missing_ok=True)
     source = kernel_workspace / "softmax.cu"
-    before = set(kernel_workspace.rglob("*.py"))
+    before = python_files(kernel_workspace)
     original_source = source.read_text()
     run, seen = drive(tools, {
         "mode": "port", "url": code_server, "folder": str(kernel_workspace), "file": "softmax.cu", "kernel": KERNEL,
@@ -175,7 +175,8 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, tmp_path, a
     traced = ""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:   # the log file is written a moment after the message
-        traced = "".join(p.read_text(errors="replace") for p in (tmp_path / "user-data" / "logs").rglob("ksearch.log"))
+        traced = "".join(p.read_text(errors="replace") for p in walk_files(tmp_path / "user-data" / "logs")
+                         if p.name == "ksearch.log")
         if traced.count('"geminiApiKey": "***"') >= 2:
             break
         time.sleep(0.5)
