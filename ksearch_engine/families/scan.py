@@ -31,7 +31,7 @@ BASELINE = LOOP.format(name="baseline")
 INPUTS = ["x", "delta", "A", "B", "C", "D"]
 
 
-def make_task(preset: str = "default") -> KernelTask:
+def make_task() -> KernelTask:
     inputs = [
         InputSpec(name="x", shape=["Bt", "L", "Dm"], init="normal", low=-1.0, high=1.0),
         InputSpec(name="delta", shape=["Bt", "L", "Dm"], init="positive", low=0.01, high=0.5),
