@@ -11,7 +11,7 @@ Knobs (all change the generated code):
 """
 from __future__ import annotations
 
-from ._src import Dialect, header, indent, kernel_ctor, tag
+from ._src import Dialect, header, kernel_ctor, tag
 from .base import Template
 
 EPS = 1e-5

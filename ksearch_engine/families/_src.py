@@ -9,9 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 
-KINDS = ("ops", "metal", "cuda")
-
-
 def tag(tid: str, knobs: dict, kind: str) -> str:
     """A short identifier for a kernel name: the template, the kind and a hash of the knobs."""
     h = hashlib.sha1(json.dumps(knobs, sort_keys=True, default=str).encode()).hexdigest()[:8]
@@ -100,22 +97,3 @@ class Dialect:
             lines.append(f"{var} = {self.fmax(var, other)};" if op == "max" else f"{var} += {other};")
             off //= 2
         return lines
-
-
-def mx_dtype(name: str) -> str:
-    return {"float16": "mx.float16", "bfloat16": "mx.bfloat16", "float32": "mx.float32"}[name]
-
-
-def indent(lines: list[str] | str, n: int = 4) -> str:
-    if isinstance(lines, str):
-        lines = lines.splitlines()
-    pad = " " * n
-    return "\n".join(pad + ln if ln.strip() else ln for ln in lines)
-
-
-def pow2(lo: int, hi: int) -> list[int]:
-    out, v = [], lo
-    while v <= hi:
-        out.append(v)
-        v *= 2
-    return out
