@@ -207,9 +207,10 @@ class _Run:
         self.store.record_result(cid, res.status, res.summary(), data)
         t = res.timing if self.timed else None
         node = res.sandbox.get("node") or {}
-        self.emit(CandidateEvent(candidate_id=cid, status=res.status, summary=_summary(res, vs_orig), evals=self.evals,
-                                 median_ms=t.median_ms if t else None, speedup=t.speedup if t else None,
-                                 node=node.get("name") if node.get("pool") == "ray" else None))
+        where = f"{node.get('name')} ({node.get('ip')})" if node.get("pool") == "ray" else None
+        self.emit(CandidateEvent(candidate_id=cid, status=res.status, evals=self.evals, node=where,
+                                 summary=_summary(res, vs_orig) + (f" · on node {where}" if where else ""),
+                                 median_ms=t.median_ms if t else None, speedup=t.speedup if t else None))
         return res, vs_orig
 
     def consider_best(self, cid: str, node_id: str, res: EvalResult, vs_orig: float | None, source: str) -> bool:
