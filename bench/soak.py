@@ -1,6 +1,6 @@
 """Soak test: run searches for N minutes while killing worker processes at random, then check nothing was lost.
 
-    python bench/soak.py [MINUTES] [--workers 2] [--kill-every 6] [--family softmax] [--backend mlx-cpu]
+    python bench/soak.py [MINUTES] [--workers 2] [--kill-every 6] [--child-share 0.25] [--family softmax]
 
 Each job is a real `python -m ksearch_engine.worker REQUEST.json` process writing one shared store (as the
 server runs them). A killer SIGKILLs a random running worker every `--kill-every` seconds on average (an
@@ -14,6 +14,9 @@ candidate that must survive. At the end the script
   and that each killed run still has its last events in the store (what the editor shows),
 - checks no sandboxed evaluator child outlived its worker, and sweeps the cgroups/temp folders of killed
   evaluators,
+
+(a share of the kills, `--child-share`, hits a worker's sandboxed evaluator process instead: the evaluator
+reports that candidate as killed and the search carries on)
 
 and prints jobs run, workers killed, candidates kept and lost. It exits 1 when anything was lost or broken.
 """
@@ -102,6 +105,8 @@ def main() -> int:
     ap.add_argument("minutes", nargs="?", type=float, default=2.0)
     ap.add_argument("--workers", type=int, default=2, help="jobs running at once")
     ap.add_argument("--kill-every", type=float, default=6.0, help="mean seconds between SIGKILLs")
+    ap.add_argument("--child-share", type=float, default=0.25,
+                    help="share of the kills aimed at a worker's sandboxed evaluator processes instead")
     ap.add_argument("--family", default="softmax")
     ap.add_argument("--backend", default="mlx-cpu")
     ap.add_argument("--max-evals", type=int, default=6)
@@ -114,7 +119,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ksearch-soak-"))
     store_path = args.store or work / "ksearch.db"
     jobs: list[Job] = []
-    killed = 0
+    killed = children_killed = 0
     deadline = time.monotonic() + args.minutes * 60
     next_kill = time.monotonic() + rng.expovariate(1 / args.kill_every)
     print(f"soak: {args.minutes:g} min, {args.workers} workers, a SIGKILL every ~{args.kill_every:g} s, "
@@ -125,10 +130,18 @@ def main() -> int:
             jobs.append(Job(store_path, work, len(jobs), args))
             running.append(jobs[-1])
         if time.monotonic() >= next_kill and running:
-            victim = rng.choice(running)
-            victim.proc.send_signal(signal.SIGKILL)
-            victim.killed = True
-            killed += 1
+            sandboxed = sorted(evaluator_children({j.proc.pid for j in running}))
+            if sandboxed and rng.random() < args.child_share:
+                try:   # a sandboxed evaluator process: its candidate is reported as killed, the search goes on
+                    os.kill(rng.choice(sandboxed), signal.SIGKILL)
+                    children_killed += 1
+                except ProcessLookupError:
+                    pass
+            else:
+                victim = rng.choice(running)
+                victim.proc.send_signal(signal.SIGKILL)
+                victim.killed = True
+                killed += 1
             next_kill = time.monotonic() + rng.expovariate(1 / args.kill_every)
         time.sleep(0.1)
     for j in jobs:   # let the last ones finish (bounded), then stop stragglers the same hard way
@@ -190,6 +203,8 @@ def main() -> int:
     print(f"workers killed:     {killed} (SIGKILL; {len(orphans)} runs marked failed by the orphan sweep, "
           f"{len(unstarted)} killed before they started, failed by the job manager, "
           f"{with_events} of {len(killed_runs)} killed runs keep their last events)")
+    print(f"evaluators killed:  {children_killed} sandboxed evaluator processes (SIGKILL; their searches went on: "
+          f"{sum(1 for j in jobs if j.done)} jobs finished)")
     print(f"candidates kept:    {kept}")
     print(f"candidates lost:    {lost}")
     print(f"store integrity:    {integrity}")
