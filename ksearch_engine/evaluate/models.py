@@ -31,7 +31,7 @@ class Limits(BaseModel):
     # the evaluator's own directory), which is bound back in.
     hide: list[str] | None = None
     # For tests that show each guard is what catches its attack: names of in-worker guards to switch off
-    # ('audit', 'tamper', 'recheck'). Never set outside tests.
+    # ('audit', 'tamper', 'recheck', 'streams', 'mountlock'). Never set outside tests.
     disable_guards: list[str] = []
 
 
