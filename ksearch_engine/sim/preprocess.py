@@ -115,7 +115,13 @@ def rewrite_block_shared(text: str, words: tuple[str, ...], base_depth: int = 0)
                 break
             i += 1
         decl = code[m.end():i]
-        pointer_like = "*" in decl or "&" in decl
+        outer = decl
+        while True:  # `a[W * G]` is an array: look for * and & outside brackets and parentheses only
+            stripped = re.sub(r"\[[^\[\]]*\]|\([^()]*\)", "", outer)
+            if stripped == outer:
+                break
+            outer = stripped
+        pointer_like = "*" in outer or "&" in outer
         out.append(text[pos:m.start()])
         if pointer_like:
             out.append(" " * len(m.group(1)))

@@ -703,3 +703,21 @@ def test_spin_wait_on_an_earlier_threadgroup_is_reported_quickly():
         run_cuda_source(src, "chain", (4, 1, 1), (32, 1, 1), args)
     assert e.value.kind == "race" and "reverse order" in str(e.value)
     assert time.time() - t0 < 15
+
+
+def test_shared_array_sized_by_a_product_is_one_array_per_block():
+    """`__shared__ float acc[W * G]` is an array (the `*` is inside the brackets), shared by the block."""
+    import numpy as np
+    from ksearch_engine.sim import run_mlx_kernel
+
+    src = """
+    __shared__ float acc[W * G];
+    int t = threadIdx.x;
+    acc[t] = (float)t;
+    __syncthreads();
+    out[t] = acc[(t + 1) % (W * G)];
+"""
+    o = run_mlx_kernel(dialect="cuda", name="k", input_names=["inp"], output_names=["out"], source=src,
+                       header="#define W 8\n#define G 4\n", inputs=[np.zeros(32, np.float32)], template=[],
+                       grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(32,)], output_dtypes=["float32"])
+    assert np.array_equal(o[0], (np.arange(32) + 1) % 32)
