@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from .procs import pid_alive as _pid_alive
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
   id TEXT PRIMARY KEY, kind TEXT NOT NULL, task_name TEXT, family TEXT, file TEXT, kernel TEXT,
@@ -252,13 +254,3 @@ class Store:
 
     def integrity(self) -> str:
         return self._conn().execute("PRAGMA integrity_check").fetchone()[0]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

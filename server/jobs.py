@@ -25,6 +25,7 @@ from lsprotocol import types
 from pygls.capabilities import get_capability
 
 from ksearch_engine.events import SearchRequest, parse_event
+from ksearch_engine.procs import pid_alive
 from ksearch_engine.store import ACTIVE
 
 if TYPE_CHECKING:
@@ -35,22 +36,6 @@ log = logging.getLogger(__name__)
 GRACE_S = 5.0
 REPORT_INTERVAL_S = 0.2
 POLL_S = 0.1
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:                                   # a zombie (exited, not reaped yet) is not running
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 @dataclass
