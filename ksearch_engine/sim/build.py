@@ -42,8 +42,13 @@ def cache_dir() -> Path:
     return path
 
 
+# Read once, when the simulator is imported: inside the evaluator that is before any candidate runs, so a
+# candidate that sets CXX cannot make the trusted compile step start a program of its choosing.
+_CXX_AT_IMPORT = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+
+
 def compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    cxx = _CXX_AT_IMPORT
     if not cxx:
         raise SimError("no C++ compiler found: install g++ (the CPU simulator compiles kernels with it)",
                        kind="usage")
