@@ -166,7 +166,9 @@ class Store:
     def mark_orphans_failed(self, alive: set[int] | None = None) -> list[str]:
         """Runs left 'running' by a dead worker become 'failed' (they can be re-run)."""
         out = []
-        for r in self.query("SELECT id, worker_pid FROM runs WHERE status='running'"):
+        # a queued run whose worker was started (it has a pid) and died before marking itself running counts too
+        for r in self.query("SELECT id, worker_pid FROM runs WHERE status='running'"
+                            " OR (status='queued' AND worker_pid IS NOT NULL)"):
             pid = r.get("worker_pid")
             if pid and (alive is not None and pid in alive or alive is None and _pid_alive(pid)):
                 continue
