@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -66,7 +67,7 @@ def make_pool(kind: str, workers: int, backends: list[str], cluster: str | None,
     if gpu:
         res["mlx_cuda"] = 1
     # a one-node Ray on this machine: its CPU workers, and with --gpu the GPU as a Ray GPU resource as well
-    ray.init(num_cpus=workers, num_gpus=1 if gpu else 0, resources=res, include_dashboard=False,
+    ray.init(address="local", num_cpus=workers, num_gpus=1 if gpu else 0, resources=res, include_dashboard=False,
              namespace="ksearch", logging_level="ERROR", log_to_driver=False)
     return RayPool("local", limits=limits, repeats=repeats, max_workers=workers)
 
@@ -87,8 +88,9 @@ def run(kind: str, workers: int, backends: list[str], n: int, cluster: str | Non
                 f.result()
             per_backend[b] = per
         started_s = time.monotonic() - t0
-        jobs = [(b, pool.submit(task, src, b)) for b in backends for src in candidates(b, n)]
-        t1 = time.monotonic()
+        work = [(b, src) for b in backends for src in candidates(b, n)]
+        t1 = time.monotonic()            # a one-worker LocalPool evaluates inside submit()
+        jobs = [(b, pool.submit(task, src, b)) for b, src in work]
         results = [(b, f.result()) for b, f in jobs]
         wall = time.monotonic() - t1
     finally:
@@ -118,6 +120,7 @@ def main() -> None:
     ap.add_argument("--gpu", action="store_true", help="GPU machine: add the GPU (mlx_cuda, a Ray GPU) beside the CPU "
                                                        "workers and evaluate CUDA-backend candidates on it at the same time")
     ap.add_argument("--repeats", type=int, default=5, help="timing repeats per candidate")
+    ap.add_argument("--rounds", type=int, default=2, help="measure every worker count this many times (median)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -125,18 +128,26 @@ def main() -> None:
     if args.gpu and "mlx-cuda" not in backends:
         backends.append("mlx-cuda")
     rows = []
-    for w in [int(x) for x in args.workers.split(",")]:
+    counts = [int(x) for x in args.workers.split(",")]
+    for w in counts * args.rounds:      # rounds interleaved: load from other work on the machine hits all counts
         try:
             r = run(args.pool, w, backends, args.candidates, args.cluster, args.gpu, args.repeats)
         except PoolError as e:
             raise SystemExit(f"bench/scale.py: {e}") from None
-        r["speedup_vs_1"] = round(r["evals_per_min"] / rows[0]["evals_per_min"], 2) if rows else 1.0
         rows.append(r)
         print(f"{r['pool']:5} workers={w:<2} slots={r['slots']} {r['candidates']} evals in {r['wall_s']:7.1f} s · "
-              f"{r['evals_per_min']:6.1f} evals/min · x{r['speedup_vs_1']:.2f} vs 1 worker · startup {r['startup_s']} s · "
+              f"{r['evals_per_min']:6.1f} evals/min · startup {r['startup_s']} s · "
               f"{r['statuses']} · load {r['load_avg_1min']}", flush=True)
+    summary = []
+    for w in counts:
+        rates = sorted(r["evals_per_min"] for r in rows if r["workers"] == w)
+        summary.append({"workers": w, "evals_per_min_median": statistics.median(rates), "runs": rates})
+    for s in summary:
+        s["speedup_vs_first"] = round(s["evals_per_min_median"] / summary[0]["evals_per_min_median"], 2)
+        print(f"workers={s['workers']:<2} median {s['evals_per_min_median']:6.1f} evals/min "
+              f"(runs {s['runs']}) · x{s['speedup_vs_first']:.2f} vs {counts[0]} worker(s)")
     info = {"machine": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "task": "scan", "results": rows}
+            "task": "scan", "pool": args.pool, "summary": summary, "results": rows}
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(info, indent=2))

@@ -61,8 +61,9 @@ def connect(address: str | None, *, local_workers: int | None = None):
 
         n = local_workers or 1
         here = {"mlx-cpu", "sim", backends.detect().name}
-        ray.init(num_cpus=n, resources={RESOURCE[b]: n for b in here}, include_dashboard=False, namespace=NAMESPACE,
-                 logging_level="ERROR", log_to_driver=False)
+        # address="local": always a new Ray of our own, never a cluster someone else started on this machine
+        ray.init(address="local", num_cpus=n, resources={RESOURCE[b]: n for b in here}, include_dashboard=False,
+                 namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
         return ray, True
     if address.startswith("ray://"):
         try:
