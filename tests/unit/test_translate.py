@@ -217,18 +217,7 @@ def test_module_path_is_next_to_the_source():
     assert module_path_for("/a/b/softmax.cu") == Path("/a/b/softmax_mlx.py")
 
 
-GRID_STRIDE = """namespace ops {
-template <typename T, int BLOCK>
-__global__ void __launch_bounds__(256) scale(const T* __restrict__ x, T* y, T s, size_t n) {
-    for (size_t i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += gridDim.x * BLOCK) y[i] = __ldg(x + i) * s;
-}
-}  // namespace ops
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
-static inline int clamp_blocks(int b) { return b > 4 ? 4 : b; }
-void run(const float* x, float* y, float s, size_t n) {
-    ops::scale<float, 256><<<clamp_blocks(CEIL_DIV(n, 256)), 256>>>(x, y, s, n);
-}
-"""
+GRID_STRIDE = (Path(__file__).resolve().parents[1] / "data" / "grid_stride.cu").read_text()
 
 
 def test_namespaced_template_launch_with_macros_and_host_helpers():
