@@ -139,7 +139,14 @@ def generate(dialect: str, name: str, input_names, output_names, source: str, he
     lines = [f'#include "ksim_{dialect}.h"']
     if dialect == "cuda":
         lines.append("#define inf cuda::std::numeric_limits<float>::infinity()")
-    lines += ['#line 1 "header"', prepare(header or "", dialect), '#line 1 "ksim-signature"']
+    # MLX appends its generated signature to the header with no newline in between (Metal: `template <` or
+    # `[[kernel]] void`; CUDA: `namespace mlx::core::cu {`). A header whose last line has no newline therefore
+    # runs into that text on the GPU (`#define B 32` + `namespace` -> `32namespace`); glue it the same way here.
+    glued = bool(header) and not header.endswith("\n")
+    lines += ['#line 1 "header"', prepare(header or "", dialect)]
+    if not glued:
+        lines.append('#line 1 "ksim-signature"')
+    start = len(lines)
     if dialect == "metal":
         for attr, typ, expr in METAL_ATTRIBUTES:
             if attr in source:
@@ -170,6 +177,8 @@ def generate(dialect: str, name: str, input_names, output_names, source: str, he
         lines += ['#line 1 "source"', prepare(source, dialect, in_function=True), "}", "}}}  // namespace mlx::core::cu",
                   '#line 1 "ksim-launch"',
                   f"static void ksim_entry() {{ mlx::core::cu::{fname}(" + ", ".join(call) + "); }"]
+    if glued:  # the header's last line and the first generated line become one line, as on the GPU
+        lines[start - 1:start + 1] = [lines[start - 1] + lines[start]]
     lines.append("KSIM_EXPORT_RUN(ksim_entry)")
     return "\n".join(lines) + "\n", arg_kinds
 

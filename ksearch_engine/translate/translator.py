@@ -203,7 +203,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             issues.append(Issue(construct=h.name, line=h.range.start.line, severity="error",
                                 message=f"helper '{h.name}' reads CUDA thread indices; Metal exposes them only "
                                         "to the kernel: pass them in as parameters"))
-    metal_header = "\n\n".join(header_parts)
+    # MLX glues its generated signature straight onto the header: end it with a newline
+    metal_header = "\n\n".join(header_parts) + "\n" if header_parts else ""
     for i in rw.issues:
         issues.append(i)
     dyn = [s for s in k.shared if s.dynamic]
@@ -216,7 +217,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     cuda_header_parts = ["#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif"]
     cuda_header_parts += preamble
     cuda_header_parts += [h.text for h in helpers]
-    cuda_header = "\n\n".join(cuda_header_parts)
+    cuda_header = "\n\n".join(cuda_header_parts) + "\n"
     for i in issues:   # these break the CUDA-backend port too
         if i.construct.endswith("<<<...>>>") or i.construct in ("grid.sync()", "this_grid()"):
             i.message += " (the CUDA-backend port cannot do it either: MLX launches kernels without " \

@@ -46,13 +46,7 @@ def _original_function(text: str, k, targs: list, tmp: Path):
     return cp.RawModule(path=str(cubin)).get_function(names[0])
 
 
-_KNOWN = {"attention": "on the H200 (2026-12-03) MLX's cuda_kernel failed to compile the flash-attention port at "
-                        "`min(BLOCK_KV, kv_len - j0)` (expected a ')'); the simulator accepts it: to investigate"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(reason=_KNOWN[p.parent.name], strict=False))
-                                  if p.parent.name in _KNOWN else p for p in EXAMPLES],
-                         ids=[p.parent.name for p in EXAMPLES])
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.parent.name for p in EXAMPLES])
 def test_cuda_backend_port_matches_the_original_on_the_gpu(path, tmp_path):
     text = path.read_text()
     parsed = find_kernels(text, str(path))

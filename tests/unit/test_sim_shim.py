@@ -85,3 +85,24 @@ def test_mlx_docs_cuda_example_matches_mx_exp(shim):
     b = exp_elementwise(a)
     assert b.dtype == mx.float16
     assert mx.allclose(b, mx.exp(a)).item()
+
+
+@pytest.mark.parametrize("dialect", ["metal", "cuda"])
+def test_header_without_final_newline_breaks_as_it_does_on_the_gpu(shim, dialect):
+    """MLX appends its generated signature straight after `header`: a header ending in `#define N 4` with no
+    newline becomes `#define N 4namespace ...` (CUDA) or `4[[kernel]] void ...` (Metal) and fails to compile on the
+    GPU. The simulator must fail the same way, and pass once the newline is there (the H200 found this bug)."""
+    idx = "thread_position_in_grid.x" if dialect == "metal" else "threadIdx.x"
+    src = f"y[{idx}] = x[{idx}] * N;"
+    make = mx.fast.metal_kernel if dialect == "metal" else mx.fast.cuda_kernel
+    x = mx.arange(4).astype(mx.float32)
+
+    def run(header):
+        k = make(name=f"hdr_{dialect}_{len(header)}", input_names=["x"], output_names=["y"], source=src,
+                 header=header)
+        return k(inputs=[x], grid=(4, 1, 1), threadgroup=(4, 1, 1), output_shapes=[(4,)],
+                 output_dtypes=[mx.float32])[0]
+
+    with pytest.raises(SimError):
+        run("#define N 4")
+    assert run("#define N 4\n").tolist() == [0.0, 4.0, 8.0, 12.0]
