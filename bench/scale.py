@@ -99,13 +99,16 @@ def run(kind: str, workers: int, backends: list[str], n: int, cluster: str | Non
             import ray
             ray.shutdown()          # this script started the one-node Ray
     statuses: dict[str, int] = {}
+    errors: dict[str, str] = {}     # backend/status -> the first message (why candidates failed)
     nodes = set()
-    for _, r in results:
+    for b, r in results:
         statuses[r.status] = statuses.get(r.status, 0) + 1
+        if r.status != "passed":
+            errors.setdefault(f"{b}/{r.status}", (r.message or "")[:300])
         nodes.add((r.sandbox.get("node") or {}).get("node_id") or (r.sandbox.get("node") or {}).get("name"))
     return {"pool": kind, "workers": workers, "slots": per_backend, "backends": backends, "candidates": len(results),
             "wall_s": round(wall, 2), "evals_per_min": round(60 * len(results) / wall, 1), "startup_s": round(started_s, 1),
-            "statuses": statuses, "nodes": len(nodes),
+            "statuses": statuses, "errors": errors, "nodes": len(nodes),
             "load_avg_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)],   # other work on the machine
             "mean_eval_s": round(sum(r.eval_ms for _, r in results) / 1e3 / len(results), 2)}
 
@@ -138,6 +141,8 @@ def main() -> None:
         print(f"{r['pool']:5} workers={w:<2} slots={r['slots']} {r['candidates']} evals in {r['wall_s']:7.1f} s · "
               f"{r['evals_per_min']:6.1f} evals/min · startup {r['startup_s']} s · "
               f"{r['statuses']} · load {r['load_avg_1min']}", flush=True)
+        for k, msg in r["errors"].items():
+            print(f"      {k}: {msg}", flush=True)
     summary = []
     for w in counts:
         rates = sorted(r["evals_per_min"] for r in rows if r["workers"] == w)

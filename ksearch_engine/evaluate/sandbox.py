@@ -11,6 +11,8 @@ reported back in `applied`.
 """
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import itertools
 import json
 import os
@@ -154,6 +156,16 @@ class PidsCgroup:
             self.path = None
 
 
+@functools.lru_cache(maxsize=1)
+def mlx_has_cuda() -> bool:
+    """Whether MLX's CUDA backend is installed (an mlx-cuda-* distribution), found without importing mlx."""
+    try:
+        names = {(d.metadata["Name"] or "").lower().replace("_", "-") for d in importlib.metadata.distributions()}
+    except Exception:  # noqa: BLE001 - a broken dist-info must not stop an evaluation
+        return False
+    return any(n.startswith("mlx-cuda") for n in names)
+
+
 def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_extra: dict | None = None,
           stderr_path: Path | None = None) -> tuple[subprocess.Popen, dict, PidsCgroup]:
     """Start `cmd` sandboxed in `scratch`. Returns the process, what was applied, and its pids cgroup."""
@@ -168,7 +180,9 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
         busy = _user_threads(os.geteuid())
         if busy is not None:
             rl.append((resource.RLIMIT_NPROC, busy + limits.nproc, "nproc"))
-    if backend != "mlx-cuda":  # CUDA runtimes reserve large virtual ranges; RLIMIT_AS breaks them
+    if backend != "mlx-cuda" and not mlx_has_cuda():
+        # CUDA runtimes reserve large virtual ranges; RLIMIT_AS breaks them. An MLX built with its CUDA backend
+        # initialises CUDA on import even for a CPU evaluation, so the limit is off wherever that MLX is installed.
         rl.append((resource.RLIMIT_AS, limits.memory_mb << 20, "as"))
     prefix = _unshare_prefix() if limits.isolate_network else []
     cg = PidsCgroup(f"ksearch-{os.getpid()}-{next(_SEQ)}", limits.nproc)

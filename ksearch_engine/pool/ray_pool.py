@@ -97,6 +97,12 @@ class DeviceWorker:
     def __init__(self, backend: str, limits: dict | None, repeats: int):
         from .local import LocalPool
 
+        from ..evaluate.sandbox import mlx_has_cuda
+
+        if backend != "mlx-cuda" and os.environ.get("CUDA_VISIBLE_DEVICES") == "" and mlx_has_cuda():
+            # Ray hides every GPU from an actor that asked for none, and MLX's CUDA build cannot even be
+            # imported then ("no CUDA-capable device"): a CPU evaluation on a GPU node needs it visible
+            os.environ.pop("CUDA_VISIBLE_DEVICES")
         self.backend = backend
         self.pool = LocalPool(limits=Limits.model_validate(limits) if limits else None, repeats=repeats)
         self.node = node_identity()
