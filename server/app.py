@@ -63,7 +63,10 @@ def create_server() -> KsearchServer:
     @ls.feature(types.INITIALIZED)
     @guarded(ls, "Starting ksearch")
     async def initialized(params: types.InitializedParams) -> None:
-        await config.load_settings(ls)
+        try:
+            await config.load_settings(ls)
+        finally:
+            ls.settings_loaded.set()
         try:
             ls.store    # opens it; runs left 'running' by a dead worker become 'failed'
             ls.jobs.adopt_running()      # workers still running from an earlier session: follow them

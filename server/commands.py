@@ -90,6 +90,12 @@ def register(ls: "KsearchServer") -> None:
     async def run_command(kind: str, args: tuple) -> dict | None:
         uri, kernel = _args(args, 2, f"ksearch.{kind} [uri, kernel]")[:2]
         msg_id = ls.protocol.msg_id
+        if not ls.settings_loaded.is_set():      # the client's settings are still on their way
+            try:
+                await asyncio.wait_for(ls.settings_loaded.wait(), 10)
+            except asyncio.TimeoutError:
+                ls.tell("the editor's ksearch settings did not arrive within 10 s; this job uses the defaults",
+                        types.MessageType.Warning)
         job = start_job(ls, kind, uri, kernel)
         if msg_id is not None:
             job.request_ids.add(msg_id)

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+import re
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+# ray://HOST:PORT (Ray Client), HOST:PORT (a driver inside the cluster network), auto, local
+_CLUSTER = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$|^(auto|local)$")
 
 
 class Settings(BaseModel):
@@ -17,6 +22,14 @@ class Settings(BaseModel):
     store_path: str | None = None                          # ksearch.storePath
     concurrency: int = Field(1, ge=1, le=16)
     openai_base_url: str | None = None                     # ksearch.openaiBaseUrl
+    cluster: str | None = None                             # ksearch.cluster: evaluate on a Ray cluster
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, v: str | None) -> str | None:
+        if v is not None and not _CLUSTER.match(v.strip()):
+            raise ValueError("expected ray://HOST:PORT, HOST:PORT, local or auto")
+        return v.strip() if v else None
 
     @property
     def backend_request(self) -> str | None:
@@ -26,6 +39,7 @@ class Settings(BaseModel):
 _KEYS = {
     "proposer": "proposer", "model": "model", "budget.evaluations": "evaluations", "backend": "backend",
     "storePath": "store_path", "concurrency": "concurrency", "openaiBaseUrl": "openai_base_url",
+    "cluster": "cluster",
 }
 
 

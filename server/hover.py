@@ -9,7 +9,7 @@ from lsprotocol import types
 
 from . import documents
 from .errors import guarded
-from .summary import fmt_ms, short_device, timing_of
+from .summary import fmt_ms, timing_of, where
 
 if TYPE_CHECKING:
     from .state import KsearchServer
@@ -60,10 +60,10 @@ def run_table(ls: "KsearchServer", run: dict) -> list[str]:
             lat = iqr = vs_base = vs_orig = "—"
         status = c["status"] + (" ★" if c["id"] == run.get("best_candidate") else "") \
             + (f" ({decided[c['id']]})" if c["id"] in decided else "")
-        where = f"{short_device(res.get('device'))} ({res.get('backend') or '?'})" if res else "—"
+        place = where(res)
         trials = str(res.get("trials", "—")) if res else "—"
         plan = c.get("plan") or c.get("message") or ""
-        lines.append(f"| {c['seq']} | {_cell(status, 30)} | {lat} | {iqr} | {vs_base} | {vs_orig} | {_cell(where, 40)} "
+        lines.append(f"| {c['seq']} | {_cell(status, 30)} | {lat} | {iqr} | {vs_base} | {vs_orig} | {_cell(place, 48)} "
                      f"| {trials} | {_cell(plan)} |")
     if len(rows) > MAX_ROWS:
         lines.append(f"\n…and {len(rows) - MAX_ROWS} more (`ksearch show {run['id']}`)")

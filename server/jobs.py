@@ -107,7 +107,8 @@ class JobManager:
         req = SearchRequest(kind=kind, store_path=str(store.path), source_file=path, kernel=kernel,
                             doc_version=doc_version, proposer=s.proposer, model=s.model,
                             base_url=s.openai_base_url if s.proposer == "openai" else None,
-                            backend=s.backend_request, max_evals=s.evaluations, **request)
+                            backend=s.backend_request, max_evals=s.evaluations,
+                            cluster=s.cluster if kind == "optimize" else None, **request)
         task = req.task or {}
         run_id = store.create_run(kind, task_name=task.get("name") or kernel, family=req.family or task.get("family", ""),
                                   file=path, kernel=kernel, backend=req.backend or "", proposer=req.proposer,

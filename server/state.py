@@ -69,6 +69,9 @@ class KsearchServer(LanguageServer):
         super().__init__("ksearch-lsp", VERSION, protocol_cls=KsearchProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.settings = Settings()
+        # set once the client's settings were pulled after `initialized` (or could not be): jobs wait for it, so
+        # a command sent right after start-up runs with the user's settings, not the defaults
+        self.settings_loaded = asyncio.Event()
         self.index = WorkspaceIndex()
         self.tasks = TaskFinder()
         self.results = Results()

@@ -20,6 +20,16 @@ def short_device(device: str | None) -> str:
     return d or "?"
 
 
+def where(res: dict | None) -> str:
+    """`device (backend)`, and `@ node` when a cluster node measured it (results from a Ray pool name their node)."""
+    if not res:
+        return "—"
+    node = (res.get("sandbox") or {}).get("node") if isinstance(res.get("sandbox"), dict) else None
+    # only a cluster's node is worth naming: a local pool's results all come from this machine
+    name = (node.get("name") or node.get("ip") or "") if isinstance(node, dict) and node.get("pool") == "ray" else ""
+    return f"{short_device(res.get('device'))} ({res.get('backend') or '?'})" + (f" @ {name}" if name else "")
+
+
 def timing_of(cand: dict) -> dict | None:
     """The candidate's main timing, unless it came from a backend that cannot time (the simulator)."""
     res = cand.get("result") or {}
@@ -54,8 +64,7 @@ class Best:
 
     @property
     def where(self) -> str:
-        res = self.cand.get("result") or {}
-        return f"{short_device(res.get('device'))} ({res.get('backend') or '?'})"
+        return where(self.cand.get("result") or {})
 
     def verified_label(self) -> str:
         res = self.cand.get("result") or {}

@@ -19,6 +19,8 @@ export interface KsearchSettings {
   storePath: string;
   concurrency: number;
   openaiBaseUrl: string;
+  /** A Ray cluster that evaluates candidates (ray://HOST:PORT, HOST:PORT, local, auto); empty: this machine. */
+  cluster: string;
 }
 
 export const DEFAULTS: KsearchSettings = {
@@ -30,6 +32,7 @@ export const DEFAULTS: KsearchSettings = {
   storePath: "",
   concurrency: 1,
   openaiBaseUrl: "http://127.0.0.1:8080/v1",
+  cluster: "",
 };
 
 /** Reads settings through `get(key)` (for example `workspace.getConfiguration('ksearch').get`). */
@@ -52,6 +55,7 @@ export function readSettings(get: (key: string) => unknown): KsearchSettings {
     storePath: str("storePath", DEFAULTS.storePath),
     concurrency: int("concurrency", DEFAULTS.concurrency, 1),
     openaiBaseUrl: str("openaiBaseUrl", DEFAULTS.openaiBaseUrl),
+    cluster: str("cluster", DEFAULTS.cluster),
   };
 }
 
@@ -78,6 +82,7 @@ export function describeOptions(options: InitializationOptions): string {
     `proposer=${s.proposer}${s.model ? ` model=${s.model}` : ""} backend=${s.backend} ` +
     `budget.evaluations=${s.budget.evaluations} concurrency=${s.concurrency}` +
     `${s.storePath ? ` storePath=${s.storePath}` : ""}` +
+    `${s.cluster ? ` cluster=${s.cluster}` : ""}` +
     ` geminiApiKey=${options.geminiApiKey ? "set" : "not set"}`
   );
 }
@@ -103,4 +108,5 @@ export const RESTART_KEYS = [
   "storePath",
   "concurrency",
   "openaiBaseUrl",
+  "cluster",
 ].map((k) => `${SECTION}.${k}`);

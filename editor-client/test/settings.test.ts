@@ -17,6 +17,8 @@ test("settings are read with defaults for missing or invalid values", () => {
   assert.equal(s.concurrency, 3);
   assert.equal(s.backend, "auto");
   assert.equal(readSettings((k) => (k === "proposer" ? "claude" : undefined)).proposer, "offline");
+  assert.equal(readSettings((k) => (k === "cluster" ? " ray://10.0.0.5:10001 " : undefined)).cluster, "ray://10.0.0.5:10001");
+  assert.equal(readSettings(() => undefined).cluster, "");
 });
 
 test("initializationOptions carry the settings and the key, the description never the key", () => {
@@ -41,6 +43,9 @@ test("every setting the client reads is contributed with a description, defaults
   assert.equal(props["ksearch.openaiBaseUrl"].default, DEFAULTS.openaiBaseUrl);
   assert.deepEqual(props["ksearch.proposer"].enum, ["offline", "gemini", "openai"]);
   assert.ok(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations.includes("ksearch.interpreter"));
+  // a workspace must not be able to send the user's kernels to a cluster of its choosing
+  assert.ok(manifest.capabilities.untrustedWorkspaces.restrictedConfigurations.includes("ksearch.cluster"));
+  assert.equal(props["ksearch.cluster"].default, DEFAULTS.cluster);
 });
 
 test("the server is attached to every kernel language, and .cu/.cuh/.metal have a language", () => {
