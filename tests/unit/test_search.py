@@ -33,7 +33,9 @@ def test_offline_search_improves_on_the_naive_kernel_with_measured_candidates(tm
     assert best["status"] == "passed" and best["result"]["timing"] is not None
     assert best["result"]["timing"]["median_ms"] < orig_ms / 2          # naive row loop vs vectorized blocks
     orig_speedup = original[0]["result"]["timing"]["speedup"]
-    assert best["result"]["timing"]["speedup"] > 2 * orig_speedup
+    # vs the baseline, measured interleaved with each candidate separately: it moves with the machine's load,
+    # so only the direction is asserted here (the 2x above compares the two candidates' own times)
+    assert best["result"]["timing"]["speedup"] > orig_speedup
     assert best["result"]["vs_original"]["speedup"] > 2
     assert store.run(req.run_id)["best_candidate"] == done.best_candidate
 
