@@ -25,6 +25,7 @@ from rich.table import Table
 from .events import SearchRequest
 from .store import Store, default_path
 from .task import KernelTask, TaskError, find_task_file
+from .worldmodel import plan_brief
 
 # Piped output (CI logs, `| less`) would otherwise wrap tables at 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
@@ -234,7 +235,7 @@ def show_run(store: Store, run_id: str, tree: bool) -> None:
     cands = store.candidates(r["id"])
     t = Table(title=f"run {r['id']} · {r['kind']} · {r.get('task_name') or r.get('kernel') or ''} · {r['status']}")
     for c in ("#", "status", "plan", "median ms", "±IQR", "vs baseline", "vs original", "trials", "device"):
-        t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=44 if c == "plan" else None)
+        t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=48 if c == "plan" else None)
     original = next((c for c in cands if (c.get("result") or {}).get("timing")), None)
     orig_ms = original["result"]["timing"]["median_ms"] if original else None
     for c in cands:
@@ -243,7 +244,7 @@ def show_run(store: Store, run_id: str, tree: bool) -> None:
         status = c["status"] + (" *" if c["id"] == r.get("best_candidate") else "")
         if c["status"] == "passed" and not tm:
             status += f" ({res.get('verified_by')})"
-        t.add_row(str(c["seq"]), status, (c.get("plan") or "")[:88],
+        t.add_row(str(c["seq"]), status, plan_brief(c.get("plan") or "", 48),
                   f"{tm['median_ms']:.4g}" if tm else "-", f"{tm['iqr_ms']:.2g}" if tm else "-",
                   (f"{tm['speedup']:.2f}x" + ("!" if tm.get("suspect") else "")) if tm else "-",
                   f"{orig_ms / tm['median_ms']:.2f}x" if tm and orig_ms else "-", str(res.get("trials", "-")),
@@ -318,8 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", help="results database (default: ./.ksearch/ksearch.db or $KSEARCH_STORE)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     sub = p.add_subparsers(dest="cmd", required=True)
+    # --store and --json are accepted after the command too (`ksearch runs --json`); SUPPRESS keeps a value
+    # given before the command when the command's own parser does not see one
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    o = sub.add_parser("optimize", help="search for a faster kernel")
+    o = sub.add_parser("optimize", parents=[common], help="search for a faster kernel")
     o.add_argument("target", help="a *.task.toml, a family name, or a kernel file")
     o.add_argument("--kernel", help="which kernel in the file")
     o.add_argument("--proposer", default="offline", choices=["offline", "gemini", "openai"])
@@ -337,38 +343,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="at most N candidates evaluated at once (default: one per free device of the pool)")
     o.set_defaults(fn=cmd_optimize)
 
-    pt = sub.add_parser("port", help="translate a CUDA kernel to an MLX module and check it")
+    pt = sub.add_parser("port", parents=[common], help="translate a CUDA kernel to an MLX module and check it")
     pt.add_argument("file")
     pt.add_argument("--kernel")
     pt.add_argument("--backend", choices=["mlx-metal", "mlx-cuda", "mlx-cpu", "sim"])
     pt.add_argument("--force", action="store_true", help="overwrite an existing, different port module")
     pt.set_defaults(fn=cmd_port)
 
-    e = sub.add_parser("eval", help="verify and time one candidate module")
+    e = sub.add_parser("eval", parents=[common], help="verify and time one candidate module")
     e.add_argument("task", help="a *.task.toml or a family name")
     e.add_argument("candidate", help="a Python module defining the task's entry function")
     e.add_argument("--backend", choices=["mlx-metal", "mlx-cuda", "mlx-cpu", "sim"])
     e.add_argument("--timeout", type=float, default=60.0, help="seconds before the candidate is killed")
     e.set_defaults(fn=cmd_eval)
 
-    r = sub.add_parser("runs", help="list runs in the store")
+    r = sub.add_parser("runs", parents=[common], help="list runs in the store")
     r.add_argument("--limit", type=int, default=30)
     r.set_defaults(fn=cmd_runs)
 
-    s = sub.add_parser("show", help="show one run's candidates")
+    s = sub.add_parser("show", parents=[common], help="show one run's candidates")
     s.add_argument("run", help="run id (a prefix is enough)")
     s.add_argument("--tree", action="store_true", help="print the world-model tree")
     s.set_defaults(fn=cmd_show)
 
-    cl = sub.add_parser("cluster", help="the Ray cluster candidates can be evaluated on")
+    cl = sub.add_parser("cluster", parents=[common], help="the Ray cluster candidates can be evaluated on")
     cls = cl.add_subparsers(dest="cluster_cmd", required=True)
-    cst = cls.add_parser("status", help="nodes, their backends and devices, and what each is evaluating")
+    cst = cls.add_parser("status", parents=[common], help="nodes, their backends and devices, and what each is evaluating")
     cst.add_argument("--cluster", default=os.environ.get("KSEARCH_CLUSTER", "auto"), metavar="ADDRESS",
                      help="ray://HOST:PORT or HOST:PORT (default: $KSEARCH_CLUSTER, else the cluster started on "
                           "this machine)")
     cst.set_defaults(fn=cmd_cluster_status)
 
-    f = sub.add_parser("families", help="list the built-in kernel families")
+    f = sub.add_parser("families", parents=[common], help="list the built-in kernel families")
     f.set_defaults(fn=cmd_families)
     return p
 
@@ -383,6 +389,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    except BrokenPipeError:      # `ksearch runs --json | head`: the reader left; not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
 
 
 if __name__ == "__main__":

@@ -398,3 +398,15 @@ def render_tree_json(tree_json: str, **kw) -> str:
     """`render_tree` for a stored snapshot (the store keeps trees as JSON text). No square brackets appear in
     the output, so it prints safely through rich's markup too."""
     return render_tree(PlanTree.model_validate_json(tree_json), **kw)
+
+
+def plan_brief(plan: str, n: int = 60) -> str:
+    """A plan path cut to `n` characters from its end: the steps nearest the candidate (the knob it changed)
+    tell one candidate from its siblings; the shared approach at the start does not."""
+    plan = " ".join((plan or "").split())
+    if len(plan) <= n:
+        return plan
+    tail = plan[-(n - 1):]
+    cut = tail.find(" ")
+    return "…" + (tail[cut + 1:] if 0 <= cut < 12 else tail)
+

@@ -9,6 +9,8 @@ from lsprotocol import types
 
 from . import documents
 from .errors import guarded
+from ksearch_engine.worldmodel import plan_brief
+
 from .summary import fmt_ms, timing_of, where
 
 if TYPE_CHECKING:
@@ -62,7 +64,7 @@ def run_table(ls: "KsearchServer", run: dict) -> list[str]:
             + (f" ({decided[c['id']]})" if c["id"] in decided else "")
         place = where(res)
         trials = str(res.get("trials", "—")) if res else "—"
-        plan = c.get("plan") or c.get("message") or ""
+        plan = plan_brief(c.get("plan") or "", 70) if c.get("plan") else (c.get("message") or "")
         lines.append(f"| {c['seq']} | {_cell(status, 30)} | {lat} | {iqr} | {vs_base} | {vs_orig} | {_cell(place, 48)} "
                      f"| {trials} | {_cell(plan)} |")
     if len(rows) > MAX_ROWS:

@@ -38,3 +38,28 @@ def test_bad_task_file_gives_a_clear_message_not_a_traceback(tmp_path):
 def test_unknown_run_is_reported(tmp_path):
     r = ksearch("--store", str(tmp_path / "k.db"), "show", "nope")
     assert r.returncode == 2 and "no run 'nope'" in r.stderr
+
+
+def test_json_and_store_are_accepted_after_the_command_too(tmp_path, capsys):
+    """`ksearch runs --json` and `ksearch show RUN --json` (the form the port command prints) work like
+    `ksearch --json runs`."""
+    from ksearch_engine import cli
+    from ksearch_engine.store import Store
+
+    db = tmp_path / "ks.db"
+    run_id = Store(db).create_run("optimize", task_name="t", status="done")
+    assert cli.main(["runs", "--json", "--store", str(db)]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["id"] == run_id
+    assert cli.main(["--store", str(db), "show", run_id[:6], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["id"] == run_id
+    assert cli.main(["--json", "--store", str(db), "runs"]) == 0          # the global form still works
+    assert json.loads(capsys.readouterr().out)[0]["id"] == run_id
+
+
+def test_plan_brief_keeps_the_steps_nearest_the_candidate():
+    from ksearch_engine.worldmodel import plan_brief
+    plan = ("approach (scan.chunked_two_pass): chunked scan in MLX ops: CHUNK steps inside chunks, then L/CHUNK "
+            "carries → tune compile: compile False → True → tune chunk: chunk 16 → 8")
+    brief = plan_brief(plan, 48)
+    assert len(brief) <= 48 and brief.startswith("…") and brief.endswith("chunk 16 → 8")
+    assert plan_brief("original", 48) == "original"
