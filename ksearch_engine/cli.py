@@ -151,6 +151,7 @@ def _run(req: SearchRequest, args, title: str) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} evals"),
                   TimeElapsedColumn(), console=console, transient=True) as prog:
         bar = prog.add_task("starting", total=req.max_evals if req.kind == "optimize" else None)
+        seen = [0]      # candidates printed: numbered as `ksearch show` numbers them
 
         def emit(e) -> None:
             store.add_event(req.run_id, e.type, json.loads(e.model_dump_json())) if e.type in ("best", "done", "error") else None
@@ -158,7 +159,8 @@ def _run(req: SearchRequest, args, title: str) -> int:
                 prog.update(bar, description=f"{e.stage}: {e.message}"[:70])
             elif e.type == "candidate":
                 prog.update(bar, completed=e.evals)
-                prog.console.print(f"  #{e.evals:<3} {e.status:<14} {e.summary}")
+                seen[0] += 1
+                prog.console.print(f"  #{seen[0]:<3} {e.status:<14} {e.summary}")
             elif e.type == "best":
                 prog.console.print(f"  [green]new best[/] {e.summary}")
             elif e.type == "log" and e.level != "info":
