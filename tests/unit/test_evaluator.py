@@ -150,3 +150,17 @@ def kernel(x):
         r = e.evaluate(leak, timing=False)
     assert r.status == "passed", "the API key reached the candidate's environment"
     assert r.sandbox["env"] == "scrubbed"
+
+
+def test_a_suspect_speedup_is_confirmed_by_the_candidates_own_time_not_a_swinging_baseline():
+    from ksearch_engine.evaluate.evaluator import remeasure_agrees
+    from ksearch_engine.evaluate.models import Timing
+
+    def t(ms, base_ms):
+        return Timing(workload="w", median_ms=ms, iqr_ms=0.01, baseline_ms=base_ms, baseline_iqr_ms=1.0,
+                      speedup=base_ms / ms, repeats=10, method="m", suspect=True)
+    first = t(1.10, 530.0)                                  # as on the H200: 482x vs a per-token loop
+    assert remeasure_agrees(first, t(1.15, 366.0))          # the loop swung 1.45x, the candidate did not
+    assert remeasure_agrees(first, t(1.40, 680.0))          # the candidate moved 27%, the speed-up agrees
+    assert not remeasure_agrees(first, t(2.5, 530.0))       # a warm-state artefact: 2.3x slower when fresh
+    assert not remeasure_agrees(first, t(1.1, 0.9))         # not faster than the baseline at all
