@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -37,13 +38,23 @@ BACKEND_OF = {r: b for b, r in RESOURCE.items()}
 PREFERENCE = ("mlx-metal", "mlx-cuda", "mlx-cpu")           # backend=None: the best a cluster offers
 
 
+# Ray Client (`ray://`) tries an address 3 times before it gives up, waiting 5, 10 and then 15 s (Ray 2.60.0: 30 s
+# for an address where nothing answers as a Ray Client server: a closed port, the GCS port, a cluster that wants
+# a token this machine does not send). ray.init() has no option for it; Ray Client reads these two settings once,
+# when it is first loaded: 3 tries of at most CLIENT_TRY_S seconds each. A user's own values win.
+CLIENT_TRY_S = 5
+CLIENT_PORT = 10001          # Ray Client's default port on the head (`ray start --head --ray-client-server-port`)
+
+
 def import_ray():
     """Ray, or a PoolError saying how to install it."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")    # no usage reports leave the machine
+    os.environ.setdefault("RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S", str(CLIENT_TRY_S))
+    os.environ.setdefault("RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S", str(CLIENT_TRY_S))
     try:
         import ray
     except ImportError:
-        raise PoolError("Ray is not installed: pip install 'ray==2.60.0' (or the 'cluster' extra of ksearch) "
+        raise PoolError("Ray is not installed: pip install 'ray[client]==2.60.0' (or the 'cluster' extra of ksearch) "
                         "on this machine and on every node of the cluster") from None
     return ray
 
@@ -66,18 +77,89 @@ def connect(address: str | None, *, local_workers: int | None = None):
                  namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
         return ray, True
     if address.startswith("ray://"):
-        try:
-            import grpc  # noqa: F401 - Ray Client needs it
-        except ImportError:
-            raise PoolError(f"{address}: connecting through Ray Client needs 'ray[client]==2.60.0' here (grpcio is "
-                            f"missing); or run ksearch on a machine inside the cluster network and pass the head's "
-                            f"GCS address HOST:PORT instead") from None
+        _connect_client(ray, address)
+        return ray, True
     try:
         ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
     except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, grpc errors...
         raise PoolError(f"cannot connect to the Ray cluster at {address}: {e}. Is the head running "
                         f"(`ray start --head`, see docs/cluster.md) and is the address right?") from None
     return ray, True
+
+
+def _connect_client(ray, address: str) -> None:
+    """Connect through Ray Client, or raise a PoolError that names the address and says what to check.
+
+    A TCP connection first, so that a closed port or an unreachable host is said within CLIENT_TRY_S rather than
+    after Ray Client's own retries; then Ray Client, bounded as import_ray() sets it."""
+    try:
+        import grpc  # noqa: F401 - Ray Client needs it
+    except ImportError:
+        raise PoolError(f"{address}: connecting through Ray Client needs 'ray[client]==2.60.0' here (grpcio is "
+                        f"missing); or run ksearch on a machine inside the cluster network and pass the head's "
+                        f"GCS address HOST:PORT instead") from None
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(address)
+        host, port = parts.hostname, parts.port or CLIENT_PORT
+    except ValueError as e:
+        raise PoolError(f"{address}: not a Ray Client address ({e}); write it ray://HOST:PORT") from None
+    if not host:
+        raise PoolError(f"{address}: not a Ray Client address (no host); write it ray://HOST:PORT")
+    head = f"`ray start --head --ray-client-server-port {port}`" if port != CLIENT_PORT else "`ray start --head`"
+    deadline = time.monotonic() + CLIENT_TRY_S
+    while True:    # a refused connection is tried again for a while: a head just started opens its port late
+        try:
+            socket.create_connection((host, port), timeout=max(0.5, deadline - time.monotonic())).close()
+            break
+        except OSError as e:
+            if isinstance(e, ConnectionRefusedError) and time.monotonic() < deadline:
+                time.sleep(0.25)
+                continue
+            why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e) or type(e).__name__).lower()
+        raise PoolError(f"cannot reach the Ray cluster at {address}: connecting to {host}:{port} {why}. Is the "
+                        f"head running with its Ray Client server ({head}, port {CLIENT_PORT} by default; see "
+                        f"docs/cluster.md), is the address right, and can this machine reach that port?") from None
+    for attempt in (1, 2):
+        try:
+            with warnings.catch_warnings():    # its "connection timed out" warning: the PoolError below says more
+                warnings.filterwarnings("ignore", message="Ray Client connection timed out")
+                ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+            return
+        except Exception as e:  # noqa: BLE001 - ConnectionError, ConnectionAbortedError (its server side), RuntimeError
+            last = _last_line(str(e)) or type(e).__name__
+            if isinstance(e, ConnectionError) and last == "ray client connection timeout":
+                tries = os.environ.get("RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S", CLIENT_TRY_S)
+                raise PoolError(
+                    f"cannot connect to the Ray cluster at {address}: {host}:{port} accepts connections but no Ray "
+                    f"Client server let this machine in (3 tries, up to {tries} s each). Is {port} the head's Ray "
+                    f"Client port ({head}, {CLIENT_PORT} by default) rather than its GCS port (6379)? If the cluster "
+                    f"uses token authentication, set RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN, "
+                    f"RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) here too (docs/cluster.md).") from None
+            if "Starting Ray client server failed" not in str(e):
+                raise PoolError(f"cannot connect to the Ray cluster at {address} through Ray Client: {last}. The head "
+                                f"needs 'ray[client]==2.60.0' and ksearch installed, and the same Python minor version "
+                                f"as this machine; see its ray_client_server*.err logs (/tmp/ray/session_latest/logs "
+                                f"on the head)") from None
+            # The head's Ray Client server forks a server for each client; with gRPC's fork support on (as it is by
+            # default) that child can segfault before it starts (Ray 2.60.0, grpcio 1.85.1: one connection in five
+            # to ten here). Once more, then say how to avoid it.
+            try:
+                ray.shutdown()
+            except Exception:  # noqa: BLE001
+                pass
+            if attempt == 2:
+                raise PoolError(f"cannot connect to the Ray cluster at {address}: the head's Ray Client server failed "
+                                f"twice to start a session for this client ({last}). Its per-client server crashes at "
+                                f"start when gRPC fork support is on: restart the head with GRPC_ENABLE_FORK_SUPPORT=0 "
+                                f"in its environment (`GRPC_ENABLE_FORK_SUPPORT=0 ray start --head ...`)") from None
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of an error message (Ray Client sends the server's traceback in it)."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
 
 
 def node_identity() -> dict:
