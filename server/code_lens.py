@@ -30,7 +30,7 @@ def lenses_for(ls: "KsearchServer", uri: str) -> list[types.CodeLens]:
         job = ls.jobs.active_for(path, k.name)
         res = ls.results.for_kernel(store, path, k.name)
         if job is not None:
-            state = "queued" if job.state == "queued" else job.progress_message()
+            state = "queued" if job.state == "queued" else job.progress_message(short=True)
             out.append(_lens(rng, f"⟳ {job.title}: {state}", "ksearch.cancel", [job.run_id]))
             out.append(_lens(rng, "Cancel", "ksearch.cancel", [job.run_id]))
         elif res.runs and res.runs[0]["status"] in ("running", "queued"):

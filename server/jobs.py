@@ -65,13 +65,18 @@ class Job:
     final: dict | None = None
     _last_report: float = 0.0
 
-    def progress_message(self) -> str:
-        parts = [self.stage]
+    def progress_message(self, short: bool = False) -> str:
+        """Where the job is; `short` (for the code lens): the stage's name only, no plan text."""
+        parts = [self.stage.split(":")[0] if short else self.stage]
         if self.round:
             parts.append(f"round {self.round}")
         parts.append(f"{self.evals}/{self.request.max_evals} evals" if self.kind == "optimize" else f"{self.evals} checks")
         if self.best:
-            parts.append(f"best {self.best}")
+            best = self.best
+            if short:   # "passed · 0.62 ms ±0.17 · 10.1x vs baseline · device · …": its time (or verdict) only
+                best = next((p.split(" ±")[0] for p in self.best.split(" · ") if p.endswith(("ms", "µs"))
+                             or " ms ±" in p or " µs ±" in p or "verified" in p), self.best[:40])
+            parts.append(f"best {best}")
         return " · ".join(parts)
 
 
@@ -132,6 +137,7 @@ class JobManager:
         while self.queue and len(self.running) < limit:
             job = self.queue.pop(0)
             job.state = "running"
+            job.stage = "starting"
             asyncio.ensure_future(self._run(job))
 
     # -- cancel ------------------------------------------------------------------------------------
@@ -280,6 +286,7 @@ class JobManager:
     def _on_event(self, job: Job, ev) -> None:
         changed = False
         if ev.type == "stage":
+            changed = ev.stage != job.stage.split(":")[0]      # the lens shows the stage's name: refresh it
             job.stage = ev.stage + (f": {ev.message}" if ev.message else "")
         elif ev.type == "node":
             job.round = ev.round or job.round

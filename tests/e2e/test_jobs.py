@@ -210,6 +210,9 @@ async def test_a_running_job_survives_a_server_crash(workspace: Path):
         await ed.wait_for(lambda: ed.client.progress_reports.get(token), what="progress of the adopted job")
         titles = await lens_titles(ed, uri)
         assert any(t.startswith("⟳ Optimize softmax_kernel") for t in titles), titles
+        running = next(t for t in titles if t.startswith("⟳"))
+        # the lens is a glance: stage name, evaluations, best time; the plan text goes to the progress report
+        assert "evals" in running and len(running) < 100 and "approach" not in running, running
         await execute(ed, types.Command(title="Cancel", command="ksearch.cancel", arguments=[run["id"]]))
         await ed.wait_for(lambda: store.run(run["id"])["status"] == "cancelled", timeout=30, what="cancelled")
         await ed.wait_for(lambda: not alive(run["worker_pid"]), timeout=15, what="the worker to exit")

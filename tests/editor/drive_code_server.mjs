@@ -210,16 +210,21 @@ try {
   const diff = page.locator(".monaco-diff-editor").first();
   const progressDeadline = Date.now() + 60_000;
   seen.progress = null;
-  while (Date.now() < progressDeadline && seen.progress === null) {
+  seen.runningLenses = null;
+  // While the job runs: the status bar says "ksearch: N running" and the lens over the kernel becomes
+  // "⟳ Port … | Cancel". (The idle status item reads just "ksearch": it must not count as progress.)
+  while (Date.now() < progressDeadline && (seen.progress === null || seen.runningLenses === null)) {
     const text = (await statusbar.innerText()).replace(/\s+/g, " ");
-    if (/running|queued|port|search|evaluat|candidate/i.test(text) && /ksearch|port|candidate|search/i.test(text)) {
-      seen.progress = text;
+    if (seen.progress === null && /ksearch: \d+ (running|queued)/i.test(text)) seen.progress = text;
+    const lenses = await page.locator(".codelens-decoration a").allTextContents();
+    if (seen.runningLenses === null && lenses.some((l) => l.includes("⟳"))) {
+      seen.runningLenses = lenses;
       await shot(page, "02-progress.png");
-      break;
     }
     if (await diff.isVisible()) break;
     await sleep(100);
   }
+  step("running lenses", { lenses: seen.runningLenses });
   step("progress", { text: seen.progress });
 
   // 3. When the job ends the server asks the client to show the best candidate as a diff.

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -154,7 +155,11 @@ def test_port_to_mlx_in_vscode(tools, code_server, kernel_workspace, tmp_path, a
 
     assert any("Port to MLX" in lens for lens in seen["lenses"]), seen["lenses"]
     assert any("Port to MLX" in action for action in seen["actions"]), seen["actions"]
-    assert seen["progress"], "no progress showed in the status bar while the port ran"
+    assert re.search(r"ksearch: \d+ (running|queued)", seen["progress"] or ""), \
+        f"the status bar never said 'ksearch: N running' while the port ran: {seen['progress']!r}"
+    running = seen.get("runningLenses") or []
+    assert any("⟳" in l for l in running) and "Cancel" in running, \
+        f"no running lens with Cancel over the kernel while the port ran: {running}"
     assert "mlx" in seen["diffCandidate"], f"the diff's candidate side shows no MLX code: {seen['diffCandidate'][:300]!r}"
 
     ported = new_python_files(kernel_workspace, before)
