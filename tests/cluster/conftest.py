@@ -73,3 +73,4 @@ def ray_cluster():
         if ray.is_initialized():
             ray.shutdown()
         c.shutdown()
+

@@ -15,6 +15,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ray[
 pytest.importorskip("grpc", reason="grpcio is not installed (pip install 'ray[client]==2.60.0'): skipped")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from tests.cluster.helpers import wait_until_busy
 from ksearch_engine import cli, families  # noqa: E402
 from ksearch_engine.evaluate import Limits  # noqa: E402
 from ksearch_engine.pool import PoolError  # noqa: E402
@@ -121,10 +122,7 @@ def test_cluster_status_through_ray_client(client_cluster, capsys):
     with RayPool(client_cluster.address, limits=Limits(wall_s=60), repeats=3, max_workers=1) as pool:
         pool.info("mlx-cpu")
         slow = pool.submit(toy, SLOW, "mlx-cpu")
-        deadline = time.monotonic() + 60
-        while not any(w["busy"] for w in pool.workers()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)
+        wait_until_busy(pool)
         assert cli.main(["--json", "cluster", "status", "--cluster", client_cluster.address]) == 0
         busy = json.loads(capsys.readouterr().out)
         assert cli.main(["cluster", "status", "--cluster", client_cluster.address]) == 0

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.cluster.helpers import wait_until_busy
 from ksearch_engine.evaluate import Limits
 from ksearch_engine.pool import PoolError
 from ksearch_engine.pool.ray_pool import RayPool
@@ -106,10 +107,7 @@ def test_cluster_status_lists_nodes_their_backends_and_what_each_runs(ray_cluste
     with RayPool(ray_cluster.address, limits=Limits(wall_s=60), repeats=3) as pool:
         pool.info("mlx-cpu")
         slow = pool.submit(toy, SLOW, "mlx-cpu")
-        deadline = time.monotonic() + 60
-        while not any(w["busy"] for w in pool.workers()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)
+        wait_until_busy(pool)
         assert cli.main(["--json", "cluster", "status", "--cluster", ray_cluster.address]) == 0
         st = json.loads(capsys.readouterr().out)
         assert slow.result(timeout=120).status == "passed"
