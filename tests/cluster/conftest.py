@@ -73,4 +73,3 @@ def ray_cluster():
         if ray.is_initialized():
             ray.shutdown()
         c.shutdown()
-
