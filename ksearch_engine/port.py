@@ -26,26 +26,16 @@ class PortError(Exception):
 
 def translate_file(path: str, kernel: str | None):
     """Parse `path`, pick the kernel, translate it. Returns (parse result, kernel info, translation)."""
-    from .source import find_kernels
-    from .translate import TranslateError, translate_kernel
+    from .translate import TranslateError, load_cuda_kernel, translate_kernel
 
-    p = Path(path)
     try:
-        text = p.read_text(errors="replace")
-    except OSError as e:
-        raise PortError(f"{p}: cannot read the file ({e.strerror})") from None
-    parsed = find_kernels(text, str(p))
-    cuda = [k for k in parsed.kernels if k.language == "cuda"]
-    if not cuda:
-        why = "; ".join(d.message for d in parsed.diagnostics[:2]) or "no __global__ function found"
-        raise PortError(f"{p}: no CUDA kernel to port ({why})")
-    k = next((k for k in cuda if k.name == kernel), None) if kernel else cuda[0]
-    if k is None:
-        raise PortError(f"{p}: no CUDA kernel named '{kernel}' (found: {', '.join(x.name for x in cuda)})")
-    try:
-        tr = translate_kernel(parsed, k.name, str(p))
+        parsed, k = load_cuda_kernel(path, kernel)
     except TranslateError as e:
-        raise PortError(f"{p}: {k.name}: {e}") from None
+        raise PortError(str(e)) from None
+    try:
+        tr = translate_kernel(parsed, k.name, str(path))
+    except TranslateError as e:
+        raise PortError(f"{path}: {k.name}: {e}") from None
     return parsed, k, tr
 
 

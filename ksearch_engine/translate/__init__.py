@@ -15,7 +15,7 @@ from .rewrite import Issue, RewriteContext, Rewriter
 from .rules import Rule, RuleTable, load_rules
 from .translator import TranslateError, Translation, module_path_for, translate_kernel
 
-__all__ = ["translate_kernel", "translate_file", "translate_snippet", "Translation", "TranslateError", "Issue", "Rule", "RuleTable",
+__all__ = ["translate_kernel", "translate_file", "load_cuda_kernel", "translate_snippet", "Translation", "TranslateError", "Issue", "Rule", "RuleTable",
            "load_rules", "module_path_for"]
 
 
@@ -33,8 +33,9 @@ def translate_helper(cuda: str, rules: RuleTable | None = None) -> str:
     return whole
 
 
-def translate_file(path, kernel: str | None = None, rules: RuleTable | None = None) -> Translation:
-    """Reads a .cu file and ports one kernel (the first when `kernel` is None)."""
+def load_cuda_kernel(path, kernel: str | None = None):
+    """Reads a .cu file and picks one CUDA kernel (the first when `kernel` is None).
+    Returns (parse result, kernel info); a clear TranslateError naming the file otherwise."""
     from pathlib import Path
 
     from ..source import find_kernels
@@ -44,8 +45,18 @@ def translate_file(path, kernel: str | None = None, rules: RuleTable | None = No
         text = p.read_text(errors="replace")
     except OSError as e:
         raise TranslateError(f"{p}: cannot read the file ({e.strerror})") from None
-    result = find_kernels(text, str(p))
-    if not result.kernels:
-        why = "; ".join(d.message for d in result.diagnostics[:3]) or "no kernels"
-        raise TranslateError(f"{p}: nothing to port ({why})")
-    return translate_kernel(result, kernel or result.kernels[0].name, str(p), rules=rules)
+    parsed = find_kernels(text, str(p))
+    cuda = [k for k in parsed.kernels if k.language == "cuda"]
+    if not cuda:
+        why = "; ".join(d.message for d in parsed.diagnostics[:3]) or "no __global__ function found"
+        raise TranslateError(f"{p}: nothing to port: no CUDA kernel ({why})")
+    k = next((k for k in cuda if k.name == kernel), None) if kernel else cuda[0]
+    if k is None:
+        raise TranslateError(f"{p}: no CUDA kernel named '{kernel}' (found: {', '.join(x.name for x in cuda)})")
+    return parsed, k
+
+
+def translate_file(path, kernel: str | None = None, rules: RuleTable | None = None) -> Translation:
+    """Reads a .cu file and ports one kernel (the first when `kernel` is None)."""
+    parsed, k = load_cuda_kernel(path, kernel)
+    return translate_kernel(parsed, k.name, str(path), rules=rules)
