@@ -14,6 +14,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.capabilities import get_capability
 from pygls.lsp.server import LanguageServer
+from pygls.exceptions import JsonRpcException
 from pygls.protocol import LanguageServerProtocol
 from pygls.uris import from_fs_path, to_fs_path
 
@@ -42,6 +43,27 @@ class KsearchProtocol(LanguageServerProtocol):
         jobs = getattr(self._server, "jobs", None)
         if jobs is not None:
             jobs.cancel_for_request(msg_id)
+
+    def structure_message(self, data):
+        """pygls raises (and its reader only logs) when a request's params do not fit the method's types, so the
+        editor would wait forever for a reply. Answer such a request with the JSON-RPC error instead
+        (-32602 InvalidParams) and drop it; notifications are still only logged, as JSON-RPC wants."""
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if isinstance(data, dict) and "method" in data and data.get("id") is not None \
+                    and isinstance(data["id"], (int, str)):
+                self._send_response(data["id"], error=exc.to_response_error())
+                return _ANSWERED
+            raise
+
+    def handle_message(self, message):
+        if message is _ANSWERED:
+            return
+        super().handle_message(message)
+
+
+_ANSWERED = object()      # a request already answered with an error while being read
 
 
 class RedactSecrets(logging.Filter):
