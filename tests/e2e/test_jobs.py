@@ -24,6 +24,11 @@ def store_of(root: Path) -> Store:
     return Store(root / ".ksearch" / "ksearch.db")
 
 
+# Jobs these tests cancel, kill or queue behind must outlast the test's steps: on mlx-cpu the offline search on
+# softmax runs out of plans in ~7 s (once faster than a Cancel); on the simulator it takes ~45 s.
+LONG_BACKEND = "sim"
+
+
 async def wait_running(editor: Editor, root: Path) -> dict:
     store = store_of(root)
 
@@ -43,7 +48,7 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("how", ["cancelRequest", "progress", "command"])
 async def test_cancel_a_running_optimize(workspace: Path, how: str):
-    ed = await start_editor(workspace, "vscode", settings={"budget": {"evaluations": 500}, "backend": "mlx-cpu"})
+    ed = await start_editor(workspace, "vscode", settings={"budget": {"evaluations": 500}, "backend": LONG_BACKEND})
     try:
         uri = ed.open(workspace / "softmax.cu")
         titles = await lens_titles(ed, uri)
@@ -80,7 +85,7 @@ async def test_cancel_a_running_optimize(workspace: Path, how: str):
 
 @pytest.mark.parametrize("via", ["initializationOptions", "ksearch/secret"])
 async def test_api_key_only_in_the_worker_environment(workspace: Path, via: str):
-    settings = {"budget": {"evaluations": 500}, "backend": "mlx-cpu"}
+    settings = {"budget": {"evaluations": 500}, "backend": LONG_BACKEND}
     init = {"geminiApiKey": SECRET} if via == "initializationOptions" else {"geminiApiKey": "an-older-key"}
     log = workspace.parent / "server.log"
     ed = await start_editor(workspace, "vscode", settings=settings, init_options=init,
@@ -108,7 +113,7 @@ async def test_api_key_only_in_the_worker_environment(workspace: Path, via: str)
 
 async def test_jobs_queue_beyond_the_concurrency_limit(workspace: Path):
     shutil.copy(EXAMPLES / "rmsnorm" / "rmsnorm.cu", workspace / "rmsnorm.cu")
-    ed = await start_editor(workspace, "vscode", settings={"budget": {"evaluations": 500}, "backend": "mlx-cpu",
+    ed = await start_editor(workspace, "vscode", settings={"budget": {"evaluations": 500}, "backend": LONG_BACKEND,
                                                             "concurrency": 1})
     try:
         soft = ed.open(workspace / "softmax.cu")
@@ -156,8 +161,10 @@ async def test_a_search_started_elsewhere_shows_and_can_be_cancelled(workspace: 
     """`ksearch optimize` in a terminal writes the same store: the editor shows the run and can stop it."""
     ed = await start_editor(workspace, "vscode")
     cli = await asyncio.create_subprocess_exec(
+        # on the simulator: ~45 s of work (on mlx-cpu the offline search runs out of plans in ~7 s, which once
+        # beat the Cancel below)
         sys.executable, "-m", "ksearch_engine.cli", "optimize", "softmax.cu", "--kernel", KERNEL, "--budget", "500",
-        "--backend", "mlx-cpu", cwd=workspace, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        "--backend", "sim", cwd=workspace, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         env={k: v for k, v in os.environ.items() if k != "KSEARCH_STORE"})
     try:
         uri = ed.open(workspace / "softmax.cu")
@@ -188,7 +195,7 @@ async def test_a_search_started_elsewhere_shows_and_can_be_cancelled(workspace: 
 
 async def test_a_running_job_survives_a_server_crash(workspace: Path):
     """The server dies mid-search; its worker goes on, and the next server follows it and can cancel it."""
-    ed = await start_editor(workspace, "vscode", settings={"budget": {"evaluations": 500}, "backend": "mlx-cpu"})
+    ed = await start_editor(workspace, "vscode", settings={"budget": {"evaluations": 500}, "backend": LONG_BACKEND})
     try:
         uri = ed.open(workspace / "softmax.cu")
         ed.client.protocol.send_request(types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(
