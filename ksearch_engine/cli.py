@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .events import SearchRequest
@@ -131,7 +132,7 @@ def cmd_port(args) -> int:
                       f"`ksearch show {req.run_id} --json` to read the port)")
             return 1
         out.write_text(best["target_text"])
-        console.print(f"wrote {out} ({best['status']}: {best.get('message', '')})")
+        console.print(f"wrote {out} ({best['status']}: {escape(best.get('message') or '')})")
     return rc
 
 
@@ -156,21 +157,22 @@ def _run(req: SearchRequest, args, title: str) -> int:
         def emit(e) -> None:
             store.add_event(req.run_id, e.type, json.loads(e.model_dump_json())) if e.type in ("best", "done", "error") else None
             if e.type == "stage":
-                prog.update(bar, description=f"{e.stage}: {e.message}"[:70])
+                prog.update(bar, description=f"{e.stage}: {escape(e.message)}"[:70])
             elif e.type == "candidate":
                 prog.update(bar, completed=e.evals)
                 seen[0] += 1
-                prog.console.print(f"  #{seen[0]:<3} {e.status:<14} {e.summary}")
+                prog.console.print(f"  #{seen[0]:<3} {e.status:<14} {escape(e.summary)}")
             elif e.type == "best":
-                prog.console.print(f"  [green]new best[/] {e.summary}")
+                prog.console.print(f"  [green]new best[/] {escape(e.summary)}")
             elif e.type == "log" and e.level != "info":
-                prog.console.print(f"  [yellow]{e.level}[/] {e.message}")
-            elif e.type == "error":
-                prog.console.print(f"  [red]error[/] {e.message}")
+                prog.console.print(f"  [yellow]{e.level}[/] {escape(e.message)}")
+            elif e.type == "error" and req.kind == "optimize" and seen[0]:
+                prog.console.print(f"  [red]error[/] {escape(e.message)}")   # mid-search; a failure at start is said once, below
         done = run_job(req, emit=emit)
-    show_run(store, req.run_id, tree=False)
+    if store.candidates(req.run_id):      # a job that failed before its first candidate has no table to show
+        show_run(store, req.run_id, tree=False)
     if done.status != "done":
-        err.print(f"[red]{done.status}[/]: {done.message}")
+        err.print(f"[red]{done.status}[/]: {escape(done.message)}")
         return 1
     return 0
 
@@ -197,9 +199,9 @@ def cmd_eval(args) -> int:
                   (f"{tm.speedup:.2f}x" + (" (suspect)" if tm.suspect else "")) if tm else "-", f"{r.device} ({r.backend})")
         console.print(t)
         if r.status != "passed":
-            console.print(f"[red]{r.status}[/]: {r.message}")
+            console.print(f"[red]{r.status}[/]: {escape(r.message)}")
         if tm:
-            console.print(f"[dim]method: {tm.method}[/]")
+            console.print(f"[dim]method: {escape(tm.method)}[/]")
     return 0 if r.status in ("passed", "not_runnable") else 1
 
 
@@ -215,7 +217,7 @@ def cmd_runs(args) -> int:
     for r in rows:
         best = store.candidate(r["best_candidate"]) if r.get("best_candidate") else None
         t.add_row(r["id"], r["kind"], r.get("task_name") or r.get("kernel") or "-", r["status"],
-                  str(len(store.candidates(r["id"]))), _result_text(best) if best else "-")
+                  str(len(store.candidates(r["id"]))), escape(_result_text(best)) if best else "-")
     console.print(t)
     return 0
 
@@ -246,7 +248,7 @@ def show_run(store: Store, run_id: str, tree: bool) -> None:
         status = c["status"] + (" *" if c["id"] == r.get("best_candidate") else "")
         if c["status"] == "passed" and not tm:
             status += f" ({res.get('verified_by')})"
-        t.add_row(str(c["seq"]), status, plan_brief(c.get("plan") or "", 48),
+        t.add_row(str(c["seq"]), status, escape(plan_brief(c.get("plan") or "", 48)),
                   f"{tm['median_ms']:.4g}" if tm else "-", f"{tm['iqr_ms']:.2g}" if tm else "-",
                   (f"{tm['speedup']:.2f}x" + ("!" if tm.get("suspect") else "")) if tm else "-",
                   f"{orig_ms / tm['median_ms']:.2f}x" if tm and orig_ms else "-", str(res.get("trials", "-")),
@@ -254,11 +256,11 @@ def show_run(store: Store, run_id: str, tree: bool) -> None:
     console.print(t)
     best = store.candidate(r["best_candidate"]) if r.get("best_candidate") else None
     if best:
-        console.print(f"best: candidate #{best['seq']} ({best['id']}): {_result_text(best)}")
+        console.print(f"best: candidate #{best['seq']} ({best['id']}): {escape(_result_text(best))}")
         if (best.get("result") or {}).get("timing"):
-            console.print(f"[dim]method: {best['result']['timing']['method']}[/]")
+            console.print(f"[dim]method: {escape(best['result']['timing']['method'])}[/]")
     if r.get("message"):
-        console.print(f"[dim]{r['message']}[/]")
+        console.print(f"[dim]{escape(r['message'])}[/]")
     if tree:
         tj = store.latest_tree(r["id"])
         if not tj:
@@ -386,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (UserError, TaskError) as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")

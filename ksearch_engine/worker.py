@@ -35,6 +35,15 @@ def _emitter(store: Store, run_id: str):
     return emit
 
 
+def _is_user_error(e: BaseException) -> bool:
+    """Our own errors already say what went wrong and what to do: shown as they are. Anything else is a bug of
+    ours or a library's, shown with its type (and its traceback kept in the store's log_tail)."""
+    from .pool import PoolError
+    from .port import PortError
+    from .search import SearchError
+    return isinstance(e, (SearchError, PortError, PoolError))
+
+
 def run_job(req: SearchRequest, emit=None) -> DoneEvent:
     """Run one job in this process (the CLI uses this directly; the server through a worker process)."""
     store = Store(req.store_path)
@@ -60,8 +69,9 @@ def run_job(req: SearchRequest, emit=None) -> DoneEvent:
     except Exception as e:  # noqa: BLE001 - reported to the user, with the log kept in the store
         tail = traceback.format_exc()[-4000:]
         store.update_run(req.run_id, log_tail=tail)
-        emit(ErrorEvent(message=f"{type(e).__name__}: {e}"))
-        done = DoneEvent(status="failed", message=f"{type(e).__name__}: {e}")
+        msg = str(e) if _is_user_error(e) else f"{type(e).__name__}: {e}"
+        emit(ErrorEvent(message=msg))
+        done = DoneEvent(status="failed", message=msg)
     finally:
         signal.signal(signal.SIGTERM, prev)
     best = done.best_candidate or (store.run(req.run_id) or {}).get("best_candidate")

@@ -63,3 +63,16 @@ def test_plan_brief_keeps_the_steps_nearest_the_candidate():
     brief = plan_brief(plan, 48)
     assert len(brief) <= 48 and brief.startswith("…") and brief.endswith("chunk 16 → 8")
     assert plan_brief("original", 48) == "original"
+
+
+def test_messages_are_printed_verbatim_not_as_rich_markup(tmp_path):
+    """A file name or message with brackets (`pip install 'ray[client]…'`, `k[bold].cu`) must reach the terminal
+    as written: rich would take `[client]` or `[bold]` for markup and swallow it."""
+    src = tmp_path / "k[bold].cu"
+    src.write_text("int main() { return 0; }\n")
+    out = subprocess.run([sys.executable, "-m", "ksearch_engine.cli", "--store", str(tmp_path / "ks.db"), "port",
+                          str(src)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**__import__("os").environ, "COLUMNS": "250"})
+    assert out.returncode != 0
+    assert "k[bold].cu: nothing to port" in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
