@@ -48,6 +48,11 @@ def load_cuda_kernel(path, kernel: str | None = None):
     parsed = find_kernels(text, str(p))
     cuda = [k for k in parsed.kernels if k.language == "cuda"]
     if not cuda:
+        if parsed.kernels:      # Metal (or MLX) kernels: nothing to translate, but they can be optimized
+            kinds = ", ".join(f"{k.name} ({k.language})" for k in parsed.kernels[:4])
+            raise TranslateError(f"{p}: nothing to port: its kernels are not CUDA ({kinds}). Port to MLX translates "
+                                 f"CUDA kernels (.cu/.cuh); a Metal or MLX kernel can be optimized as it is "
+                                 f"(`ksearch optimize {p.name}` with a task file)")
         why = "; ".join(d.message for d in parsed.diagnostics[:3]) or "no __global__ function found"
         raise TranslateError(f"{p}: nothing to port: no CUDA kernel ({why})")
     k = next((k for k in cuda if k.name == kernel), None) if kernel else cuda[0]

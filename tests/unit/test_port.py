@@ -68,3 +68,15 @@ def test_cli_port_writes_the_module_and_keeps_user_edits(tmp_path):
     r2 = run()
     assert r2.returncode == 1 and "not overwritten" in r2.stderr
     assert out.read_text().endswith("# my edit\n")
+
+
+def test_porting_a_metal_file_says_it_is_not_cuda_and_what_to_do_instead(tmp_path):
+    from ksearch_engine.port import PortError
+    src = tmp_path / "add.metal"
+    src.write_text("#include <metal_stdlib>\nusing namespace metal;\n"
+                   "kernel void add_one(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
+                   "                    uint i [[thread_position_in_grid]]) { y[i] = x[i] + 1.0f; }\n")
+    with pytest.raises(PortError) as e:
+        translate_file(str(src), None)
+    msg = str(e.value)
+    assert "add.metal" in msg and "add_one (metal)" in msg and "ksearch optimize add.metal" in msg
