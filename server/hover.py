@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from . import documents
-from .errors import guarded
 from ksearch_engine.worldmodel import plan_brief
 
+from . import documents
+from .errors import guarded
 from .summary import fmt_ms, timing_of, where
 
 if TYPE_CHECKING:

@@ -28,6 +28,8 @@ from ksearch_engine.events import SearchRequest, parse_event
 from ksearch_engine.procs import pid_alive
 from ksearch_engine.store import ACTIVE
 
+from .summary import fmt_ms
+
 if TYPE_CHECKING:
     from .state import KsearchServer
 
@@ -60,22 +62,28 @@ class Job:
     round: int = 0
     evals: int = 0
     best: str | None = None
+    best_ms: float | None = None   # the best's measured time (None: verified only, e.g. a port on the simulator)
     errors: list[str] = field(default_factory=list)
     stderr_tail: str = ""
     final: dict | None = None
     _last_report: float = 0.0
 
+    @property
+    def stage_name(self) -> str:
+        """The stage without its message ("evaluate", not "evaluate: node n5: approach …")."""
+        return self.stage.split(":")[0]
+
     def progress_message(self, short: bool = False) -> str:
         """Where the job is; `short` (for the code lens): the stage's name only, no plan text."""
-        parts = [self.stage.split(":")[0] if short else self.stage]
+        parts = [self.stage_name if short else self.stage]
         if self.round:
             parts.append(f"round {self.round}")
         parts.append(f"{self.evals}/{self.request.max_evals} evals" if self.kind == "optimize" else f"{self.evals} checks")
         if self.best:
             best = self.best
-            if short:   # "passed · 0.62 ms ±0.17 · 10.1x vs baseline · device · …": its time (or verdict) only
-                best = next((p.split(" ±")[0] for p in self.best.split(" · ") if p.endswith(("ms", "µs"))
-                             or " ms ±" in p or " µs ±" in p or "verified" in p), self.best[:40])
+            if short:   # its time, or for a candidate that was only verified, its verdict
+                best = fmt_ms(self.best_ms) if self.best_ms is not None else next(
+                    (p for p in self.best.split(" · ") if "verified" in p), self.best[:40])
             parts.append(f"best {best}")
         return " · ".join(parts)
 
@@ -286,7 +294,7 @@ class JobManager:
     def _on_event(self, job: Job, ev) -> None:
         changed = False
         if ev.type == "stage":
-            changed = ev.stage != job.stage.split(":")[0]      # the lens shows the stage's name: refresh it
+            changed = ev.stage != job.stage_name      # the lens shows the stage's name: refresh it
             job.stage = ev.stage + (f": {ev.message}" if ev.message else "")
         elif ev.type == "node":
             job.round = ev.round or job.round
@@ -294,7 +302,7 @@ class JobManager:
             job.evals = ev.evals
             changed = True
         elif ev.type == "best":
-            job.best = ev.summary
+            job.best, job.best_ms = ev.summary, ev.median_ms
             changed = True
         elif ev.type in ("error",) or (ev.type == "log" and ev.level == "error"):
             job.errors.append(ev.message)

@@ -24,7 +24,8 @@ def where(res: dict | None) -> str:
     """`device (backend)`, and `@ node` when a cluster node measured it (results from a Ray pool name their node)."""
     if not res:
         return "—"
-    node = (res.get("sandbox") or {}).get("node") if isinstance(res.get("sandbox"), dict) else None
+    sandbox = res.get("sandbox")
+    node = sandbox.get("node") if isinstance(sandbox, dict) else None
     # only a cluster's node is worth naming: a local pool's results all come from this machine
     name = (node.get("name") or node.get("ip") or "") if isinstance(node, dict) and node.get("pool") == "ray" else ""
     return f"{short_device(res.get('device'))} ({res.get('backend') or '?'})" + (f" @ {name}" if name else "")
