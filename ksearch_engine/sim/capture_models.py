@@ -1,0 +1,110 @@
+"""What a launch capture records: the typed boundary between the CPU CUDA runtime (capture.py), the port's
+checks and Optimize's tasks.
+
+A capture runs the user's own host program (its ``main()``) on the CPU with ksearch's CUDA runtime and records
+every kernel launch: geometry, scalar arguments, and each buffer argument's allocation, dtype and contents
+before and after the kernel. Buffer contents live next to the manifest as ``.npy`` files (``before``/``after``
+name them, relative to ``Capture.dir``), so a capture of large buffers does not travel through JSON.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+
+class ArgRecord(BaseModel):
+    """One argument of a launch, in the kernel's parameter order."""
+    name: str                                   # the kernel's parameter name
+    ctype: str                                  # the parameter's C type as written ("const float *", "int")
+    kind: Literal["buffer", "scalar", "struct", "null", "unknown_pointer"]
+    # scalar: its value; struct (passed by value): its bytes as hex
+    value: int | float | bool | None = None
+    raw_hex: str | None = None
+    # buffer: the allocation it points into, and where
+    buffer: int | None = None                   # allocation id (stable within one capture)
+    offset_bytes: int = 0                       # the pointer's offset into its allocation
+    dtype: str | None = None                    # numpy dtype name of the pointee ("float32", "uint8", ...)
+    elem_bytes: int | None = None               # sizeof(pointee) in C (a float4 buffer: 16, dtype float32)
+    nbytes: int | None = None                   # bytes from the pointer to the end of its allocation
+    memory: Literal["device", "managed", "host_mapped", "symbol"] = "device"
+    before: str | None = None                   # .npy file: contents (from the pointer on) before the launch
+    after: str | None = None                    # .npy file: contents after, when the kernel changed them
+    written: bool = False                       # the contents changed during the launch
+
+
+class SymbolRecord(BaseModel):
+    """A ``__constant__`` / ``__device__`` variable of the file, as the kernel saw it."""
+    name: str
+    nbytes: int
+    before: str
+    after: str | None = None
+    written: bool = False
+
+
+class LaunchRecord(BaseModel):
+    index: int                                  # launch order in the program (0-based, all kernels)
+    kernel: str                                 # the kernel's name, without template arguments
+    template_args: list[str] = []               # C++ text of the template arguments ("float", "256")
+    line: int | None = None                     # 1-based line of the <<<...>>> launch in `file`
+    file: str | None = None                     # file holding the launch
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int = 0                         # dynamic shared memory, bytes
+    args: list[ArgRecord]
+    symbols: list[SymbolRecord] = []
+    too_large: bool = False                     # contents not recorded (over the capture's byte budget)
+    sim_error: str | None = None                # the simulator stopped in this launch (message names the line)
+
+
+class CaptureNote(BaseModel):
+    """Something the capture stubbed, skipped or could not do: one line a user can act on."""
+    kind: Literal["stubbed", "skipped", "gpu_only", "limit", "program", "include"]
+    message: str
+    file: str | None = None
+    line: int | None = None
+
+
+class Capture(BaseModel):
+    file: str                                   # the .cu file whose program ran
+    dir: str                                    # folder holding the .npy contents
+    argv: list[str] = []
+    defines: dict[str, str] = {}
+    exit_code: int | None = None
+    status: Literal["ok", "partial", "failed"] = "ok"   # partial: stopped at a budget with launches recorded
+    error: str | None = None                    # why it failed or stopped (file, line, what to do)
+    launches: list[LaunchRecord] = []
+    notes: list[CaptureNote] = []
+    stdout_tail: str = ""
+    seconds: float = 0.0
+
+    def kernels(self) -> list[str]:
+        seen: list[str] = []
+        for ln in self.launches:
+            if ln.kernel not in seen:
+                seen.append(ln.kernel)
+        return seen
+
+    def launches_of(self, kernel: str) -> list[LaunchRecord]:
+        return [ln for ln in self.launches if ln.kernel == kernel]
+
+    def load(self, name: str | None) -> np.ndarray | None:
+        """The array saved under `name` (a before/after entry), or None."""
+        return None if name is None else np.load(Path(self.dir) / name, allow_pickle=False)
+
+    def save(self) -> Path:
+        p = Path(self.dir) / "capture.json"
+        p.write_text(self.model_dump_json(indent=1))
+        return p
+
+    @classmethod
+    def read(cls, path: str | Path) -> "Capture":
+        p = Path(path)
+        if p.is_dir():
+            p = p / "capture.json"
+        return cls.model_validate_json(p.read_text())
+
+
+__all__ = ["ArgRecord", "SymbolRecord", "LaunchRecord", "CaptureNote", "Capture"]
