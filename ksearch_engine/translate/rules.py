@@ -12,7 +12,12 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel
 
-SPEC_PATH = Path(__file__).resolve().parents[2] / "specs" / "translation.yaml"
+
+def spec_path() -> Path:
+    """specs/translation.yaml wherever the specs live (the repository, or the wheel's ksearch_engine/data/specs)."""
+    from ..specs import default_root
+    return default_root() / "translation.yaml"
+
 
 Kind = Literal["identifier", "function", "call", "type", "qualifier", "special", "unsupported"]
 
@@ -86,7 +91,7 @@ class RuleTable(BaseModel):
 
 def load_rules(path: str | Path | None = None) -> RuleTable:
     """The rule table at `path` (default: the project's specs/translation.yaml)."""
-    return _load(str(path or SPEC_PATH))
+    return _load(str(path or spec_path()))
 
 
 @lru_cache(maxsize=8)
