@@ -48,6 +48,8 @@ def _confine() -> dict:
     if not spec:
         return {}
     spec = json.loads(spec)
+    if spec.get("prepared"):  # bubblewrap (sandbox.py) built this view and set the uid already: report only
+        return {"hide": spec["hide"], "keep": spec["keep"], "uid": None, "prepared": spec["prepared"]}
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -111,6 +113,8 @@ def _drop_privileges(needs: list[str]) -> str:
     """Become the sandbox's own uid (no capabilities: the mounts above cannot be undone, nothing of the
     user's can be written), after checking with effective ids only that this uid still reaches `needs`."""
     uid = _CONFINED.get("uid")
+    if _CONFINED.get("prepared"):
+        return _CONFINED["prepared"]
     if _CONFINED.get("locked"):
         return "the user's own uid, root only inside a nested user namespace (hiding mounts locked)"
     if uid is None:

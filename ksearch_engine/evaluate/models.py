@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 Status = Literal[
     "passed", "failed", "compile_error", "runtime_error", "timeout", "crashed",
@@ -80,6 +80,11 @@ class EvalResult(BaseModel):
     timing: Timing | None = None     # main timing workload (the largest); None when not measured
     timings: list[Timing] = []
     sandbox: dict = {}
+
+    @computed_field  # the sandbox the candidate ran in ('bubblewrap', 'namespaces (unshare)', 'rlimits + process group')
+    @property
+    def sandbox_kind(self) -> str:
+        return str(self.sandbox.get("kind", "")) if isinstance(self.sandbox, dict) else ""
     log_tail: str = ""
     eval_ms: float = 0.0             # wall time the evaluator spent on this candidate
 

@@ -1,13 +1,25 @@
-"""Start an untrusted child process: own session, scratch directory, rlimits, no network, scrubbed env.
+"""Start an untrusted child process: its own view of the file system, limits, no network, scrubbed env.
 
-On Linux (where `unshare` is allowed) the child gets new network, PID and mount namespaces: no network, no
-view of other processes (their /proc/PID/environ holds keys). In its mount namespace the child (child.py,
-before it runs anything else) covers the user's home and every world-writable temp folder with empty,
-size-limited tmpfs mounts, binds back only what the run needs (the interpreter, the packages, its own
-evaluator directory), and then drops root for a uid of its own, so a candidate can neither undo those mounts
-nor write outside its scratch directory. A cgroup caps its process count (root ignores RLIMIT_NPROC) and
-kills whatever it started. On macOS only rlimits, process groups and timeouts exist; what was applied is
-reported back in `applied`.
+Three sandboxes, the strongest this machine allows (`sandbox_kind`; KSEARCH_SANDBOX=bwrap|unshare|none forces
+one), and every result names the one it ran in:
+- **bubblewrap** (Linux, `bwrap`): the child sees a read-only view of exactly what it needs (/usr, the Python
+  install, the site-packages and ksearch's own engine folder, a few files of /etc), a private writable scratch
+  folder, private size-limited /tmp, /var/tmp and /dev/shm, the task's input files read-only, and nothing else:
+  no home, no store (.ksearch/), no workspace, no /var. New network, PID, IPC and UTS namespaces, a new session,
+  every capability dropped, killed with its parent. Started by root it also runs as a uid of its own (dropped
+  inside the sandbox before any candidate code runs); started by an ordinary user it keeps that user's uid in
+  a user namespace of its own, where every mount is locked and read-only.
+- **namespaces** (`unshare`, where bubblewrap is missing): new network, PID and mount namespaces; child.py
+  covers the home and temp folders with empty tmpfs mounts and binds back what the run needs (see child.py).
+- **rlimits + process group** (macOS, or Linux without namespaces): rlimits, its own session, timeouts. This
+  sandbox does not isolate files or network: the in-process guards and the evaluator's checks are all there is.
+
+Limits: memory and process count per candidate through a cgroup (v2 `memory.max`/`pids.max`, else v1
+`memory.limit_in_bytes`/`pids.max`), which counts every process the candidate starts; where no cgroup is
+writable, RLIMIT_AS (per process) and RLIMIT_NPROC (per uid). `applied` says which limits held.
+
+No `preexec_fn` (unsafe from threads): a tiny launcher (`python -I -S -c _LAUNCH`) joins the cgroups, sets
+the rlimits and the parent-death signal, drops the uid where asked, and `exec`s the next step.
 """
 from __future__ import annotations
 
@@ -17,7 +29,7 @@ import itertools
 import json
 import os
 import re
-import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -103,40 +115,144 @@ _PROBE: dict[str, object] = {}
 
 
 class PidsCgroup:
-    """A cgroup-v1 `pids` group capping how many processes and threads a child may have (fork bombs), and
-    through which every process it started can be killed, even ones that left its session."""
+    """The cgroup(s) of one child: memory and process count for all of its processes together (a fork bomb,
+    three forked 3 GB children), and through which every process it started can be killed, even ones that
+    left its session. cgroup v2 where this process's own cgroup delegates `memory` and `pids`, else v1
+    hierarchies (`memory`, `pids`); `version` is None where neither could be created (then rlimits apply).
+    Set `ROOT` to a folder that does not exist to withhold cgroups (tests)."""
 
-    ROOT = Path("/sys/fs/cgroup/pids")
+    ROOT = Path("/sys/fs/cgroup")
 
-    def __init__(self, name: str, max_pids: int):
-        self.path: Path | None = None
+    def __init__(self, name: str, max_pids: int, memory_mb: int | None = None):
+        self.path: Path | None = None          # the group that holds the processes (pids)
+        self.dirs: list[Path] = []             # every folder created (removed at the end)
+        self.version: str | None = None
+        self.memory: str | None = None         # which memory limit holds, in words
+        self.processes: str | None = None      # which process limit holds, in words
+        if not (self.ROOT / "cgroup.controllers").exists() or not self._v2(name, max_pids, memory_mb):
+            self._v1(name, max_pids, memory_mb)
+
+    @staticmethod
+    def _own(controller: str) -> str | None:
+        """This process's cgroup path for `controller` ('' = the v2 unified hierarchy)."""
         try:
-            p = self.ROOT / name
-            p.mkdir()
-            (p / "pids.max").write_text(str(max_pids))
-            self.path = p
+            for line in Path("/proc/self/cgroup").read_text().splitlines():
+                _, ctrls, path = line.split(":", 2)
+                if (controller == "" and ctrls == "") or controller in ctrls.split(","):
+                    return path
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def _v2(self, name: str, max_pids: int, memory_mb: int | None) -> bool:
+        own = self._own("")
+        if own is None:
+            return False
+        base = self.ROOT / own.lstrip("/")
+        try:
+            enabled = (base / "cgroup.subtree_control").read_text().split()
+            if not {"memory", "pids"} <= set(enabled):
+                (base / "cgroup.subtree_control").write_text("+memory +pids")   # EBUSY if we live in `base`
+            d = base / name
+            d.mkdir()
         except OSError:
-            self.path = None
+            return False
+        self.dirs.append(d)
+        try:
+            (d / "pids.max").write_text(str(max_pids))
+            self.processes = f"cgroup v2 pids.max={max_pids}"
+            if memory_mb:
+                (d / "memory.max").write_text(str(memory_mb << 20))
+                self.memory = f"cgroup v2 memory.max={memory_mb} MB"
+                try:
+                    (d / "memory.swap.max").write_text("0")
+                except OSError:
+                    pass
+        except OSError:
+            self.remove()
+            return False
+        self.path, self.version = d, "v2"
+        return True
+
+    def _v1(self, name: str, max_pids: int, memory_mb: int | None) -> None:
+        for ctrl in ("pids", "memory"):
+            if ctrl == "memory" and not memory_mb:
+                continue
+            own = self._own(ctrl)
+            root = self.ROOT / ctrl
+            d = root / (own or "/").lstrip("/") / name
+            try:
+                d.mkdir()
+            except OSError:
+                try:  # our own group may not allow children; the hierarchy's root may
+                    d = root / name
+                    d.mkdir()
+                except OSError:
+                    continue
+            self.dirs.append(d)
+            try:
+                if ctrl == "pids":
+                    (d / "pids.max").write_text(str(max_pids))
+                    self.path, self.processes = d, f"cgroup v1 pids.max={max_pids}"
+                else:
+                    (d / "memory.limit_in_bytes").write_text(str(memory_mb << 20))
+                    try:
+                        (d / "memory.memsw.limit_in_bytes").write_text(str(memory_mb << 20))
+                    except OSError:
+                        pass
+                    self.memory = f"cgroup v1 memory.limit_in_bytes={memory_mb} MB"
+            except OSError:
+                self.dirs.remove(d)
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+        if self.dirs:
+            self.version = "v1"
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
 
     def procs_file(self) -> str | None:
         return str(self.path / "cgroup.procs") if self.path else None
 
     def pids(self) -> list[int]:
-        if not self.path:
+        d = self.path or (self.dirs[0] if self.dirs else None)
+        if not d:
             return []
         try:
-            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+            return [int(x) for x in (d / "cgroup.procs").read_text().split()]
         except OSError:
             return []
 
+    def oom_killed(self) -> bool:
+        """Whether the memory limit killed a process of this group."""
+        for d in self.dirs:
+            for f, key in (("memory.events", "oom_kill"), ("memory.oom_control", "oom_kill")):
+                try:
+                    for line in (d / f).read_text().splitlines():
+                        k, _, v = line.partition(" ")
+                        if k == key and int(v) > 0:
+                            return True
+                except (OSError, ValueError):
+                    pass
+        return False
+
     def kill_all(self) -> None:
-        if not self.path:
+        if not self.dirs:
             return
-        for _ in range(20):
+        if self.version == "v2":
             try:
-                pids = [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+                (self.dirs[0] / "cgroup.kill").write_text("1")
             except OSError:
-                return
+                pass
+        for _ in range(50):
+            pids = set()
+            for d in self.dirs:
+                try:
+                    pids |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
+                except OSError:
+                    pass
             if not pids:
                 break
             for pid in pids:
@@ -147,13 +263,13 @@ class PidsCgroup:
             time.sleep(0.02)
 
     def remove(self) -> None:
-        if self.path:
-            self.kill_all()
+        self.kill_all()
+        for d in reversed(self.dirs):
             try:
-                self.path.rmdir()
+                d.rmdir()
             except OSError:
                 pass
-            self.path = None
+        self.dirs, self.path = [], None
 
 
 @functools.lru_cache(maxsize=1)
@@ -166,71 +282,246 @@ def mlx_has_cuda() -> bool:
     return any(n.startswith("mlx-cuda") for n in names)
 
 
+# The launcher between the evaluator and the sandbox (and, for root under bubblewrap, between bubblewrap and
+# the child): argv[1] is what to do, argv[2:] what to exec. `-I -S`: no site, no environment, no cwd on path.
+_LAUNCH = """
+import json, os, resource, sys
+s = json.loads(sys.argv[1])
+for f in s.get("join", []):
+    try:
+        with open(f, "w") as fh:
+            fh.write(str(os.getpid()))
+    except OSError as e:
+        if s.get("strict"):
+            sys.exit("ksearch sandbox: cannot join %s: %s" % (f, e))
+for name, v in s.get("rlimits", []):
+    try:
+        resource.setrlimit(getattr(resource, name), (v, v))
+    except (ValueError, OSError):
+        pass
+u = s.get("uid")
+if u is not None:
+    os.setgroups([])
+    os.setresgid(u, u, u)
+    os.setresuid(u, u, u)
+if s.get("chdir"):
+    os.chdir(s["chdir"])
+if s.get("pdeathsig"):
+    import ctypes
+    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)
+    if os.getppid() != s["parent"]:
+        os._exit(1)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+KINDS = {"bwrap": "bubblewrap", "unshare": "namespaces (unshare)", "none": "rlimits + process group"}
+
+
+def _launcher(spec: dict) -> list[str]:
+    return [sys.executable, "-I", "-S", "-c", _LAUNCH, json.dumps(spec)]
+
+
+def bwrap_path() -> str | None:
+    """bubblewrap, when installed and it works here for this user (probed once)."""
+    if "bwrap" not in _PROBE:
+        exe = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+        ok = None
+        if exe:
+            try:
+                r = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--new-session",
+                                    "--die-with-parent", "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev",
+                                    "true"], capture_output=True, timeout=20)
+                ok = exe if r.returncode == 0 else None
+            except (OSError, subprocess.TimeoutExpired):
+                ok = None
+        _PROBE["bwrap"] = ok
+    return _PROBE["bwrap"]  # type: ignore[return-value]
+
+
+def sandbox_kind(limits: Limits) -> str:
+    """'bwrap', 'unshare' or 'none': the strongest sandbox available (KSEARCH_SANDBOX forces one)."""
+    if not limits.isolate_network or not sys.platform.startswith("linux"):
+        return "none"
+    forced = os.environ.get("KSEARCH_SANDBOX", "")
+    if forced == "none":
+        return "none"
+    if forced != "unshare" and bwrap_path():
+        return "bwrap"
+    if forced == "bwrap":
+        raise RuntimeError("KSEARCH_SANDBOX=bwrap, but bubblewrap is not installed or does not work here "
+                           "(install the `bubblewrap` package)")
+    return "unshare" if _unshare_prefix() else "none"
+
+
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+        "localtime", "os-release", "gcc")   # /etc the runtime and the simulator's compiler read
+
+
+def _under_any(p: str, roots) -> bool:
+    return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def view_paths(scratch: Path) -> list[str]:
+    """What the child sees read-only besides /usr, /etc files and its own folders: the Python install, the
+    folders on sys.path (site-packages holding mlx, numpy, pydantic), ksearch's engine folder (never the
+    repository or workspace around it), CUDA."""
+    pkg = Path(__file__).resolve().parents[1]          # .../ksearch_engine
+    keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+            os.path.dirname(os.path.realpath(sys.executable)), str(pkg)]
+    cwd = os.path.realpath(os.getcwd())
+    for p in sys.path + os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if not p or os.path.realpath(p) in (cwd, str(pkg.parent)):
+            continue  # the working directory or the repository root: only the engine folder is needed
+        keep.append(p)
+    keep += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    keep += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    out: list[str] = []
+    for p in keep:
+        for q in {os.path.abspath(p), os.path.realpath(p)}:
+            if os.path.exists(q) and q != "/" and q not in out and not _under_any(q, ("/usr", "/proc", "/sys", "/dev")):
+                out.append(q)
+    out = [q for q in out if not any(q != o and _under_any(q, [o]) for o in out)]   # outermost only
+    return sorted(out)
+
+
+def bwrap_args(scratch: Path, limits: Limits, *, root_uid: int | None) -> tuple[list[str], list[str]]:
+    """The bubblewrap command line (up to `--`) for a child with `scratch`, and the paths it sees read-only."""
+    a = [bwrap_path() or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+         "--unshare-cgroup-try", "--new-session", "--die-with-parent", "--cap-drop", "ALL"]
+    if root_uid is not None:  # root: keep only what the launcher needs to become `root_uid`, then nothing
+        a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    a += ["--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"):
+        if os.path.islink(d):
+            a += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            a += ["--ro-bind", d, d]
+    a += ["--proc", "/proc", "--dev", "/dev"]
+    for name in _ETC:
+        a += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    tmp = str(limits.tmp_mb << 20)
+    for d in ("/tmp", "/var/tmp", "/dev/shm"):
+        a += ["--size", tmp, "--perms", "1777", "--tmpfs", d]
+    seen = view_paths(scratch)
+    made = {"/", "/tmp", "/var", "/var/tmp", "/dev", "/dev/shm", "/usr", "/etc", "/proc"}
+
+    def parents(path: str, mode: str) -> list[str]:
+        # bubblewrap makes missing folders above a mount point with the host folder's mode (a 0700 /root
+        # would stop a child of another uid from reaching the Python under it): make them 0755/0711 first
+        out = []
+        for anc in reversed(Path(path).parents):
+            if str(anc) not in made and not _under_any(str(anc), seen if path not in seen else []):
+                out += ["--perms", mode, "--dir", str(anc)]
+                made.add(str(anc))
+        return out
+
+    for p in seen:
+        a += parents(p, "0755") + ["--ro-bind", p, p]
+        if os.path.isdir(os.path.join(p, ".ksearch")):   # a store inside a bound folder stays out of sight
+            a += ["--tmpfs", os.path.join(p, ".ksearch")]
+    gpu = [f"/dev/{d}" for d in sorted(os.listdir("/dev")) if d.startswith(("nvidia", "dri"))] if os.path.isdir("/dev") else []
+    for d in gpu:
+        a += ["--dev-bind-try", d, d]
+    if gpu:  # the CUDA driver reads PCI topology
+        a += ["--ro-bind-try", "/sys/devices", "/sys/devices", "--ro-bind-try", "/sys/bus", "/sys/bus",
+              "--ro-bind-try", "/sys/module", "/sys/module"]
+    a += parents(str(scratch), "0711")
+    inputs = scratch.parent / "inputs"
+    if inputs.is_dir():
+        a += ["--ro-bind", str(inputs), str(inputs)]
+    a += ["--bind", str(scratch), str(scratch)]
+    if root_uid is None:  # else the launcher changes to it once it is `root_uid` (the folder is that uid's)
+        a += ["--chdir", str(scratch)]
+    return a, seen
+
+
 def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_extra: dict | None = None,
           stderr_path: Path | None = None) -> tuple[subprocess.Popen, dict, PidsCgroup]:
-    """Start `cmd` sandboxed in `scratch`. Returns the process, what was applied, and its pids cgroup."""
+    """Start `cmd` sandboxed in `scratch`. Returns the process, what was applied (`applied["kind"]` names the
+    sandbox), and its cgroup."""
     scratch.mkdir(parents=True, exist_ok=True)
-    rl = [(resource.RLIMIT_CPU, limits.cpu_s, "cpu"), (resource.RLIMIT_FSIZE, limits.file_mb << 20, "fsize"),
-          (resource.RLIMIT_NOFILE, limits.nofile, "nofile")]
-    own_uid = limits.drop_privileges and os.geteuid() == 0
-    if own_uid:
-        rl.append((resource.RLIMIT_NPROC, limits.nproc, "nproc"))
-    elif os.geteuid() != 0:
+    kind = sandbox_kind(limits)
+    is_root = os.geteuid() == 0 if hasattr(os, "geteuid") else False
+    cg = PidsCgroup(f"ksearch-{os.getpid()}-{next(_SEQ)}", limits.nproc, limits.memory_mb) \
+        if sys.platform.startswith("linux") else PidsCgroup.__new__(PidsCgroup)
+    if not sys.platform.startswith("linux"):
+        cg.path, cg.dirs, cg.version, cg.memory, cg.processes = None, [], None, None, None
+    rl = [("RLIMIT_CPU", limits.cpu_s), ("RLIMIT_FSIZE", limits.file_mb << 20), ("RLIMIT_NOFILE", limits.nofile)]
+    own_uid = _child_uid() if (is_root and limits.drop_privileges and kind != "none") else None
+    nproc = None
+    if own_uid is not None or (is_root and kind == "unshare" and limits.drop_privileges):
+        nproc = limits.nproc
+    elif not is_root:
         # RLIMIT_NPROC counts every thread of the user, not of the child: allow what the user already runs
-        busy = _user_threads(os.geteuid())
+        busy = _user_threads(os.geteuid()) if hasattr(os, "geteuid") else None
         if busy is not None:
-            rl.append((resource.RLIMIT_NPROC, busy + limits.nproc, "nproc"))
-    if backend != "mlx-cuda" and not mlx_has_cuda():
+            nproc = busy + limits.nproc
+    if nproc is not None:
+        rl.append(("RLIMIT_NPROC", nproc))
+    as_limit = backend != "mlx-cuda" and not mlx_has_cuda()
+    if as_limit:
         # CUDA runtimes reserve large virtual ranges; RLIMIT_AS breaks them. An MLX built with its CUDA backend
         # initialises CUDA on import even for a CPU evaluation, so the limit is off wherever that MLX is installed.
-        rl.append((resource.RLIMIT_AS, limits.memory_mb << 20, "as"))
-    prefix = _unshare_prefix() if limits.isolate_network else []
-    cg = PidsCgroup(f"ksearch-{os.getpid()}-{next(_SEQ)}", limits.nproc)
-    procs = cg.procs_file()
+        rl.append(("RLIMIT_AS", limits.memory_mb << 20))
+    memory = cg.memory or (f"RLIMIT_AS={limits.memory_mb} MB per process" if as_limit else "none (no cgroup; "
+                           "RLIMIT_AS is off under CUDA)")
+    processes = cg.processes or (f"RLIMIT_NPROC={nproc} for {'its own uid' if own_uid is not None else 'the user'}"
+                                 if nproc is not None else "none (root without a cgroup)")
+    env = dict(env_extra or {})
     confine: dict = {}
-    if prefix:
+    seen: list[str] = []
+    hide = hidden_paths(limits)
+    outer = {"join": cg.procs_files(), "rlimits": rl, "pdeathsig": sys.platform.startswith("linux"),
+             "parent": os.getpid()}
+    if kind == "bwrap":
+        uid_txt = f"uid {own_uid} (bubblewrap, no capabilities)" if own_uid is not None else \
+            "the user's own uid in a user namespace of its own (bubblewrap, no capabilities, read-only view)"
+        if own_uid is not None:
+            os.chown(scratch, own_uid, own_uid)
+            os.chmod(scratch.parent, 0o711)  # bubblewrap copies the folders' modes: the uid must pass through
+        os.chmod(scratch, 0o700)
+        b, seen = bwrap_args(scratch, limits, root_uid=own_uid)
+        inner = _launcher({"uid": own_uid, "chdir": str(scratch)}) if own_uid is not None else []
+        full = _launcher(outer) + b + ["--"] + inner + cmd
+        confine = {"prepared": uid_txt, "hide": hide, "keep": seen}
+        isolation = {"network": "isolated (new network namespace)", "pid_namespace": True,
+                     "view": "read-only: /usr, a few /etc files, " + ", ".join(seen) + "; writable: scratch, "
+                     "private /tmp, /var/tmp, /dev/shm"}
+    elif kind == "unshare":
+        prefix = _unshare_prefix()
         userns = "--user" in prefix
-        uid = _child_uid() if (limits.drop_privileges and os.geteuid() == 0 and not userns) else None
+        uid = own_uid if not userns else None
         if uid is not None:
             os.chown(scratch, uid, uid)
             os.chmod(scratch, 0o700)
             os.chmod(scratch.parent, 0o711)  # others may pass through the evaluator's folder, not list it
-        confine = {"hide": hidden_paths(limits), "tmp": [d for d in TMP_DIRS if os.path.isdir(d)],
+        if own_uid is not None and uid is None:
+            rl[:] = [r for r in rl if r[0] != "RLIMIT_NPROC"]
+        confine = {"hide": hide, "tmp": [d for d in TMP_DIRS if os.path.isdir(d)],
                    "tmp_mb": limits.tmp_mb, "keep": needed_paths(scratch), "uid": uid, "userns": userns}
-    applied = {"session": True, "scratch": str(scratch), "rlimits": [n for *_, n in rl],
-               "network": "isolated (new network namespace)" if prefix else "not isolated (no namespaces here)",
-               "pid_namespace": bool(prefix), "pids_cgroup": procs is not None,
-               "hidden": confine.get("hide", []), "private_tmp": confine.get("tmp", []), "env": "scrubbed",
-               "scratch_quota": f"{limits.scratch_mb} MB, {limits.scratch_files} files"}
-
-    pdeathsig = _libc_prctl()
-
-    def preexec() -> None:  # runs in the child between fork and exec
-        os.setsid()
-        if pdeathsig is not None:  # dies with the evaluator's process (a SIGKILLed worker leaves no child)
-            pdeathsig(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if procs:
-            try:
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
-            except OSError:
-                pass
-        for what, value, _ in rl:
-            try:
-                resource.setrlimit(what, (value, value))
-            except (ValueError, OSError):
-                pass
-
-    err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
-    extra = dict(env_extra or {})
+        full = _launcher(outer) + prefix + cmd
+        isolation = {"network": "isolated (new network namespace)", "pid_namespace": True,
+                     "view": "host file system with the home and temp folders covered"}
+    else:
+        full = _launcher(outer) + cmd
+        isolation = {"network": "not isolated (no namespaces here)", "pid_namespace": False,
+                     "view": "the whole file system (no namespaces here)"}
+    applied = {"kind": KINDS[kind], "session": True, "scratch": str(scratch),
+               "rlimits": [n.removeprefix("RLIMIT_").lower() for n, _ in rl], "cgroup": cg.version,
+               "memory_limit": memory, "process_limit": processes, "pids_cgroup": cg.path is not None,
+               "hidden": hide if kind != "none" else [], "private_tmp": list(TMP_DIRS[:3]) if kind != "none" else [],
+               "env": "scrubbed", "scratch_quota": f"{limits.scratch_mb} MB, {limits.scratch_files} files", **isolation}
     if confine:
-        extra["KSEARCH_CONFINE"] = json.dumps(confine)
+        env["KSEARCH_CONFINE"] = json.dumps(confine)
     if limits.disable_guards:
-        extra["KSEARCH_GUARDS_OFF"] = ",".join(limits.disable_guards)
-    proc = subprocess.Popen(prefix + cmd, cwd=scratch, env=scrubbed_env(scratch, extra), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=err, preexec_fn=preexec, close_fds=True)
-    if stderr_path:
-        err.close()
+        env["KSEARCH_GUARDS_OFF"] = ",".join(limits.disable_guards)
+    err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(full, cwd=scratch, env=scrubbed_env(scratch, env), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err, start_new_session=True, close_fds=True)
+    finally:
+        if stderr_path:
+            err.close()
     return proc, applied, cg
 
 
@@ -249,18 +540,6 @@ def _user_threads(uid: int) -> int | None:
         except OSError:
             pass
     return n
-
-
-def _libc_prctl():
-    """libc's prctl on Linux (for PR_SET_PDEATHSIG), else None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
 
 
 def scratch_usage(scratch: Path, max_files: int) -> tuple[int, int]:
@@ -297,14 +576,26 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _cgroup_parents() -> list[Path]:
+    """Folders where this process's evaluators create their cgroups (v2 and v1), for the sweep."""
+    root = PidsCgroup.ROOT
+    out = []
+    own = PidsCgroup._own("")
+    if own is not None:
+        out.append(root / own.lstrip("/"))
+    for ctrl in ("pids", "memory"):
+        own = PidsCgroup._own(ctrl)
+        out += [root / ctrl / (own or "/").lstrip("/"), root / ctrl]
+    return list(dict.fromkeys(out))
+
+
 def sweep_stale(tmp: Path | None = None) -> dict:
-    """Remove what evaluators that were killed (SIGKILL: no cleanup ran) left behind: their pids cgroups,
+    """Remove what evaluators that were killed (SIGKILL: no cleanup ran) left behind: their cgroups,
     killing any process still in them, and their `ksearch-eval-PID-*` folders. Returns the counts."""
-    import shutil
     import tempfile
 
     out = {"cgroups": 0, "dirs": 0}
-    for root, kind in ((PidsCgroup.ROOT, "cgroups"), (Path(tmp or tempfile.gettempdir()), "dirs")):
+    for root, kind in [(p, "cgroups") for p in _cgroup_parents()] + [(Path(tmp or tempfile.gettempdir()), "dirs")]:
         try:
             names = os.listdir(root)
         except OSError:
@@ -315,9 +606,9 @@ def sweep_stale(tmp: Path | None = None) -> dict:
                 continue
             if kind == "cgroups":
                 cg = PidsCgroup.__new__(PidsCgroup)
-                cg.path = root / name
+                cg.path, cg.dirs, cg.version = root / name, [root / name], None
                 cg.remove()
-                out[kind] += not cg.path and not (root / name).exists()
+                out[kind] += not (root / name).exists()
             else:
                 shutil.rmtree(root / name, ignore_errors=True)
                 out[kind] += not (root / name).exists()
