@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import select
 import shutil
 import signal
 import stat
@@ -28,7 +27,7 @@ import numpy as np
 from .. import backend as backends
 from ..task import KernelTask
 from .models import EvalResult, Limits, Mismatch, Timing
-from .sandbox import kill_group, scratch_usage, spawn, sweep_stale
+from .sandbox import Channel, kill_group, scratch_usage, spawn, sweep_stale, tail_text
 
 SUSPECT_SPEEDUP = 10.0
 
@@ -56,8 +55,7 @@ class _Child:
         self.proc, self.applied, self.cgroup = spawn(
             cmd, scratch, limits, backend=backend, stderr_path=self.stderr,
             env_extra={"PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH")]))})
-        self.buf = b""
-        self.events: list[dict] = []   # guard events streamed by the worker since the last request
+        self.channel = Channel(self.proc, ProtocolError)
         self.hello = self.read(timeout=120)
         if self.hello:
             self.applied["user"] = self.hello.get("user", "")
@@ -66,44 +64,18 @@ class _Child:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    @property
+    def events(self) -> list[dict]:
+        """Guard events streamed by the worker since the last request (bounded; see sandbox.Channel)."""
+        return self.channel.events
+
     def send(self, obj: dict) -> None:
-        self.events = []
-        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
-        self.proc.stdin.flush()
+        self.channel.send(obj)
 
     def read(self, timeout: float, watch_scratch: bool = False) -> dict | None:
         """The next reply, or None on timeout; raises EOFError when the child died, ProtocolError on a
         line that is not JSON, QuotaError when the scratch directory goes over its quota."""
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        while True:
-            while b"\n" not in self.buf:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                r, _, _ = select.select([fd], [], [], min(left, 0.5))
-                if watch_scratch:
-                    self.check_scratch()
-                if not r:
-                    continue
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    self.proc.wait(timeout=5)
-                    raise EOFError(self.proc.returncode)
-                self.buf += chunk
-                if len(self.buf) > 64 << 20:
-                    raise ProtocolError("the worker sent an over-long reply")
-            line, self.buf = self.buf.split(b"\n", 1)
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                raise ProtocolError(f"the worker sent a line that is not JSON: {line[:80]!r}") from None
-            if not isinstance(msg, dict):
-                raise ProtocolError("the worker sent a reply that is not an object")
-            if "event" in msg:
-                self.events.append(msg)
-                continue
-            return msg
+        return self.channel.read(timeout, self.check_scratch if watch_scratch else None)
 
     def check_scratch(self) -> None:
         used, files = scratch_usage(self.scratch, self.limits.scratch_files)
@@ -117,10 +89,7 @@ class _Child:
         return max(0, len(self.cgroup.pids()) - self.base_pids)
 
     def log_tail(self, n: int = 15) -> str:
-        try:
-            return "\n".join(self.stderr.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return tail_text(self.stderr, n)
 
     def close(self) -> None:
         kill_group(self.proc, self.cgroup)

@@ -631,3 +631,128 @@ def kill_group(proc: subprocess.Popen, cgroup: PidsCgroup | None = None) -> None
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+
+
+# -- what the child says: read incrementally, bounded, control characters removed ------------------------------
+# CSI/OSC/other escape sequences, C0/C1 controls (tab and newline kept): a candidate's text must not draw on
+# the user's terminal (rich's escape() keeps ESC) or in the editor.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]"
+                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_controls(text: str) -> str:
+    """`text` without terminal escape sequences, control characters or bidi overrides (tab, newline kept)."""
+    return _CONTROL.sub("", text)
+
+
+def clean(obj):
+    """`obj` (decoded JSON) with `strip_controls` applied to every string in it."""
+    if isinstance(obj, str):
+        return strip_controls(obj)
+    if isinstance(obj, list):
+        return [clean(x) for x in obj]
+    if isinstance(obj, dict):
+        return {clean(k) if isinstance(k, str) else k: clean(v) for k, v in obj.items()}
+    return obj
+
+
+def tail_text(path: Path, lines: int = 15, max_bytes: int = 64 << 10) -> str:
+    """The last `lines` lines of a file a child wrote (only its last `max_bytes` are read), cleaned."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read(max_bytes)
+    except OSError:
+        return ""
+    return "\n".join(strip_controls(data.decode("utf-8", "replace")).splitlines()[-lines:])
+
+
+class Channel:
+    """The child's JSON-lines reply channel, read incrementally: a line longer than `max_line` is a protocol
+    error (not a reason to buffer), guard events are kept up to `max_events` (the first ones: the first is
+    what gets reported), every string is cleaned of control characters, and the child closing its end or its
+    request pipe is an error of the child's, never an exception of ours. `error` is the exception class the
+    caller raises for a channel the child broke."""
+
+    def __init__(self, proc: subprocess.Popen, error: type[Exception], *, max_line: int = 8 << 20,
+                 max_events: int = 64):
+        self.proc, self.error, self.max_line, self.max_events = proc, error, max_line, max_events
+        self.buf = bytearray()
+        self.scanned = 0
+        self.events: list[dict] = []
+        self.dropped = 0
+
+    def send(self, obj: dict) -> None:
+        self.events.clear()
+        self.dropped = 0
+        try:
+            self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError, ValueError) as e:
+            code = self.proc.poll()
+            if code is not None:
+                raise EOFError(code) from None
+            raise self.error(f"the worker closed its request pipe ({type(e).__name__})") from None
+
+    def _line(self) -> bytes | None:
+        i = self.buf.find(b"\n", self.scanned)
+        if i < 0:
+            self.scanned = len(self.buf)
+            if len(self.buf) > self.max_line:
+                raise self.error(f"the worker sent an over-long line (over {self.max_line >> 20} MB)")
+            return None
+        if i > self.max_line:
+            raise self.error(f"the worker sent an over-long line (over {self.max_line >> 20} MB)")
+        line = bytes(self.buf[:i])
+        del self.buf[: i + 1]
+        self.scanned = 0
+        return line
+
+    def read(self, timeout: float, tick=None) -> dict | None:
+        """The next reply, or None on timeout; EOFError(returncode) when the child died; `error` on a line
+        that is not a JSON object, an over-long line, or a closed reply channel of a child still running.
+        `tick()` runs at least every 0.5 s while waiting."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while True:
+            line = self._line()
+            while line is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                r, _, _ = select.select([fd], [], [], min(left, 0.5))
+                if tick is not None:
+                    tick()
+                if not r:
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    try:
+                        self.proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        raise self.error("the worker closed its reply channel and kept running") from None
+                    raise EOFError(self.proc.returncode)
+                self.buf += chunk
+                line = self._line()
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                raise self.error(f"the worker sent a line that is not JSON: {strip_controls(repr(line[:80]))}") from None
+            if not isinstance(msg, dict):
+                raise self.error("the worker sent a reply that is not an object")
+            if "event" in msg:
+                if len(self.events) < self.max_events:
+                    ev = {k: (clean(v)[:300] if isinstance(v, str) else v) for k, v in msg.items()
+                          if k in ("event", "detail")}
+                    self.events.append(ev)
+                else:
+                    self.dropped += 1
+                continue
+            return clean(msg)
