@@ -19,6 +19,11 @@ Types: float16 is ``float16_t`` (Metal) / ``__half`` (CUDA), bfloat16 is ``bfloa
 bfloat16) or as uint16 bit patterns (name it in ``input_dtypes``); bfloat16 outputs come back as
 float32 arrays holding the exact bfloat16 values. Outputs without ``init_value`` start filled with
 0xFF bytes (NaN for floats, -1 for signed ints) so unwritten elements show up.
+
+Inputs are mapped read-only (a write faults and names the array), except **writable inputs**: an input
+whose name ends in ``_inout`` (``WRITABLE_SUFFIX``), or one named in ``writable_inputs``. A kernel may
+write those through a cast (in-out buffers of ported CUDA kernels: see translate/emit.py); their final
+contents come back in ``inout_results`` when a dict is given, and the race check covers them too.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ METAL_TYPES = {"float32": "float", "float16": "float16_t", "bfloat16": "bfloat16
                "float64": "double"}
 CUDA_TYPES = dict(METAL_TYPES, float16="__half", bfloat16="__nv_bfloat16")
 MAX_CONSTANT_ARRAY_SIZE = 8
+WRITABLE_SUFFIX = "_inout"
 
 # (attribute, type, C++ expression giving its value for the running fiber)
 METAL_ATTRIBUTES = [
@@ -188,7 +194,8 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                    output_dtypes=(), init_value=None, atomic_outputs: bool = False,
                    shared_memory: int = 0, *, input_dtypes=None, timeout_s: float = 20.0,
                    ensure_row_contiguous: bool = True, check_races: bool = True,
-                   strict_barriers: bool = True) -> list[np.ndarray]:
+                   strict_barriers: bool = True, writable_inputs=None,
+                   inout_results: dict | None = None) -> list[np.ndarray]:
     """Run a metal_kernel / cuda_kernel body on the CPU; returns the outputs as numpy arrays.
 
     With ``check_races`` the grid runs twice (warps and threadgroups forward, then in reverse) and
@@ -230,6 +237,7 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
         dn = rt.dtype_name(declared) if declared else rt.dtype_name(arr.dtype)
         arrays.append(rt.to_storage(arr, dn))
         in_dtypes.append(dn)
+    writable = {n for n in input_names if n.endswith(WRITABLE_SUFFIX)} | set(writable_inputs or ())
     out_dtypes = [rt.dtype_name(d) for d in output_dtypes]
     out_shapes = [tuple(int(s) for s in shp) for shp in output_shapes]
 
@@ -240,6 +248,7 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
     buffers: list[rt.Buffer] = []
     pointers: list[int] = []
     outs: list[rt.Buffer] = []
+    inouts: list[tuple[str, rt.Buffer, np.ndarray, str]] = []   # writable inputs: name, buffer, start, dtype
     regions = []
     try:
         for kind in arg_kinds:
@@ -249,7 +258,10 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                 arr = arrays[idx]
                 b = rt.Buffer(arr.nbytes)
                 b.write(arr)
-                b.read_only()
+                if input_names[idx] in writable:
+                    inouts.append((input_names[idx], b, arr, in_dtypes[idx]))
+                else:
+                    b.read_only()
             elif k in ("shape", "strides"):
                 shp = arrays[idx].shape
                 if k == "shape":
@@ -275,7 +287,8 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
             buffers.append(b)
             pointers.append(b.addr)
             if k in ("in", "out"):
-                regions.append(((input_names if k == "in" else output_names)[idx], b, k == "in"))
+                nm = (input_names if k == "in" else output_names)[idx]
+                regions.append((nm, b, k == "in" and nm not in writable))
 
         if dialect == "metal":
             tgc = tuple(max(1, min(t, g)) for t, g in zip(tg, grid))
@@ -292,18 +305,28 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
             if reverse:
                 for b, raw in zip(outs, initial):
                     b.write(raw)
+                for _, b, arr, _ in inouts:
+                    b.write(arr)
             if all(n > 0 for n in nblocks):  # an empty grid runs nothing
                 rt.launch(so, what, pointers, nblocks, tgc, total, partial, dyn_smem=shared_memory,
                           timeout_s=limit, regions=regions, reverse=reverse,
                           strict_barriers=strict_barriers)
-            runs.append([b.read(rt.STORAGE[dt], shp) for b, dt, shp in zip(outs, out_dtypes, out_shapes)])
+            runs.append([b.read(rt.STORAGE[dt], shp) for b, dt, shp in zip(outs, out_dtypes, out_shapes)]
+                        + [b.read(arr.dtype, arr.shape) for _, b, arr, _ in inouts])
 
         rt.run_both_orders(launch_once, check_races, timeout_s)
         if check_races:
-            for nm, a, b, dt in zip(output_names, runs[0], runs[1], out_dtypes):
+            names = output_names + [n for n, _, _, _ in inouts]
+            dts = out_dtypes + [dt for _, _, _, dt in inouts]
+            for nm, a, b, dt in zip(names, runs[0], runs[1], dts):
                 why = rt.schedule_dependent(a, b, dt)
                 if why:
-                    raise SimError(f"{what}: output '{nm}': {rt.RACE_HINT}; {why}", kind="race")
+                    raise SimError(f"{what}: {'output' if nm in output_names else 'in-out input'} '{nm}': "
+                                   f"{rt.RACE_HINT}; {why}", kind="race")
+        if inout_results is not None:
+            for (nm, _, arr, dt), a in zip(inouts, runs[0][len(outs):]):
+                inout_results[nm] = rt.bf16_bits_to_f32(a).reshape(arr.shape) if dt == "bfloat16" else a
+        runs[0] = runs[0][:len(outs)]
         return [rt.bf16_bits_to_f32(a).reshape(shp) if dt == "bfloat16" else a
                 for a, dt, shp in zip(runs[0], out_dtypes, out_shapes)]
     finally:

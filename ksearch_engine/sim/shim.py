@@ -5,13 +5,18 @@ as MLX's (inputs, template, grid, threadgroup, output_shapes, output_dtypes, ini
 stream) and run through ``run_mlx_kernel`` on numpy copies of the inputs, giving back mx.arrays.
 The run is eager: the outputs are computed when the kernel object is called (inside ``mx.compile``
 tracing it cannot work). Code that imported ``metal_kernel`` by name before the shim keeps MLX's.
+
+Writable inputs: an input whose name ends in ``_inout`` (``mlx_kernels.WRITABLE_SUFFIX``) is mapped
+writable, and what the kernel wrote into it is stored back into that mx.array's own memory, as a GPU
+kernel writing through a cast pointer would (the in-out convention of ported CUDA kernels; see
+translate/emit.py). Other inputs stay read-only: a write to one faults and names it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .mlx_kernels import run_mlx_kernel
+from .mlx_kernels import WRITABLE_SUFFIX, run_mlx_kernel
 
 _saved: dict[str, object] = {}
 _options: dict[str, object] = {"timeout_s": 20.0, "check_races": True, "strict_barriers": True}
@@ -67,12 +72,16 @@ class SimKernel:
         for n, v in template or []:
             tmpl.append((n, _dtype_name(v) if isinstance(v, mx.Dtype) else v))
         out_names = [_dtype_name(d) for d in output_dtypes]
+        inout: dict = {}
         outs = run_mlx_kernel(self.dialect, self.name, self.input_names, self.output_names,
                               self.source, self.header, np_inputs, tmpl, tuple(grid),
                               tuple(threadgroup), [tuple(s) for s in output_shapes], out_names,
                               init_value=init_value, atomic_outputs=self.atomic_outputs,
                               shared_memory=self.shared_memory, input_dtypes=in_dtypes,
-                              **_options)
+                              inout_results=inout, **_options)
+        for nm, x in zip(self.input_names, inputs):
+            if nm.endswith(WRITABLE_SUFFIX) and nm in inout and isinstance(x, mx.array):
+                _write_back(x, inout[nm])
         result = []
         for a, dn in zip(outs, out_names):
             arr = mx.array(a)
@@ -80,6 +89,25 @@ class SimKernel:
                 arr = arr.astype(mx.bfloat16)
             result.append(arr)
         return result
+
+
+def _write_back(x, values: np.ndarray) -> None:
+    """Store `values` into the memory of the (evaluated) mx.array `x`, in place."""
+    import mlx.core as mx
+
+    mx.eval(x)
+    if x.dtype == mx.bfloat16:
+        view = np.frombuffer(memoryview(x), dtype=np.uint16)
+        np.copyto(view, _bf16_bits(values).reshape(view.shape))
+        return
+    view = np.array(x, copy=False)
+    view.flags.writeable = True
+    np.copyto(view, np.asarray(values, dtype=view.dtype).reshape(view.shape))
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    from .runtime import f32_to_bf16_bits
+    return f32_to_bf16_bits(np.asarray(values, dtype=np.float32))
 
 
 def install_mlx_shim(timeout_s: float = 20.0, check_races: bool = True, strict_barriers: bool = True) -> None:

@@ -43,6 +43,143 @@ def _backend():
 '''
 
 
+_LAUNCH = '''
+
+# ---- launch(): the CUDA calling convention -------------------------------------------------------------
+# In-out buffers. CUDA kernels write into buffers that hold data (y = a*x + y, masks, histograms); an MLX
+# custom kernel's outputs are fresh, uninitialised buffers. So each buffer the kernel may write goes through
+#   1. a copy kernel: `buf` = a fresh output holding the buffer's current contents (a custom kernel, never an
+#      MLX op: ops may share or donate the caller's buffer, custom kernels always allocate their outputs);
+#   2. the main kernel, which takes `buf` as an INPUT named `<name>_inout`, writes it through a cast of the
+#      const pointer, and has one dummy output `done`;
+#   3. a copy-out kernel whose inputs are `buf` AND `done`, giving a fresh output with the final contents.
+# Why this order holds on a GPU: MLX orders kernels by their inputs and outputs only. Step 3 reads `done`, an
+# output of step 2, so MLX's Metal encoder puts a memory barrier between them (it does so when a dispatch
+# reads a buffer an earlier dispatch wrote since the last barrier; the barrier covers all buffers, `buf`
+# included), and MLX's CUDA graph gets an edge 2 -> 3. Returning `buf` itself (or mx.depends(buf, [done]))
+# would not be safe: `buf` is an output of step 1 only, so a later reader could be ordered after step 1 but
+# concurrently with step 2. Nothing else ever holds `buf`, so no other node reads it half-written and MLX
+# cannot donate it elsewhere. Metal passes inputs of fewer than 8 elements in `constant` memory, which
+# cannot be written: buffers are padded to 8 elements and the padding sliced off.
+
+
+def _copy_object(kind, with_dep):
+    key = ("copy", kind, with_dep)
+    if key not in _kernels:
+        names = ["inp", "after"] if with_dep else ["inp"]
+        if kind == "metal":
+            src = "uint i = thread_position_in_grid.x;\\nif (i < uint(inp_shape[0])) out[i] = inp[i];\\n"
+            _kernels[key] = mx.fast.metal_kernel(name="ks_copy", input_names=names, output_names=["out"], source=src)
+        else:
+            src = ("size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;\\n"
+                   "if (i < size_t(inp_shape[0])) out[i] = inp[i];\\n")
+            _kernels[key] = mx.fast.cuda_kernel(name="ks_copy", input_names=names, output_names=["out"], source=src)
+    return _kernels[key]
+
+
+def _copy(x, kind, after=None):
+    """A fresh buffer with the contents of the flat array `x` (after the kernel that made `after`)."""
+    n = x.size
+    tg = max(1, min(256, n))
+    return _copy_object(kind, after is not None)(
+        inputs=[x] if after is None else [x, after], template=[("T", x.dtype)], grid=(n, 1, 1),
+        threadgroup=(tg, 1, 1), output_shapes=[(n,)], output_dtypes=[x.dtype])[0]
+
+
+def _launch_object(kind, shared_mem):
+    key = ("launch", kind, shared_mem if kind == "cuda" else 0)
+    if key not in _kernels:
+        if kind == "metal":
+            _kernels[key] = mx.fast.metal_kernel(name=NAME, input_names=LAUNCH_INPUT_NAMES, output_names=["ks_done"],
+                                                 source=LAUNCH_METAL_SOURCE, header=LAUNCH_METAL_HEADER)
+        else:
+            _kernels[key] = mx.fast.cuda_kernel(name=NAME, input_names=LAUNCH_INPUT_NAMES, output_names=["ks_done"],
+                                                source=LAUNCH_CUDA_SOURCE, header=CUDA_HEADER, shared_memory=shared_mem)
+    return _kernels[key]
+
+
+_C_DTYPES = {"float": "float32", "double": "float32", "half": "float16", "__half": "float16",
+             "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", "int": "int32", "int32_t": "int32",
+             "unsigned": "uint32", "unsigned int": "uint32", "uint": "uint32", "uint32_t": "uint32",
+             "int64_t": "int64", "long": "int64", "long long": "int64", "size_t": "uint64",
+             "unsigned long long": "uint64", "uint64_t": "uint64", "char": "int8", "signed char": "int8",
+             "int8_t": "int8", "unsigned char": "uint8", "uint8_t": "uint8", "short": "int16",
+             "int16_t": "int16", "unsigned short": "uint16", "uint16_t": "uint16", "bool": "bool"}
+
+
+def _template_args(template):
+    """[(name, value)] for MLX from the C++ template arguments as strings (["float", "256"])."""
+    template = list(template or [])
+    if len(template) != len(TEMPLATE_PARAMS):
+        raise TypeError(f"{NAME} takes {len(TEMPLATE_PARAMS)} template arguments "
+                        f"({', '.join(t['name'] for t in TEMPLATE_PARAMS) or 'none'}), got {len(template)}")
+    out = []
+    for t, v in zip(TEMPLATE_PARAMS, template):
+        text = " ".join(str(v).split())
+        if t["kind"] == "typename":
+            dt = _C_DTYPES.get(text.replace("const ", ""))
+            if dt is None:
+                raise TypeError(f"{NAME}: template type {t['name']} = {text} has no MLX dtype")
+            out.append((t["name"], getattr(mx, dt)))
+        elif text in ("true", "false"):
+            out.append((t["name"], text == "true"))
+        else:
+            out.append((t["name"], int(eval(text.rstrip("uUlL").replace("u)", ")"), {"__builtins__": {}}))))
+    return out
+
+
+def launch(*args, grid, block, shared_mem=0, template=None):
+    """Runs the kernel with CUDA's convention; returns {name: new contents} for every pointer it may write.
+
+    args: in the CUDA parameter order: a flat mx.array per pointer (its whole contents from the pointer on,
+    of the pointee's scalar dtype: a float4* takes 4x the floats), a number per scalar. grid counts blocks,
+    block threads, as in kernel<<<grid, block, shared_mem>>>; template: the C++ template arguments as
+    strings (["float", "256"]). The returned arrays have the shapes and dtypes given.
+    """
+    if len(args) != len(PARAMS):
+        raise TypeError(f"{NAME} takes {len(PARAMS)} arguments ({', '.join(p['name'] for p in PARAMS)}), "
+                        f"got {len(args)}")
+    kind = _backend()
+    grid, block = _dim3(*tuple(grid)), _dim3(*tuple(block))
+    tmpl = _template_args(template)
+    types = {n: v for n, v in tmpl if isinstance(v, mx.Dtype)}
+    inputs, written = [], []
+    for p, a in zip(PARAMS, args):
+        if p["pointer"]:
+            a = a if isinstance(a, mx.array) else mx.array(a)
+            flat = a.reshape(-1)
+            n = flat.size
+            if n < 8:   # Metal: inputs under 8 elements are `constant` (see above)
+                flat = mx.concatenate([flat, mx.zeros((8 - n,), dtype=flat.dtype)])
+            if p["written"]:
+                flat = _copy(flat, kind)
+                written.append((p["name"], flat, n, a.shape))
+            inputs.append(flat)
+        else:
+            dt = types.get(p.get("template_type")) or getattr(mx, p["dtype"])
+            if dt == mx.float64 or (kind == "metal" and dt in (mx.bfloat16,)):
+                dt = mx.float32
+            inputs.append(mx.array([a], dtype=dt))
+    if kind == "metal" and STATIC_SHARED_BYTES + shared_mem > APPLE_THREADGROUP_BYTES:
+        raise ValueError(f"{NAME}: {STATIC_SHARED_BYTES + shared_mem} bytes of threadgroup memory; "
+                         f"Apple GPUs allow {APPLE_THREADGROUP_BYTES}: use a smaller block or tile")
+    if kind == "metal":
+        tmpl = tmpl + [(c, max(1, int(shared_mem) // e)) for c, e in LAUNCH_DYNAMIC_SHARED]
+    threads = tuple(g * b for g, b in zip(grid, block))   # MLX: grid in threads
+    if not written or 0 in threads:
+        if written and 0 in threads:
+            return {name: buf[:n].reshape(shape) for name, buf, n, shape in written}
+        # nothing to return: still run it, so that a fault shows
+    done = _launch_object(kind, int(shared_mem))(
+        inputs=inputs, template=tmpl, grid=threads, threadgroup=block, output_shapes=[(1,)],
+        output_dtypes=[mx.uint32])[0]
+    if not written:
+        mx.eval(done)
+        return {}
+    return {name: _copy(buf, kind, after=done)[:n].reshape(shape) for name, buf, n, shape in written}
+'''
+
+
 def _pystr(s: str) -> str:
     if '"""' not in s and not s.endswith("\\"):
         return 'r"""' + s + '"""'
@@ -91,7 +228,20 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w(f"CUDA_HEADER = {_pystr(tr.cuda_header)}")
     w("")
     w(f"CUDA_SOURCE = {_pystr(tr.cuda_source)}")
+    w("")
+    w("# launch(): the kernel's parameters in CUDA's order; `written`: launch() returns its new contents")
+    w(f"PARAMS = {tr.params!r}")
+    w(f"TEMPLATE_PARAMS = {tr.template_params!r}")
+    w(f"LAUNCH_INPUT_NAMES = {tr.launch_input_names!r}")
+    w(f"LAUNCH_DYNAMIC_SHARED = {tr.launch_dynamic_shared!r}   # Metal: (template constant, bytes per element)")
+    w("")
+    w(f"LAUNCH_METAL_HEADER = {_pystr(tr.launch_metal_header)}")
+    w("")
+    w(f"LAUNCH_METAL_SOURCE = {_pystr(tr.launch_metal_source)}")
+    w("")
+    w(f"LAUNCH_CUDA_SOURCE = {_pystr(tr.launch_cuda_source)}")
     lines.append(_HELPERS)
+    lines.append(_LAUNCH)
     w("")
     w("_kernels = {}")
     w("")

@@ -16,6 +16,8 @@ from pydantic.dataclasses import dataclass as pdataclass
 from ..source.cfamily import parse_bytes
 from .rules import Rule, RuleTable
 
+from .launch import CUDA_ATOMICS as _CUDA_ATOMICS  # noqa: E402
+
 _ADDRESS_SPACES = {"device", "threadgroup", "constant", "thread"}
 _HELPER_WORDS = {"__device__", "__host__", "__forceinline__", "__noinline__"}
 MAX_DEPTH = 20000   # tree levels; real kernels stay under 100
@@ -44,6 +46,8 @@ class RewriteContext:
     outputs: set[str] = field(default_factory=set)
     atomic: bool = False
     helper_pointer_spaces: dict[str, dict[int, str]] = field(default_factory=dict)  # helper -> {param idx: space}
+    # launch() path: atomics become ks_atomic_* helpers that cast the address to atomic<T> (launch.py)
+    cast_atomics: bool = False
 
 
 class Rewriter:
@@ -236,6 +240,13 @@ class Rewriter:
                 self._report("grid.sync()" if short != "this_grid" else "this_grid()", node,
                              rule.reason or "grid-wide synchronization is not available in Metal")
             return self._emit_children(node)
+        if self.ctx.cast_atomics and name in _CUDA_ATOMICS:
+            args = [a for a in (args_node.named_children if args_node is not None else []) if a.type != "comment"]
+            idents = {self._text(x) for x in _walk(args[0]) if x.type == "identifier"} if args else set()
+            suffix = "_tg" if idents & self.ctx.shared_names else ""
+            if "atomic.cast" not in self.applied:
+                self.applied.append("atomic.cast")
+            return f"ks_atomic_{_CUDA_ATOMICS[name]}{suffix}(" + ", ".join(self._emit(a) for a in args) + ")"
         if name in self.unsupported:
             rule = self.unsupported[name]
             self._report(f"{name}(...)", node, rule.reason or f"{name} has no Metal equivalent")

@@ -46,6 +46,14 @@ class Translation(BaseModel):
     report: list[Issue] = []
     rules_applied: list[str] = []
     task_hint: dict = {}
+    # the launch() path (CUDA's convention, in-out buffers): see launch.py and emit.py
+    params: list[dict] = []
+    template_params: list[dict] = []
+    launch_input_names: list[str] = []
+    launch_metal_source: str = ""
+    launch_metal_header: str = ""
+    launch_cuda_source: str = ""
+    launch_dynamic_shared: list[tuple[str, int]] = []
 
     @property
     def errors(self) -> list[Issue]:
@@ -222,6 +230,27 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         if i.construct.endswith("<<<...>>>") or i.construct in ("grid.sync()", "this_grid()"):
             i.message += " (the CUDA-backend port cannot do it either: MLX launches kernels without " \
                          "cooperative launch or relocatable device code)"
+    # -- the launch() path: CUDA's parameter order, pointers cast from flat inputs, in-out buffers --------
+    from . import launch as lp
+    params_table = lp.param_table(k, written, set(template_types), parse_result.preamble, issues)
+    lctx = RewriteContext(shared_names=set(shared_names), outputs=set(), cast_atomics=True,
+                          helper_pointer_spaces=ctx.helper_pointer_spaces)
+    lrw = Rewriter(table, line_offset=line0, context=lctx)
+    _, launch_metal_body = lrw.rewrite_function(k.text, helper=False)
+    lheader_parts = []
+    if preamble:
+        lheader_parts.append(Rewriter(table, line_offset=0, context=lctx).rewrite_snippet("\n".join(preamble)))
+    for h in helpers:
+        whole, _ = Rewriter(table, line_offset=h.range.start.line, context=lctx).rewrite_function(h.text, helper=True)
+        lheader_parts.append(whole)
+    uses_atomics = any("ks_atomic_" in x for x in [launch_metal_body] + lheader_parts)
+    launch_metal_header = (lp.metal_atomic_helpers() if uses_atomics else "") + "\n\n".join(lheader_parts) + "\n"
+    type_rules = table.by_kind("type")
+
+    def metal_type(t: str) -> str:
+        r = type_rules.get(" ".join(t.split()))
+        return r.metal if r is not None and r.metal else t
+
     # -- the launch, shapes and scalars ----------------------------------------------------------
     _plan_launch(plan, k, launch, profile, template_values, issues, source_bytes, fnames)
     macros = [f"{py_name(n)} = {v}" for n, v in analysis.define_constants(parse_result.preamble).items()]
@@ -233,6 +262,11 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     metal_source = (("    // scalar parameters arrive as 1-element arrays\n" + prologue_metal) if prologue_cuda else "") \
         + _dedent_body(metal_body)
     cuda_source = (("    // scalar parameters arrive as 1-element arrays\n" + prologue_cuda) if prologue_cuda else "") \
+        + _dedent_body(k.body)
+    note = "    // launch(): pointers arrive as flat arrays <name>_in / <name>_inout, scalars as 1-element arrays\n"
+    launch_metal_source = note + lp.pointer_prologue(k, params_table, "metal", metal_type) + prologue_metal \
+        + ("\n" if prologue_metal and not prologue_metal.endswith("\n") else "") + _dedent_body(launch_metal_body)
+    launch_cuda_source = note + lp.pointer_prologue(k, params_table, "cuda", metal_type) + prologue_cuda \
         + _dedent_body(k.body)
 
     # -- shared memory budget --------------------------------------------------------------------
@@ -274,6 +308,14 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                      cuda_source=cuda_source, header=metal_header, cuda_header=cuda_header,
                      input_names=_input_names(plan), output_names=[a.name for a in plan.arrays if a.output],
                      atomic_outputs=ctx.atomic, report=issues, rules_applied=list(rw.applied))
+    tr.params = params_table
+    tr.template_params = [{"name": t.name, "kind": "typename" if t.kind == "typename" else "value"}
+                          for t in k.template_params]
+    tr.launch_input_names = lp.launch_input_names(k, params_table)
+    tr.launch_metal_source, tr.launch_cuda_source = launch_metal_source, launch_cuda_source
+    tr.launch_metal_header = launch_metal_header
+    tr.launch_dynamic_shared = [(lctx.dynamic_shared.get(s.name, f"{s.name.upper()}_SIZE"),
+                                 lp.POINTEE.get(lp.norm_type(s.type), ("", 4))[1]) for s in dyn]
     tr.task_hint = _task_hint(plan, profile, k, template_values)
     if profile is not None:
         ref = profile.reference

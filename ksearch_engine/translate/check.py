@@ -1,0 +1,220 @@
+"""check_port: runs a port module's `launch()` on one launch of the kernel, in the CPU simulator, for the Metal
+port and the CUDA-backend port in turn, and compares what each leaves in memory with what the original CUDA
+kernel leaves (re-run in the simulator on the same inputs, or a capture's recorded `after` contents).
+
+    res = check_port(module_text, cuda_text, "saxpy",
+                     {"args": {"n": 128, "a": 0.5, "x": x, "y": y}, "grid": (2, 1, 1), "block": (64, 1, 1),
+                      "shared_mem": 0, "template_args": []}, filename="saxpy.cu")
+    res.passed, res.dialects["metal"], res.message
+
+`launch` may be a dict like that, or any object with those attributes (args by parameter name, or a list in
+parameter order). Buffers are numpy arrays of the pointee's scalar dtype (bfloat16 as uint16 bits), scalars
+Python numbers. Every message is one line a user can act on: the buffer, the index, got and expected.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel
+
+Status = Literal["passed", "mismatch", "sim_error", "not_runnable"]
+TOLERANCE = {"float64": (1e-6, 1e-6), "float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}
+
+
+class PortCheck(BaseModel):
+    kernel: str
+    passed: bool = False
+    dialects: dict[str, Status] = {}       # "metal" / "cuda" -> status
+    messages: dict[str, str] = {}          # "metal" / "cuda" -> one line (empty when passed)
+    original_error: str | None = None      # the original could not run: nothing to compare with
+    message: str = ""                      # one line: the first failure, or what passed
+
+
+def _get(launch, key, default=None):
+    if isinstance(launch, dict):
+        return launch.get(key, default)
+    return getattr(launch, key, default)
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _error_text(e: Exception) -> str:
+    """A user-facing line for an exception from the simulator or the port module (never a traceback)."""
+    from ..sim.errors import SimError
+
+    if isinstance(e, SimError):
+        where = f" (line {e.line})" if getattr(e, "line", None) else ""
+        return _one_line(f"{getattr(e, 'kind', 'error')}: {e}{where}")
+    return _one_line(f"{type(e).__name__}: {e}")
+
+
+def compare(name: str, got: np.ndarray, expected: np.ndarray, dtype: str | None = None) -> str | None:
+    """None when `got` matches `expected` (ints exactly, floats within tolerance, NaN/inf where expected has
+    them), else one line naming the buffer, the first bad index, got and expected."""
+    g = np.asarray(got).reshape(-1)
+    e = np.asarray(expected).reshape(-1)
+    if g.shape != e.shape:
+        return f"buffer '{name}': {g.size} elements came back, expected {e.size}"
+    if dtype == "bfloat16" or (e.dtype == np.uint16 and dtype == "bfloat16"):
+        from ..sim.runtime import bf16_bits_to_f32
+        g, e = bf16_bits_to_f32(g.astype(np.uint16)), bf16_bits_to_f32(e.astype(np.uint16))
+        kind = "bfloat16"
+    else:
+        kind = e.dtype.name
+    if e.dtype.kind == "f":
+        gf, ef = g.astype(np.float64), e.astype(np.float64)
+        rtol, atol = TOLERANCE.get(kind, (1e-4, 1e-4))
+        finite = np.isfinite(ef)
+        scale = max(1.0, float(np.abs(ef[finite]).max())) if finite.any() else 1.0
+        bad = ~np.isclose(gf, ef, rtol=rtol, atol=atol * scale, equal_nan=True)
+        bad |= np.isnan(gf) != np.isnan(ef)
+    else:
+        bad = g != e
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    return (f"buffer '{name}' [{i}]: got {g[i].item()!r}, expected {e[i].item()!r} "
+            f"({int(bad.sum())} of {bad.size} elements differ)")
+
+
+def run_original(original_source: str, kernel: str, args: dict, grid, block, shared_mem: int,
+                 template_args, filename: str, include_dirs=(), timeout_s: float = 20.0) -> dict[str, np.ndarray]:
+    from ..sim import run_cuda_source
+
+    kw = dict(template_args=list(template_args) or None, filename=filename, timeout_s=timeout_s,
+              strict_barriers=False)
+    if include_dirs and "include_dirs" in inspect.signature(run_cuda_source).parameters:
+        kw["include_dirs"] = list(include_dirs)
+    return run_cuda_source(original_source, kernel, tuple(grid), tuple(block),
+                           {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()},
+                           int(shared_mem or 0), **kw)
+
+
+def _to_mx(value: np.ndarray, dtype: str | None):
+    import mlx.core as mx
+
+    a = np.ascontiguousarray(value).reshape(-1)
+    if dtype == "bfloat16" and a.dtype == np.uint16:
+        return mx.array(a).view(mx.bfloat16)
+    return mx.array(a)
+
+
+def _from_mx(value, dtype: str | None, like: np.ndarray) -> np.ndarray:
+    import mlx.core as mx
+
+    if value.dtype == mx.bfloat16:
+        return np.array(value.view(mx.uint16)).reshape(like.shape) if like.dtype == np.uint16 \
+            else np.array(value.astype(mx.float32)).reshape(like.shape)
+    return np.array(value).reshape(like.shape)
+
+
+def run_port(module_text: str, dialect: str, args: dict, grid, block, shared_mem: int, template_args,
+             timeout_s: float = 20.0) -> dict[str, np.ndarray]:
+    """The port module's launch() in the simulator with `dialect`'s port; {written buffer: contents}."""
+    from ..sim import shim
+
+    shim.install_mlx_shim()
+    saved = dict(shim._options)
+    shim._options.update(timeout_s=timeout_s, check_races=True, strict_barriers=False)
+    try:
+        ns: dict = {"__name__": "ksearch_port_check"}
+        exec(compile(module_text + f"\n\n_backend = lambda: {dialect!r}\n", "port_module", "exec"), ns)
+        params = ns["PARAMS"]
+        call = []
+        for p in params:
+            v = args[p["name"]]
+            call.append(_to_mx(v, p.get("dtype")) if p["pointer"] else v)
+        out = ns["launch"](*call, grid=tuple(grid), block=tuple(block), shared_mem=int(shared_mem or 0),
+                           template=list(template_args or []) or None)
+        return {n: _from_mx(a, None, np.asarray(args[n])) for n, a in out.items()}
+    finally:
+        shim._options.clear()
+        shim._options.update(saved)
+
+
+def check_port(module_text: str, original_source: str, kernel: str, launch, filename: str = "kernel.cu",
+               include_dirs=(), expected: dict | None = None, dialects=("metal", "cuda"),
+               timeout_s: float = 20.0) -> PortCheck:
+    """Checks the port's launch() against the original on one launch; see the module docstring."""
+    res = PortCheck(kernel=kernel)
+    raw = _get(launch, "args", {})
+    grid = tuple(_get(launch, "grid", (1, 1, 1)))
+    block = tuple(_get(launch, "block", (1, 1, 1)))
+    smem = int(_get(launch, "shared_mem", 0) or 0)
+    targs = list(_get(launch, "template_args", []) or [])
+    ns: dict = {}
+    try:
+        exec(compile(module_text, "port_module", "exec"), ns)
+        params = ns["PARAMS"]
+    except Exception as e:
+        msg = f"the port module does not load: {_error_text(e)}"
+        for d in dialects:
+            res.dialects[d], res.messages[d] = "not_runnable", msg
+        res.message = msg
+        return res
+    if isinstance(raw, (list, tuple)):
+        raw = {p["name"]: v for p, v in zip(params, raw)}
+    args = dict(raw)
+    struct = [p["name"] for p in params if isinstance(args.get(p["name"]), (bytes, bytearray))]
+    if struct:
+        msg = f"'{struct[0]}' is a struct passed by value: launch() takes scalars and pointers only"
+        for d in dialects:
+            res.dialects[d], res.messages[d] = "not_runnable", msg
+        res.message = msg
+        return res
+    pointers = [p for p in params if p["pointer"]]
+    want: dict[str, np.ndarray] = {}
+    if expected:
+        want = {n: np.asarray(v) for n, v in expected.items()}
+        for p in pointers:   # buffers the capture saw unchanged must stay unchanged
+            if p["name"] not in want and isinstance(args.get(p["name"]), np.ndarray):
+                want[p["name"]] = np.asarray(args[p["name"]])
+    else:
+        try:
+            want = run_original(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs,
+                                timeout_s)
+        except Exception as e:
+            res.original_error = _error_text(e)
+            msg = f"the original kernel does not run in the simulator on this launch: {res.original_error}"
+            for d in dialects:
+                res.dialects[d], res.messages[d] = "not_runnable", msg
+            res.message = msg
+            return res
+    written = {p["name"] for p in pointers if p["written"]}
+    for d in dialects:
+        try:
+            got = run_port(module_text, d, args, grid, block, smem, targs, timeout_s)
+        except Exception as e:
+            res.dialects[d], res.messages[d] = "sim_error", _error_text(e)
+            continue
+        problem = None
+        for p in pointers:
+            n = p["name"]
+            if n not in want:
+                continue
+            if n in got:
+                problem = compare(n, got[n], want[n], p.get("dtype"))
+            elif n not in written and isinstance(args.get(n), np.ndarray):
+                before = np.asarray(args[n])
+                if compare(n, before, want[n], p.get("dtype")) is not None:
+                    problem = f"buffer '{n}': the original writes it, the port treats it as read-only"
+            if problem:
+                break
+        res.dialects[d] = "mismatch" if problem else "passed"
+        res.messages[d] = problem or ""
+    res.passed = bool(res.dialects) and all(s == "passed" for s in res.dialects.values())
+    name = {"metal": "Metal port", "cuda": "CUDA-backend port"}
+    if res.passed:
+        res.message = f"{' and '.join(name.get(d, d) for d in res.dialects)} match the original"
+    else:
+        d = next(d for d, s in res.dialects.items() if s != "passed")
+        res.message = f"{name.get(d, d)}: {res.dialects[d]}: {res.messages[d]}"
+    return res
+
+
+__all__ = ["PortCheck", "check_port", "compare", "run_original", "run_port"]

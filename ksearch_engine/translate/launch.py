@@ -1,0 +1,184 @@
+"""The parts of a port module's CUDA-convention entry point `launch(*args, grid, block, shared_mem, template)`.
+
+`launch()` takes the kernel's arguments in CUDA's parameter order (an array per pointer, a number per scalar)
+and returns the new contents of every pointer the kernel may write. Its kernel bodies differ from the family
+path's (`kernel(*inputs)`) only in a prologue:
+
+* every pointer parameter arrives as a flat MLX input named `<name>_in` (never written) or `<name>_inout`
+  (may be written), and the prologue declares the kernel's own parameter from it with a cast:
+  `device float4* y = (device float4*)y_inout;` — so vector-typed pointers, structs and template types keep
+  their CUDA type, and in-out buffers can be written (see emit.py for why that is safe on a GPU);
+* scalars arrive as 1-element arrays `<name>_arg`, as in the family path;
+* atomics are casts to `atomic<T>` of the address (`ks_atomic_add(&x[i], v)`), on device and threadgroup
+  memory alike, so no output needs `atomic_outputs` and in-out buffers keep their contents.
+"""
+from __future__ import annotations
+
+import re
+
+from ..source.models import KernelInfo
+
+# pointee C type -> (numpy/MLX dtype name of one scalar element, sizeof(pointee))
+POINTEE = {
+    "float": ("float32", 4), "double": ("float64", 8), "half": ("float16", 2), "__half": ("float16", 2),
+    "__nv_bfloat16": ("bfloat16", 2), "nv_bfloat16": ("bfloat16", 2),
+    "char": ("int8", 1), "signed char": ("int8", 1), "unsigned char": ("uint8", 1), "int8_t": ("int8", 1),
+    "uint8_t": ("uint8", 1), "uchar": ("uint8", 1), "bool": ("bool", 1),
+    "short": ("int16", 2), "int16_t": ("int16", 2), "unsigned short": ("uint16", 2), "uint16_t": ("uint16", 2),
+    "int": ("int32", 4), "int32_t": ("int32", 4), "unsigned": ("uint32", 4), "unsigned int": ("uint32", 4),
+    "uint": ("uint32", 4), "uint32_t": ("uint32", 4),
+    "long": ("int64", 8), "long long": ("int64", 8), "long int": ("int64", 8), "int64_t": ("int64", 8),
+    "unsigned long": ("uint64", 8), "unsigned long long": ("uint64", 8), "uint64_t": ("uint64", 8),
+    "size_t": ("uint64", 8),
+    "float2": ("float32", 8), "float3": ("float32", 12), "float4": ("float32", 16),
+    "int2": ("int32", 8), "int3": ("int32", 12), "int4": ("int32", 16),
+    "uint2": ("uint32", 8), "uint3": ("uint32", 12), "uint4": ("uint32", 16),
+    "char2": ("int8", 2), "char4": ("int8", 4), "uchar2": ("uint8", 2), "uchar3": ("uint8", 3), "uchar4": ("uint8", 4),
+    "half2": ("float16", 4), "__half2": ("float16", 4), "__nv_bfloat162": ("bfloat16", 4),
+    "double2": ("float64", 16), "short2": ("int16", 4), "ushort2": ("uint16", 4),
+}
+# scalar parameter C type -> MLX dtype of its 1-element array (Metal has no double: floats travel as float32)
+SCALAR = {k: v[0] for k, v in POINTEE.items() if not re.search(r"\d$", k) or k.endswith(("_t", "16"))}
+SCALAR.update({"double": "float32", "long double": "float32"})
+ELEM_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "bool": 1,
+              "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
+MX_TEMPLATE = {"float": "float32", "double": "float32", "half": "float16", "__half": "float16",
+               "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", **{k: v for k, v in SCALAR.items()
+                                                                          if k not in ("double",)}}
+
+
+def norm_type(t: str) -> str:
+    words = [w for w in t.replace("*", " ").split()
+             if w not in ("const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "signed")
+             or (w == "signed" and False)]
+    return " ".join(words)
+
+
+def struct_dtype(name: str, preamble: list[str]) -> tuple[str, int] | None:
+    """(dtype, sizeof) of a file-scope struct whose fields all have one scalar type, else None."""
+    for entry in preamble:
+        m = re.search(r"struct\s+(?:__align__\s*\(\s*(\d+)\s*\)\s*)?(\w+)?\s*\{(.*?)\}\s*(\w+)?\s*;", entry, re.S)
+        if not m or name not in (m.group(2), m.group(4)):
+            continue
+        fields = [f.strip() for f in m.group(3).split(";") if f.strip()]
+        types, count = set(), 0
+        for f in fields:
+            fm = re.fullmatch(r"([\w\s]+?)\s+([\w\s,\[\]]+)", " ".join(f.split()))
+            if not fm:
+                return None
+            t = norm_type(fm.group(1))
+            if t not in POINTEE:
+                return None
+            dt, size = POINTEE[t]
+            types.add(dt)
+            n = 0
+            for decl in fm.group(2).split(","):
+                k = 1
+                for dim in re.findall(r"\[(\d+)\]", decl):
+                    k *= int(dim)
+                n += k
+            count += n * size // ELEM_BYTES[dt]
+        if len(types) != 1:
+            return None
+        dt = types.pop()
+        size = count * ELEM_BYTES[dt]
+        align = int(m.group(1)) if m.group(1) else ELEM_BYTES[dt]
+        return dt, -(-size // align) * align
+    return None
+
+
+def param_table(k: KernelInfo, written: set[str], template_types: set[str], preamble: list[str],
+                issues: list) -> list[dict]:
+    """PARAMS of the port module: one entry per CUDA parameter, in order."""
+    from .rewrite import Issue
+    out = []
+    line0 = k.range.start.line
+    for p in k.params:
+        base = norm_type(p.type)
+        ctype = re.sub(r"\b" + re.escape(p.name) + r"\b(?!.*\b" + re.escape(p.name) + r"\b)", "", p.text or p.type)
+        entry = {"name": p.name, "ctype": " ".join(ctype.split()),
+                 "pointer": p.pointer, "written": False, "dtype": None, "elem_bytes": None}
+        if base in template_types:
+            entry["template_type"] = base
+        if p.pointer:
+            entry["written"] = p.name in written or not p.is_const
+            if base in POINTEE:
+                entry["dtype"], entry["elem_bytes"] = POINTEE[base]
+            elif base not in template_types:
+                st = struct_dtype(base, preamble)
+                if st is not None:
+                    entry["dtype"], entry["elem_bytes"] = st
+                else:
+                    entry["dtype"] = "uint8"
+                    issues.append(Issue(construct=p.text or p.name, line=line0, severity="info",
+                                        message=f"'{p.name}' points to {base}: launch() takes its bytes as a uint8 "
+                                                "array"))
+        else:
+            entry["dtype"] = SCALAR.get(base) if base not in template_types else None
+            entry["elem_bytes"] = POINTEE[base][1] if base in POINTEE else None
+            if entry["dtype"] is None and base not in template_types:
+                issues.append(Issue(construct=p.text or p.name, line=line0, severity="error",
+                                    message=f"parameter '{p.name}' of type {base} is passed by value: launch() "
+                                            "passes scalars only; pass its fields separately"))
+                entry["dtype"] = "int32"
+        out.append(entry)
+    return out
+
+
+def pointer_prologue(k: KernelInfo, params: list[dict], dialect: str, metal_type) -> str:
+    """Declarations of the kernel's pointer parameters from the launch path's flat inputs."""
+    lines = []
+    for p, e in zip(k.params, params):
+        if not p.pointer:
+            continue
+        src = p.name + ("_inout" if e["written"] else "_in")
+        const = "const " if (p.is_const and not e["written"]) else ""
+        vol = "volatile " if "volatile" in p.qualifiers else ""
+        t = p.type if dialect == "cuda" else metal_type(p.type)
+        stars = "*" * max(1, (p.text or "*").count("*"))
+        space = "" if dialect == "cuda" else "device "
+        ptype = f"{const}{vol}{space}{t}{stars}"
+        lines.append(f"    {ptype} {p.name} = ({ptype}){src};\n")
+    return "".join(lines)
+
+
+def launch_input_names(k: KernelInfo, params: list[dict]) -> list[str]:
+    return [p.name + ("_inout" if e["written"] else "_in") if p.pointer else p.name + "_arg"
+            for p, e in zip(k.params, params)]
+
+
+METAL_ATOMIC_OPS = {   # helper suffix -> Metal call on an atomic<T>* `a`
+    "add": "atomic_fetch_add_explicit(a, T(v), memory_order_relaxed)",
+    "sub": "atomic_fetch_sub_explicit(a, T(v), memory_order_relaxed)",
+    "max": "atomic_fetch_max_explicit(a, T(v), memory_order_relaxed)",
+    "min": "atomic_fetch_min_explicit(a, T(v), memory_order_relaxed)",
+    "exch": "atomic_exchange_explicit(a, T(v), memory_order_relaxed)",
+    "and": "atomic_fetch_and_explicit(a, T(v), memory_order_relaxed)",
+    "or": "atomic_fetch_or_explicit(a, T(v), memory_order_relaxed)",
+    "xor": "atomic_fetch_xor_explicit(a, T(v), memory_order_relaxed)",
+}
+CUDA_ATOMICS = {"atomicAdd": "add", "atomicSub": "sub", "atomicMax": "max", "atomicMin": "min", "atomicExch": "exch",
+                "atomicAnd": "and", "atomicOr": "or", "atomicXor": "xor", "atomicAdd_block": "add",
+                "atomicAdd_system": "add", "atomicCAS": "cas", "atomicInc": "inc", "atomicDec": "dec"}
+
+
+def metal_atomic_helpers() -> str:
+    """Metal helpers behind CUDA's atomicXxx(address, value) on plain device/threadgroup memory."""
+    out = ["// ksearch: CUDA atomics on plain memory, as casts of the address to atomic<T> (relaxed order)"]
+    for space, suf in (("device", ""), ("threadgroup", "_tg")):
+        for op, call in METAL_ATOMIC_OPS.items():
+            out.append(f"template <typename T, typename U> inline T ks_atomic_{op}{suf}({space} T* p, U v) "
+                       f"{{ {space} atomic<T>* a = ({space} atomic<T>*)p; return {call}; }}")
+        out.append(f"template <typename T, typename U, typename V> inline T ks_atomic_cas{suf}({space} T* p, U cmp, "
+                   f"V v) {{ {space} atomic<T>* a = ({space} atomic<T>*)p; T expected = T(cmp); "
+                   f"while (!atomic_compare_exchange_weak_explicit(a, &expected, T(v), memory_order_relaxed, "
+                   f"memory_order_relaxed)) {{ if (expected != T(cmp)) break; }} return expected; }}")
+        out.append(f"inline uint ks_atomic_inc{suf}({space} uint* p, uint lim) {{ {space} atomic<uint>* a = "
+                   f"({space} atomic<uint>*)p; uint old = atomic_load_explicit(a, memory_order_relaxed); "
+                   f"while (!atomic_compare_exchange_weak_explicit(a, &old, old >= lim ? 0u : old + 1u, "
+                   f"memory_order_relaxed, memory_order_relaxed)) {{}} return old; }}")
+        out.append(f"inline uint ks_atomic_dec{suf}({space} uint* p, uint lim) {{ {space} atomic<uint>* a = "
+                   f"({space} atomic<uint>*)p; uint old = atomic_load_explicit(a, memory_order_relaxed); "
+                   f"while (!atomic_compare_exchange_weak_explicit(a, &old, (old == 0u || old > lim) ? lim : "
+                   f"old - 1u, memory_order_relaxed, memory_order_relaxed)) {{}} return old; }}")
+    return "\n".join(out) + "\n"
