@@ -3,7 +3,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+
+
+def _safe_path() -> None:
+    """Keep the working directory (a cloned repository, when an editor starts us in it) off the import path:
+    a `ksearch_engine/` folder there must never be imported instead of ours, here or in any Python we start.
+    (The editor runs `python -P -m ksearch_server` from a folder of its own, so our own package is never
+    looked up in the workspace either; this covers a server started by hand without -P.)"""
+    os.environ["PYTHONSAFEPATH"] = "1"
+    cwd = os.path.realpath(os.getcwd())
+    sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != cwd]
+
+
+_safe_path()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ from lsprotocol import types
 from pygls.capabilities import get_capability
 
 from ksearch_engine.events import SearchRequest, parse_event
-from ksearch_engine.procs import pid_alive
+from ksearch_engine.procs import pid_alive, same_process, start_time
 from ksearch_engine.store import ACTIVE
 
 from .summary import fmt_ms
@@ -54,6 +54,7 @@ class Job:
     state: str = "queued"          # queued | running | finished
     proc: asyncio.subprocess.Process | None = None
     pid: int | None = None
+    pid_start: str | None = None   # procs.start_time(pid): an adopted PID is signalled only while it matches
     adopted: bool = False          # started by an earlier server session, followed through its event file
     token: str | None = None
     cancel_requested: bool = False
@@ -97,7 +98,8 @@ class JobManager:
         self.queue: list[Job] = []
         # KSEARCH_WORKER_CMD runs another worker command (e.g. under a profiler) with the request file appended.
         cmd = os.environ.get("KSEARCH_WORKER_CMD")
-        self.worker_argv = shlex.split(cmd) if cmd else [sys.executable, "-m", "ksearch_engine.worker"]
+        # -P: a `ksearch_engine/` folder in the workspace is never imported instead of ours.
+        self.worker_argv = shlex.split(cmd) if cmd else [sys.executable, "-P", "-m", "ksearch_engine.worker"]
 
     # -- queries -----------------------------------------------------------------------------------
     @property
@@ -107,6 +109,17 @@ class JobManager:
     def active_for(self, path: str, kernel: str) -> Job | None:
         return next((j for j in self.jobs.values()
                      if j.state != "finished" and j.path == path and j.kernel == kernel), None)
+
+    def identity_file(self, run_id: str) -> Path:
+        return self.ls.store.path.parent / "jobs" / f"{run_id}.pid"
+
+    def adopted_identity(self, run_id: str, pid: int | None) -> str | None:
+        """The start time recorded for `pid` when it was started, if it still names that process."""
+        try:
+            rec_pid, _, ident = self.identity_file(run_id).read_text().strip().partition(" ")
+        except OSError:
+            return None
+        return ident if rec_pid == str(pid) and same_process(pid, ident) else None
 
     def files(self, run_id: str) -> tuple[Path, Path]:
         d = self.ls.store.path.parent / "jobs"
@@ -159,6 +172,8 @@ class JobManager:
             self._finish(job, {"status": "cancelled", "message": "cancelled before it started"})
             return True
         if job.pid is not None and not self._exited(job):
+            if job.proc is None and not same_process(job.pid, job.pid_start):
+                return True   # an adopted PID that no longer names its worker: never signal a stranger
             try:
                 os.kill(job.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -182,6 +197,8 @@ class JobManager:
             if self._exited(job):
                 return
             await asyncio.sleep(POLL_S)
+        if job.proc is None and not same_process(job.pid, job.pid_start):
+            return
         try:
             os.killpg(job.pid, signal.SIGKILL)   # the worker and every evaluator child it started
         except (ProcessLookupError, PermissionError):
@@ -205,6 +222,9 @@ class JobManager:
             events, _ = self.files(run["id"])
             if run["id"] in self.jobs or not pid_alive(run.get("worker_pid")) or not events.exists():
                 continue
+            ident = self.adopted_identity(run["id"], run.get("worker_pid"))
+            if ident is None:   # the PID is another process now (reused), or was never recorded: not ours
+                continue
             try:
                 req = SearchRequest.model_validate({**(run.get("config") or {}), "run_id": run["id"],
                                                     "store_path": str(store.path)})
@@ -215,7 +235,7 @@ class JobManager:
             job = Job(run_id=run["id"], kind=run["kind"], path=path, uri=self.ls.uri_of(path), kernel=kernel,
                       title=title, request=req, request_file=events.parent / f"{run['id']}.json",
                       done=asyncio.get_running_loop().create_future(), state="running",
-                      pid=run["worker_pid"], adopted=True)
+                      pid=run["worker_pid"], pid_start=ident, adopted=True)
             self.jobs[run["id"]] = job
             asyncio.ensure_future(self._run(job))
             adopted.append(run["id"])
@@ -237,15 +257,20 @@ class JobManager:
         self._finish(job, final)
 
     async def _start(self, job: Job) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.ls.secret_env)
-        cwd = self.ls.root or os.path.dirname(job.path) or None
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1", **self.ls.secret_env)
         events, errors = self.files(job.run_id)
+        cwd = str(events.parent)   # not the workspace: nothing of a cloned repository is on the worker's path
         events.parent.mkdir(parents=True, exist_ok=True)
         with open(events, "wb") as out, open(errors, "wb") as err:
             job.proc = await asyncio.create_subprocess_exec(
                 *self.worker_argv, str(job.request_file), stdin=asyncio.subprocess.DEVNULL, stdout=out,
                 stderr=err, env=env, cwd=cwd, start_new_session=True)
         job.pid = job.proc.pid
+        job.pid_start = start_time(job.pid)
+        try:  # what a later session checks before it adopts (and may signal) this PID
+            self.identity_file(job.run_id).write_text(f"{job.pid} {job.pid_start or ''}\n")
+        except OSError:
+            pass
         if job.cancel_requested:       # cancelled while the process was starting
             os.kill(job.pid, signal.SIGTERM)
             asyncio.ensure_future(self._kill_after_grace(job))
