@@ -4,7 +4,21 @@
 #   bash scripts/test.sh -m "not slow"   the quick suite only
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v -E "^(WARNING: (Running pip as|Location))" || true
+python3 -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[test]" 2>&1 | grep -v -E "^(WARNING: (Running pip as|Location))" || true
+# bubblewrap: the candidate sandbox (ksearch_engine/evaluate/sandbox.py). Installed where apt can be used
+# (root, or sudo without a password); otherwise the sandbox falls back to namespaces and the tests say so.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
+      || echo "test.sh: could not install bubblewrap with apt-get; the sandbox tests that need it will be skipped"
+  elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo -n apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+      || echo "test.sh: could not install bubblewrap with sudo apt-get; the sandbox tests that need it will be skipped"
+  else
+    echo "test.sh: bubblewrap is not installed and apt-get cannot be used here (not root, no sudo, or no apt);" \
+         "the sandbox falls back to namespaces and the tests that need bubblewrap are skipped"
+  fi
+fi
 if [ -f scripts/install-editor-deps.sh ]; then
   bash scripts/install-editor-deps.sh
 fi

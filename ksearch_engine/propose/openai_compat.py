@@ -32,7 +32,7 @@ class OpenAIProposer(LLMProposer):
         try:
             import openai
         except ImportError:
-            raise ProposerError("the openai package is not installed: pip install openai, or use --proposer offline") from None
+            raise ProposerError("the openai package is not installed: pip install 'ksearch[openai]' (or pip install openai), or use --proposer offline") from None
         self._openai = openai
         self.client = openai.OpenAI(api_key=key, base_url=base_url, timeout=self.timeout_s, max_retries=0)
         self.temperature = temperature
