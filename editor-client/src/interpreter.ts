@@ -5,6 +5,11 @@
  *
  * Order: the `ksearch.interpreter` setting (an explicit choice: used alone, never silently replaced),
  * else the Python extension's active interpreter, else `python3` (`python` on Windows) from the PATH.
+ *
+ * In an untrusted workspace (Restricted Mode) nothing the workspace chose is run, as ruff-vscode does:
+ * the environment's interpreter (often the workspace's own `.venv`) is ignored, and so is a setting that
+ * points into the workspace; VS Code already hides the workspace's value of `ksearch.interpreter`
+ * (a restricted setting), so only the user's own choice or the PATH's Python remain.
  */
 
 export type InterpreterSource = "setting" | "python-extension" | "default";
@@ -25,6 +30,19 @@ export interface CandidateInputs {
   workspaceFolder?: string;
   /** The user's home directory, for `~` in the setting. */
   home?: string;
+  /** `vscode.workspace.isTrusted`; undefined counts as trusted (VS Code without workspace trust). */
+  trusted?: boolean;
+}
+
+/** Whether `path` lies in `folder` (both file-system paths; `/` and `\` separators). */
+export function isInside(path: string, folder: string | undefined): boolean {
+  if (!folder) {
+    return false;
+  }
+  const norm = (p: string) => p.replace(/\\/g, "/").replace(/\/+$/, "");
+  const p = norm(path);
+  const f = norm(folder);
+  return f !== "" && (p === f || p.startsWith(f + "/"));
 }
 
 /** Expands `${workspaceFolder}`, `${userHome}` and a leading `~` the way VS Code users expect. */
@@ -44,12 +62,18 @@ export function expandSetting(value: string, workspaceFolder?: string, home?: st
 
 /** The interpreters to try, in order, without duplicates. */
 export function interpreterCandidates(inputs: CandidateInputs): InterpreterCandidate[] {
+  const trusted = inputs.trusted !== false;
   const setting = (inputs.setting ?? "").trim();
   if (setting !== "") {
-    return [{ command: expandSetting(setting, inputs.workspaceFolder, inputs.home), source: "setting" }];
+    const command = expandSetting(setting, inputs.workspaceFolder, inputs.home);
+    const relative = /[\\/]/.test(command) && !command.startsWith("/") && !/^[A-Za-z]:/.test(command);
+    const fromWorkspace = setting.includes("${workspaceFolder}") || isInside(command, inputs.workspaceFolder) || relative;
+    if (trusted || !fromWorkspace) {
+      return [{ command, source: "setting" }];
+    }
   }
   const out: InterpreterCandidate[] = [];
-  const fromExtension = (inputs.pythonExtension ?? "").trim();
+  const fromExtension = trusted ? (inputs.pythonExtension ?? "").trim() : "";
   if (fromExtension !== "") {
     out.push({ command: fromExtension, source: "python-extension" });
   }
@@ -66,6 +90,7 @@ export function interpreterCandidates(inputs: CandidateInputs): InterpreterCandi
  * pulls in MLX); a missing package or a package without its entry module both count as "not installed".
  */
 export const PROBE_ARGS = [
+  "-P",
   "-c",
   "import importlib.util, sys; print(sys.executable)\n" +
     "try:\n    found = importlib.util.find_spec('ksearch_server.__main__') is not None\n" +
@@ -73,8 +98,33 @@ export const PROBE_ARGS = [
     "sys.exit(0 if found else 3)",
 ];
 
-/** The module the server runs as: `<python> -m ksearch_server`. */
-export const SERVER_ARGS = ["-m", "ksearch_server"];
+/**
+ * The module the server runs as: `<python> -P -m ksearch_server`.  `-P` keeps the working directory off
+ * `sys.path`, so a `ksearch_server/` or `ksearch_engine/` folder in a cloned repository is never imported.
+ */
+export const SERVER_ARGS = ["-P", "-m", "ksearch_server"];
+
+export interface ServerLaunch {
+  command: string;
+  args: string[];
+  options: { cwd: string; env: Record<string, string | undefined> };
+}
+
+/**
+ * How the server (and the probe) are started: with `-P`, `PYTHONSAFEPATH=1` for every Python it starts,
+ * and a working directory that is never the workspace (`safeDir`: the extension's storage or the home).
+ */
+export function serverLaunch(
+  python: string,
+  safeDir: string,
+  env: Record<string, string | undefined>,
+  workspaceFolder?: string,
+): ServerLaunch {
+  if (isInside(safeDir, workspaceFolder)) {
+    throw new Error(`ksearch: refusing to start the server inside the workspace (${safeDir})`);
+  }
+  return { command: python, args: SERVER_ARGS, options: { cwd: safeDir, env: { ...env, PYTHONUNBUFFERED: "1", PYTHONSAFEPATH: "1" } } };
+}
 
 export type ProbeResult =
   | { kind: "ok"; executable: string }

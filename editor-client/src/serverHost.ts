@@ -13,6 +13,7 @@ import {
   ProbeResult,
   SERVER_ARGS,
   interpreterCandidates,
+  serverLaunch,
   noInterpreterMessage,
   readProbe,
 } from "./interpreter";
@@ -33,7 +34,7 @@ export type KeyReader = () => Promise<string | undefined>;
 
 function probe(command: string): Promise<ProbeResult> {
   return new Promise((resolve) => {
-    execFile(command, PROBE_ARGS, { timeout: PROBE_TIMEOUT_MS, windowsHide: true }, (error, stdout, stderr) => {
+    execFile(command, PROBE_ARGS, { timeout: PROBE_TIMEOUT_MS, windowsHide: true, cwd: os.homedir() }, (error, stdout, stderr) => {
       const err = error as (NodeJS.ErrnoException & { code?: string | number; killed?: boolean }) | null;
       const spawnError = err?.killed
         ? `no answer within ${PROBE_TIMEOUT_MS / 1000} s`
@@ -98,6 +99,9 @@ export class ServerHost implements vscode.Disposable {
       if (event) {
         this.disposables.push(
           event(() => {
+            if (!vscode.workspace.isTrusted) {
+              return; // Restricted Mode: the environment's interpreter is not used
+            }
             if (readSettings((k) => vscode.workspace.getConfiguration(SECTION).get(k)).interpreter === "") {
               void this.restart("the Python extension's interpreter changed");
             }
@@ -139,10 +143,11 @@ export class ServerHost implements vscode.Disposable {
     const settings = readSettings((k) => vscode.workspace.getConfiguration(SECTION).get(k));
     const candidates: InterpreterCandidate[] = interpreterCandidates({
       setting: settings.interpreter,
-      pythonExtension: settings.interpreter === "" ? await pythonExtensionInterpreter() : undefined,
+      pythonExtension: settings.interpreter === "" && vscode.workspace.isTrusted ? await pythonExtensionInterpreter() : undefined,
       platform: process.platform,
       workspaceFolder: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath,
       home: os.homedir(),
+      trusted: vscode.workspace.isTrusted,
     });
     const attempts: { candidate: InterpreterCandidate; result: ProbeResult }[] = [];
     for (const candidate of candidates) {
@@ -179,12 +184,9 @@ export class ServerHost implements vscode.Disposable {
     const options = initializationOptions(settings, key);
     this.channel.info(`Starting ${python} ${SERVER_ARGS.join(" ")} (${describeOptions(options)}).`);
 
-    const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
-    const serverOptions: ServerOptions = {
-      command: python,
-      args: SERVER_ARGS,
-      options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: "1" } },
-    };
+    // Never from the workspace: with -P and this cwd, nothing in a cloned repository can stand in for ksearch.
+    const serverOptions: ServerOptions = serverLaunch(python, os.homedir(), process.env,
+      vscode.workspace.workspaceFolders?.[0]?.uri.fsPath);
     const clientOptions: LanguageClientOptions = {
       documentSelector: DOCUMENT_SELECTOR,
       outputChannel: this.channel,
