@@ -79,6 +79,7 @@ class Capture(BaseModel):
     notes: list[CaptureNote] = []
     stdout_tail: str = ""
     seconds: float = 0.0
+    launch_counts: dict[str, int] = {}          # launches run per kernel (recorded or not)
 
     def kernels(self) -> list[str]:
         seen: list[str] = []

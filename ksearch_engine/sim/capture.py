@@ -1,0 +1,374 @@
+"""capture_program: runs a user's whole CUDA program on the CPU and records every kernel launch.
+
+The program (host code and kernels, with its local headers) is compiled with g++ against ksim_host.h, a CUDA
+runtime on the CPU (host_source.py builds the translation unit; host_headers.py provides CUDA's and the
+libraries' headers), and runs as a child process in the file's folder, with the user's argv, a wall-time
+limit and a byte budget for recorded contents. The runtime writes each launch to ``launches.jsonl`` and the
+buffers' contents to ``.npy`` files in the capture folder; this module turns those into a ``Capture``
+(capture_models.py). Nothing raises: failures come back as ``Capture(status="failed", error="file:line: what —
+what to do")``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from . import build as _build
+from . import host_headers
+from .capture_models import ArgRecord, Capture, CaptureNote, LaunchRecord, SymbolRecord
+from .host_source import Program, build_program
+
+_TAIL = 8000
+_HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h")
+
+
+class CaptureFailed(Exception):
+    """Internal: a step failed; message is the Capture's error."""
+
+    def __init__(self, error: str, notes: list[CaptureNote] | None = None):
+        super().__init__(error)
+        self.error = error
+        self.notes = notes or []
+
+
+def _flags() -> list[str]:
+    return [f for f in _build.flags() if f not in ("-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden")]
+
+
+def _pch(cxx: str) -> Path | None:
+    """A precompiled ksim_host.h (GCC only), built once per header version; None where unavailable."""
+    if os.environ.get("KSEARCH_SIM_NO_PCH") or not _build._is_gcc(cxx):
+        return None
+    texts = b"".join(_build.HEADER.with_name(n).read_bytes() for n in _HOST_HEADERS)
+    key = hashlib.sha256(texts + " ".join([cxx] + _flags()).encode()).hexdigest()[:16]
+    d = _build.cache_dir() / f"pch-host-{key}"
+    gch = d / "ksim_host.h.gch"
+    if gch.exists():
+        return d
+    d.mkdir(exist_ok=True)
+    tmp = d / f"ksim_host.h.{os.getpid()}.tmp"
+    cmd = [cxx, *_flags(), "-x", "c++-header", str(_build.HEADER.with_name("ksim_host.h")), "-o", str(tmp)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        return None
+    os.replace(tmp, gch)
+    return d
+
+
+def _explain_compile(stderr: str, prog: Program) -> tuple[str, list[CaptureNote]]:
+    """A one-line error (file:line: what — what to do) and notes, from g++'s diagnostics."""
+    users = set(prog.display) | {"ksim-launch"}
+    msg, line, file = _build.map_diagnostics(stderr, users)
+    shown = prog.display.get(file or "", file or (prog.display and next(iter(prog.display.values()))) or "?")
+    first = msg.split("\n")[0].removeprefix("compile error: ")
+    m = re.search(r'#error "?ksim-capture: ([^"]*)"?', stderr)
+    if m:
+        what = m.group(1)
+        ln = re.search(r"^([^:\n]+):(\d+):\d*:? *error: #error", stderr, re.M)
+        f, l = (prog.display.get(os.path.basename(ln.group(1)), ln.group(1)), int(ln.group(2))) if ln else (shown, line)
+        note = CaptureNote(kind="gpu_only", message=what, file=f, line=l)
+        return f"{f}:{l}: {what} — the program needs it; port its kernels by hand or remove that part", [note]
+    m = re.search(r"fatal error: ([^:\n]+): No such file or directory", stderr)
+    if m:
+        return (f"{shown}:{line}: header {m.group(1)} not found — pass its folder in include_dirs "
+                f"(searched: the file's folder, include_dirs, ancestor folders and their Common/, include/)",
+                [CaptureNote(kind="include", message=f"missing header {m.group(1)}", file=shown, line=line)])
+    if "undefined reference" in stderr:
+        names = sorted(set(re.findall(r"undefined reference to [`']([^'`]+)'", stderr)))[:5]
+        return (f"{shown}: link error: undefined {', '.join(names)} — defined in another source file? "
+                f"(capture compiles the file and its includes; pass sources=[...] with the other files)", [])
+    excerpt = [ln for ln in msg.split("\n")[1:4] if ln.strip()]
+    where = f"{shown}:{line}" if line else shown
+    return f"{where}: {first} — does this compile with nvcc? " + " | ".join(excerpt)[:600], []
+
+
+def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Path:
+    cxx = _build.compiler()
+    inc = host_headers.include_dir()
+    dflags = [f"-D{k}" if v in (None, "") else f"-D{k}={v}" for k, v in sorted(defines.items())]
+    texts = [prog.text] + [p.text for p in extra]
+    header_text = b"".join(_build.HEADER.with_name(n).read_bytes() for n in _HOST_HEADERS)
+    key = hashlib.sha256("\0".join(texts).encode() + header_text +
+                         " ".join([cxx] + _flags() + dflags + [str(inc)]).encode()).hexdigest()[:24]
+    d = _build.cache_dir()
+    exe = d / f"cap{key}.exe"
+    if exe.exists():
+        return exe
+    srcs = []
+    for i, t in enumerate(texts):
+        s = d / f"cap{key}.{i}.{os.getpid()}.cpp"
+        s.write_text(t)
+        srcs.append(s)
+    tmp = d / f"cap{key}.{os.getpid()}.tmp"
+    pch = _pch(cxx)
+    cmd = [cxx, *_flags(), *([f"-I{pch}"] if pch else []), f"-I{_build.HEADER.parent}", "-isystem", str(inc),
+           *dflags, *map(str, srcs), "-o", str(tmp), "-lm", "-lpthread"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise CaptureFailed(f"{prog.display.get('', '')}compiling the program took more than 300 s") from None
+    finally:
+        for s in srcs[1:]:
+            s.unlink(missing_ok=True)
+    if r.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        srcs[0].unlink(missing_ok=True)
+        err, notes = _explain_compile(r.stderr, prog)
+        raise CaptureFailed(err, notes)
+    os.replace(tmp, exe)
+    os.replace(srcs[0], d / f"cap{key}.cpp")
+    return exe
+
+
+def _tail(p: Path) -> str:
+    try:
+        with open(p, "rb") as f:
+            f.seek(0, 2)
+            n = f.tell()
+            f.seek(max(0, n - _TAIL))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _line_of(exe: Path, text: str) -> tuple[str, int | None, str | None]:
+    """Replace a [pc_offset=...] marker by the source line it names."""
+    m = re.search(r"\s*\[(pc_offset|site)=0x([0-9a-f]+)\]", text)
+    if not m:
+        return text, None, None
+    pc = int(m.group(2), 16) - (1 if m.group(1) == "site" else 0)
+    line, file = _build.source_line_of_pc(exe, pc)
+    return text[:m.start()] + text[m.end():], line, file
+
+
+def _to_record(d: dict, prog: Program, recorded: bool) -> LaunchRecord:
+    name = d["kernel"]
+    info = prog.kernels.get(name.split("::")[-1])
+    args = []
+    for i, a in enumerate(d["args"]):
+        p = info.params[i] if info is not None and i < len(info.params) else None
+        kw = {k: a[k] for k in ("kind", "value", "raw_hex", "buffer", "offset_bytes", "dtype", "elem_bytes",
+                                "nbytes", "memory", "before", "after", "written") if k in a}
+        if not recorded:
+            kw.pop("before", None)
+            kw.pop("after", None)
+        args.append(ArgRecord(name=p.name if p else f"arg{i}", ctype=p.type if p else a["ctype"], **kw))
+    syms = [SymbolRecord(**s) for s in d.get("symbols", [])] if recorded else []
+    return LaunchRecord(index=d["index"], kernel=name, template_args=[t.strip() for t in _split(d["targs"])],
+                        line=d["line"], file=prog.display.get(os.path.basename(d["file"]), d["file"]),
+                        grid=tuple(d["grid"]), block=tuple(d["block"]), shared_mem=d["shared_mem"], args=args,
+                        symbols=syms, too_large=d["too_large"])
+
+
+def _split(s: str) -> list[str]:
+    if not s.strip():
+        return []
+    parts, depth, cur = [], 0, ""
+    for c in s:
+        depth += c in "<([{"
+        depth -= c in ">)]}"
+        if c == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += c
+    return parts + [cur]
+
+
+def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[dict | None, dict | None]:
+    """Fill cap.launches/notes from launches.jsonl; returns (the launch running when the program stopped, stop)."""
+    begun: dict[int, dict] = {}
+    ended: dict[int, dict] = {}
+    stop = None
+    counts: dict[str, int] = {}
+    try:
+        lines = (workdir / "launches.jsonl").read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for ln in lines:
+        try:
+            ev = json.loads(ln)
+        except json.JSONDecodeError:
+            continue
+        kind = ev.get("ev")
+        if kind == "begin":
+            begun[ev["launch"]["index"]] = ev["launch"]
+            k = ev["launch"]["kernel"]
+            counts[k] = counts.get(k, 0) + 1
+        elif kind == "end":
+            ended[ev["launch"]["index"]] = ev["launch"]
+        elif kind == "note":
+            cap.notes.append(CaptureNote(kind=ev["kind"], message=ev["message"],
+                                         file=prog.display.get(os.path.basename(ev["file"] or ""), ev["file"]),
+                                         line=ev["line"]))
+        elif kind == "stop":
+            stop = ev
+    running = None
+    for idx in sorted(begun):
+        b = begun[idx]
+        if idx in ended:
+            cap.launches.append(_to_record(ended[idx], prog, True))
+        elif idx == max(begun):
+            running = b
+            cap.launches.append(_to_record(b, prog, b["recorded"]))
+    cap.launch_counts = counts
+    return running, stop
+
+
+def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: float = 60.0,
+                    byte_budget: int = 64 << 20, max_per_kernel: int = 4, workdir=None, entry: str = "main",
+                    sources=()) -> Capture:
+    """Run the CUDA program at `path` on the CPU and record its kernel launches (see the module docstring).
+
+    argv: the program's arguments; defines: ``-D`` macros (a scaled-down run); include_dirs: like nvcc -I;
+    timeout_s: wall time for the run (launches so far are kept: status "partial"); byte_budget: bytes of
+    recorded contents (bigger launches get too_large=True); max_per_kernel: launches recorded per kernel (the
+    first 2, then new geometries/scalars); workdir: where .npy files go; entry: the function to run instead of
+    main (called with argc, argv or with no arguments); sources: other files of the program to compile with it.
+    """
+    t0 = time.monotonic()
+    path = Path(path)
+    defines = {str(k): ("" if v is None else str(v)) for k, v in (defines or {}).items()}
+    wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ksearch-capture-"))
+    wd.mkdir(parents=True, exist_ok=True)
+    cap = Capture(file=str(path), dir=str(wd.resolve()), argv=[str(a) for a in argv], defines=defines)
+    try:
+        _run(cap, path, wd, [Path(d).resolve() for d in include_dirs], defines, timeout_s, byte_budget,
+             max_per_kernel, entry, [Path(s) for s in sources])
+    except CaptureFailed as e:
+        cap.status = "failed"
+        cap.error = e.error
+        cap.notes.extend(e.notes)
+    except Exception as e:  # noqa: BLE001 - a capture never raises; say what broke
+        cap.status = "failed"
+        cap.error = f"{path}: the capture itself failed ({type(e).__name__}: {e}) — please report this"
+    cap.seconds = round(time.monotonic() - t0, 3)
+    try:
+        cap.save()
+    except OSError:
+        pass
+    return cap
+
+
+def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: dict[str, str],
+         timeout_s: float, byte_budget: int, max_per_kernel: int, entry: str, sources: list[Path]) -> None:
+    if not path.is_file():
+        raise CaptureFailed(f"{path}: no such file — give the path of a .cu file with a main()")
+    try:
+        prog = build_program(path, include_dirs)
+        extra = [build_program(s, include_dirs) for s in sources]
+    except OSError as e:
+        raise CaptureFailed(f"{path}: cannot read ({e}) — check the path") from None
+    cap.notes.extend(CaptureNote(**n) for n in prog.notes)
+    if entry != "main":
+        prog.text += (f"\n#line 1 \"ksim-launch\"\nint main(int argc, char** argv) {{ "
+                      f"return ksim_host_call_entry({entry}, argc, argv); }}\n")
+        defines = {**defines, "main": "ksim_user_main"}
+        prog.text = prog.text.replace('#include "ksim_host.h"\n', '#include "ksim_host.h"\n'
+                                      "template <class F> int ksim_host_call_entry(F f, int c, char** v) {\n"
+                                      "  if constexpr (std::is_invocable<F, int, char**>::value) return (int)(f(c, v), 0);\n"
+                                      "  else return (f(), 0); }\n", 1)
+    try:
+        exe = _compile(prog, defines, extra)
+    except CaptureFailed as e:
+        if "ksim-launch" in e.error or "ksim_symreg" in e.error:
+            prog.text = re.sub(r"^static ksim_host::SymReg .*$", "", prog.text, flags=re.M)
+            exe = _compile(prog, defines, extra)
+        else:
+            raise
+    for f in wd.glob("*.npy"):
+        f.unlink()
+    env = dict(os.environ, KSIM_CAPTURE_DIR=str(wd.resolve()), KSIM_CAPTURE_BUDGET=str(int(byte_budget)),
+               KSIM_CAPTURE_MAX_PER_KERNEL=str(int(max_per_kernel)),
+               KSIM_CAPTURE_TIMEOUT_MS=str(int(timeout_s * 1000)))
+    out_p, err_p = wd / "stdout.txt", wd / "stderr.txt"
+
+    def limits():
+        import resource
+        os.setsid()
+        lim = max(byte_budget, 64 << 20) + (1 << 20)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    timed_out = False
+    with open(out_p, "wb") as out, open(err_p, "wb") as err:
+        proc = subprocess.Popen([str(exe), *cap.argv], cwd=str(path.parent.resolve()), env=env, stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, preexec_fn=limits)
+        try:
+            rc = proc.wait(timeout=timeout_s + 5)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
+            rc = proc.wait()
+    cap.stdout_tail = _tail(out_p)
+    err_tail = _tail(err_p)
+    if err_tail.strip():
+        cap.stdout_tail = (cap.stdout_tail + "\n[stderr]\n" + err_tail)[-_TAIL:]
+    running, stop = _read_log(cap, wd, prog, exe)
+    fault = ""
+    try:
+        fault = (wd / "fault.txt").read_bytes().split(b"\0")[0].decode("utf-8", "replace").strip()
+    except OSError:
+        pass
+    cap.exit_code = rc
+    where_run = ""
+    if running is not None:
+        where_run = (f"kernel {running['kernel']} (launch {running['index']}, "
+                     f"{prog.display.get(os.path.basename(running['file']), running['file'])}:{running['line']})")
+    error = None
+    if fault:
+        text, line, file = _line_of(exe, fault)
+        shown = prog.display.get(file or "", file)
+        loc = f"{shown}:{line}" if line else (shown or str(path.name))
+        if running is not None and "in host code" not in text:
+            error = f"{loc}: {text} in {where_run} — fix the kernel's indexing or the sizes it is launched with"
+            cap.launches[-1].sim_error = f"{loc}: {text}"
+        else:
+            error = f"{loc}: {text} — the host program crashed"
+    elif stop is not None and stop.get("kind") == "limit":
+        error = (f"{path.name}: the time budget of {timeout_s:g} s ran out"
+                 + (f" during {where_run}" if running else "") +
+                 " — scale the program down (argv, defines) or raise timeout_s")
+        if running is not None and cap.launches and cap.launches[-1].index == running["index"]:
+            cap.launches[-1].sim_error = f"time budget of {timeout_s:g} s ran out during this launch"
+    elif stop is not None:
+        f, ln = stop.get("file"), stop.get("line")
+        shown = prog.display.get(os.path.basename(f or ""), f)
+        error = f"{shown}:{ln}: {stop['message']}" if shown else stop["message"]
+        if stop["kind"] == "gpu_only":
+            error += " — port the kernels that do not depend on it, or capture a version without it"
+    elif timed_out:
+        error = f"{path.name}: the program ran past its time budget of {timeout_s:g} s" + (
+            f" during {where_run}" if running else "") + " — scale it down (argv, defines) or raise timeout_s"
+    elif rc is not None and rc < 0:
+        error = f"{path.name}: the program was killed by signal {-rc} ({signal.Signals(-rc).name}) — see stdout_tail"
+    elif running is not None and rc != 0:
+        error = f"{path.name}: the program exited with status {rc} during {where_run}"
+    if running is not None and error is None and cap.launches and cap.launches[-1].index == running["index"]:
+        cap.launches[-1].sim_error = "the program stopped during this launch"
+    if error is not None:
+        cap.error = error
+        cap.status = "partial" if any(ln.sim_error is None for ln in cap.launches) else "failed"
+    elif rc != 0:
+        cap.notes.append(CaptureNote(kind="program", message=f"the program exited with status {rc}"
+                                     + (" (it may need input files or arguments: see stdout_tail)" if not cap.launches else "")))
+        if not cap.launches:
+            cap.status = "failed"
+            cap.error = (f"{path.name}: the program exited with status {rc} before any kernel launch — it may "
+                         f"need arguments or input files (argv=...); stdout/stderr: "
+                         + " ".join((cap.stdout_tail or "").split())[-300:])

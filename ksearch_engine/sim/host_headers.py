@@ -1,0 +1,318 @@
+"""Stand-in headers for a captured CUDA program: CUDA's own headers and the libraries it may include.
+
+``include_dir()`` writes them once into the simulator's cache (keyed by their text) and returns the folder,
+which capture.py puts first on g++'s include path. CUDA's runtime headers are empty (ksim_host.h, included at
+the top of every translation unit, is the runtime); cuBLAS, cuRAND and cuFFT get small stubs that note each
+call (``CaptureNote(kind="stubbed")``); headers of things the CPU cannot do (Thrust, CUB, OpenGL, NVRTC,
+cuDNN, NCCL...) are not here: ``UNSUPPORTED`` names them and host_source.py turns their ``#include`` into a
+compile-time ``#error`` that capture.py reports as a note.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from .build import cache_dir
+
+_EMPTY = [
+    "cuda_runtime.h", "cuda_runtime_api.h", "device_launch_parameters.h", "cuda_fp16.h", "cuda_fp16.hpp",
+    "cuda_bf16.h", "cuda_bf16.hpp", "cooperative_groups.h", "cooperative_groups/reduce.h",
+    "cooperative_groups/scan.h", "cooperative_groups/memcpy_async.h", "cuda_profiler_api.h",
+    "device_functions.h", "vector_types.h", "vector_functions.h", "vector_functions.hpp", "driver_types.h",
+    "builtin_types.h", "host_defines.h", "device_types.h", "channel_descriptor.h", "cuda_texture_types.h",
+    "texture_fetch_functions.h", "texture_types.h", "surface_types.h", "surface_functions.h",
+    "device_atomic_functions.h", "sm_20_atomic_functions.h", "sm_30_intrinsics.h", "sm_32_intrinsics.h",
+    "sm_35_intrinsics.h", "sm_60_atomic_functions.h", "sm_61_intrinsics.h", "crt/host_defines.h",
+    "cuda_device_runtime_api.h", "common_functions.h", "math_functions.h", "cuda_occupancy.h",
+    "driver_functions.h", "library_types.h", "cuComplex.h",
+]
+
+_MATH_CONSTANTS = """#pragma once
+#ifndef CUDART_INF_F
+#define CUDART_INF_F (__builtin_inff())
+#endif
+#ifndef CUDART_NAN_F
+#define CUDART_NAN_F (__builtin_nanf(""))
+#endif
+#ifndef CUDART_PI_F
+#define CUDART_PI_F 3.141592654f
+#endif
+#define CUDART_INF (__builtin_inf())
+#define CUDART_NAN (__builtin_nan(""))
+#define CUDART_PI 3.1415926535897931e+0
+#define CUDART_PIO2_F 1.570796327f
+#define CUDART_2_OVER_PI_F 0.636619772f
+#define CUDART_SQRT_HALF_F 0.707106781f
+#define CUDART_SQRT_2PI 2.5066282746310002e+0
+#define CUDART_SQRT_2PI_F 2.506628275f
+#define CUDART_LN2_F 0.693147181f
+#define CUDART_L2E_F 1.442695041f
+#define CUDART_ONE_F 1.0f
+#define CUDART_ZERO_F 0.0f
+#define CUDART_MAX_NORMAL_F 3.4028234663852886e+38f
+#define CUDART_MIN_DENORM_F 1.40129846e-45f
+"""
+
+_CUDA_H = """#pragma once
+// CUDA driver API: the types helper headers name; driver calls themselves are not emulated
+typedef int CUdevice;
+typedef enum cudaError_enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_NOT_SUPPORTED = 801,
+                              CUDA_ERROR_UNKNOWN = 999 } CUresult;
+typedef unsigned long long CUdeviceptr;
+struct CUctx_st; typedef CUctx_st* CUcontext;
+struct CUmod_st; typedef CUmod_st* CUmodule;
+struct CUfunc_st; typedef CUfunc_st* CUfunction;
+typedef CUstream_st* CUstream;
+typedef CUevent_st* CUevent;
+typedef enum CUdevice_attribute_enum { CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
+  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76 } CUdevice_attribute;
+inline CUresult cuInit(unsigned) { return CUDA_SUCCESS; }
+inline CUresult cuDriverGetVersion(int* v) { *v = CUDA_VERSION; return CUDA_SUCCESS; }
+inline CUresult cuDeviceGetCount(int* n) { *n = 1; return CUDA_SUCCESS; }
+inline CUresult cuDeviceGet(CUdevice* d, int i) { *d = i; return CUDA_SUCCESS; }
+inline CUresult cuDeviceGetName(char* s, int n, CUdevice) { snprintf(s, n, "NVIDIA H200 (ksearch CPU capture)"); return CUDA_SUCCESS; }
+inline CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
+  return cudaDeviceGetAttribute(v, (cudaDeviceAttr)a, d) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+inline CUresult cuDeviceTotalMem(size_t* b, CUdevice) { *b = 141ull << 30; return CUDA_SUCCESS; }
+inline CUresult cuGetErrorName(CUresult, const char** s) { *s = "CUDA_ERROR"; return CUDA_SUCCESS; }
+inline CUresult cuGetErrorString(CUresult, const char** s) { *s = "CUDA driver error"; return CUDA_SUCCESS; }
+#define cuModuleLoad(...) (ksim_host::gpu_only("the CUDA driver API (cuModuleLoad: kernels compiled to PTX/cubin)", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
+#define cuModuleLoadData(...) (ksim_host::gpu_only("the CUDA driver API (cuModuleLoadData: kernels compiled to PTX/cubin)", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
+#define cuModuleLoadDataEx(...) (ksim_host::gpu_only("the CUDA driver API (cuModuleLoadDataEx: kernels compiled to PTX/cubin)", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
+#define cuLaunchKernel(...) (ksim_host::gpu_only("the CUDA driver API (cuLaunchKernel)", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
+"""
+
+_NVTX = """#pragma once
+#define nvtxRangePushA(...) 0
+#define nvtxRangePush(...) 0
+#define nvtxRangePop() 0
+#define nvtxMarkA(...) ((void)0)
+#define nvtxRangeStartA(...) 0
+#define nvtxRangeEnd(...) ((void)0)
+#define nvtxNameOsThreadA(...) ((void)0)
+"""
+
+_CUBLAS = """#pragma once
+#define CUBLAS_API_H_ 1
+#define CUBLAS_V2_H_ 1
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_ALLOC_FAILED = 3,
+  CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_ARCH_MISMATCH = 8, CUBLAS_STATUS_MAPPING_ERROR = 11,
+  CUBLAS_STATUS_EXECUTION_FAILED = 13, CUBLAS_STATUS_INTERNAL_ERROR = 14, CUBLAS_STATUS_NOT_SUPPORTED = 15,
+  CUBLAS_STATUS_LICENSE_ERROR = 16 } cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+typedef enum { CUBLAS_FILL_MODE_LOWER = 0, CUBLAS_FILL_MODE_UPPER = 1 } cublasFillMode_t;
+typedef enum { CUBLAS_DIAG_NON_UNIT = 0, CUBLAS_DIAG_UNIT = 1 } cublasDiagType_t;
+typedef enum { CUBLAS_SIDE_LEFT = 0, CUBLAS_SIDE_RIGHT = 1 } cublasSideMode_t;
+typedef enum { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 } cublasPointerMode_t;
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
+typedef enum { CUDA_R_16F = 2, CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16BF = 14, CUDA_R_8I = 3, CUDA_R_32I = 10 } cudaDataType;
+typedef cudaDataType cudaDataType_t;
+typedef enum { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+  CUBLAS_COMPUTE_64F = 70 } cublasComputeType_t;
+struct cublasContext { int dummy; };
+typedef cublasContext* cublasHandle_t;
+inline cublasStatus_t cublasCreate_v2(cublasHandle_t* h) { static cublasContext c; *h = &c; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasDestroy_v2(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+#define cublasCreate cublasCreate_v2
+#define cublasDestroy cublasDestroy_v2
+inline cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasGetVersion(cublasHandle_t, int* v) { *v = 120400; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasSetVector(int n, int es, const void* x, int incx, void* y, int incy) {
+  for (int i = 0; i < n; i++) memcpy((char*)y + (size_t)i * incy * es, (const char*)x + (size_t)i * incx * es, es);
+  return CUBLAS_STATUS_SUCCESS;
+}
+#define cublasGetVector cublasSetVector
+inline cublasStatus_t cublasSetMatrix(int rows, int cols, int es, const void* a, int lda, void* b, int ldb) {
+  for (int c = 0; c < cols; c++) memcpy((char*)b + (size_t)c * ldb * es, (const char*)a + (size_t)c * lda * es, (size_t)rows * es);
+  return CUBLAS_STATUS_SUCCESS;
+}
+#define cublasGetMatrix cublasSetMatrix
+namespace ksim_host {
+// column-major C = alpha op(A) op(B) + beta C, as cuBLAS computes it (on the host, in double)
+template <class T> inline cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const T* alpha, const T* A, int lda, const T* B, int ldb, const T* beta, T* C, int ldc, const char* file, int line) {
+  note("stubbed", "a cuBLAS GEMM was computed on the host (not recorded as a launch)", file, line);
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      double s = 0;
+      for (int p = 0; p < k; p++) {
+        double a = ta == CUBLAS_OP_N ? A[i + (size_t)p * lda] : A[p + (size_t)i * lda];
+        double b = tb == CUBLAS_OP_N ? B[p + (size_t)j * ldb] : B[j + (size_t)p * ldb];
+        s += a * b;
+      }
+      T& c = C[i + (size_t)j * ldc];
+      c = (T)((double)*alpha * s + ((double)*beta == 0.0 ? 0.0 : (double)*beta * (double)c));
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace ksim_host
+#define cublasSgemm(h, ...) ksim_host::gemm<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDgemm(h, ...) ksim_host::gemm<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSgemm_v2 cublasSgemm
+#define cublasDgemm_v2 cublasDgemm
+#define KSIM_CUBLAS_STUB(name) (ksim_host::stub(name, __FILE__, __LINE__), CUBLAS_STATUS_SUCCESS)
+#define cublasHgemm(...) KSIM_CUBLAS_STUB("cublasHgemm")
+#define cublasGemmEx(...) KSIM_CUBLAS_STUB("cublasGemmEx")
+#define cublasSgemmBatched(...) KSIM_CUBLAS_STUB("cublasSgemmBatched")
+#define cublasSgemmStridedBatched(...) KSIM_CUBLAS_STUB("cublasSgemmStridedBatched")
+#define cublasGemmStridedBatchedEx(...) KSIM_CUBLAS_STUB("cublasGemmStridedBatchedEx")
+#define cublasSaxpy(...) KSIM_CUBLAS_STUB("cublasSaxpy")
+#define cublasSdot(...) KSIM_CUBLAS_STUB("cublasSdot")
+#define cublasSnrm2(...) KSIM_CUBLAS_STUB("cublasSnrm2")
+#define cublasSscal(...) KSIM_CUBLAS_STUB("cublasSscal")
+#define cublasScopy(...) KSIM_CUBLAS_STUB("cublasScopy")
+#define cublasSgemv(...) KSIM_CUBLAS_STUB("cublasSgemv")
+#define cublasDgemv(...) KSIM_CUBLAS_STUB("cublasDgemv")
+#define cublasIsamax(...) KSIM_CUBLAS_STUB("cublasIsamax")
+#define cublasSasum(...) KSIM_CUBLAS_STUB("cublasSasum")
+"""
+
+_CURAND = """#pragma once
+#define CURAND_H_ 1
+typedef enum { CURAND_STATUS_SUCCESS = 0, CURAND_STATUS_NOT_INITIALIZED = 101, CURAND_STATUS_ALLOCATION_FAILED = 102,
+  CURAND_STATUS_TYPE_ERROR = 103, CURAND_STATUS_OUT_OF_RANGE = 104, CURAND_STATUS_LENGTH_NOT_MULTIPLE = 105,
+  CURAND_STATUS_LAUNCH_FAILURE = 201, CURAND_STATUS_INTERNAL_ERROR = 999 } curandStatus_t;
+typedef enum { CURAND_RNG_PSEUDO_DEFAULT = 100, CURAND_RNG_PSEUDO_XORWOW = 101, CURAND_RNG_PSEUDO_MRG32K3A = 121,
+  CURAND_RNG_PSEUDO_MTGP32 = 141, CURAND_RNG_PSEUDO_PHILOX4_32_10 = 161, CURAND_RNG_QUASI_DEFAULT = 200,
+  CURAND_RNG_QUASI_SOBOL32 = 201 } curandRngType_t;
+struct curandGenerator_st { unsigned long long s; };
+typedef curandGenerator_st* curandGenerator_t;
+namespace ksim_host {
+inline unsigned long long rng_next(unsigned long long& s) {  // splitmix64
+  unsigned long long z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+inline double rng_uniform(unsigned long long& s) { return ((rng_next(s) >> 11) + 1) * (1.0 / 9007199254740993.0); }
+inline double rng_normal(unsigned long long& s) {
+  double u = rng_uniform(s), v = rng_uniform(s);
+  return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+}  // namespace ksim_host
+inline curandStatus_t curandCreateGenerator(curandGenerator_t* g, curandRngType_t) { *g = new curandGenerator_st{1234}; return CURAND_STATUS_SUCCESS; }
+inline curandStatus_t curandCreateGeneratorHost(curandGenerator_t* g, curandRngType_t t) { return curandCreateGenerator(g, t); }
+inline curandStatus_t curandDestroyGenerator(curandGenerator_t g) { delete g; return CURAND_STATUS_SUCCESS; }
+inline curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t g, unsigned long long s) { g->s = s; return CURAND_STATUS_SUCCESS; }
+inline curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGenerator_t, unsigned) { return CURAND_STATUS_SUCCESS; }
+inline curandStatus_t curandSetStream(curandGenerator_t, cudaStream_t) { return CURAND_STATUS_SUCCESS; }
+inline curandStatus_t curandSetGeneratorOffset(curandGenerator_t, unsigned long long) { return CURAND_STATUS_SUCCESS; }
+inline curandStatus_t curandGenerateUniform(curandGenerator_t g, float* p, size_t n) {
+  ksim_host::note("stubbed", "cuRAND numbers come from ksim's own generator (not cuRAND's sequence)");
+  for (size_t i = 0; i < n; i++) p[i] = (float)ksim_host::rng_uniform(g->s);
+  return CURAND_STATUS_SUCCESS;
+}
+inline curandStatus_t curandGenerateUniformDouble(curandGenerator_t g, double* p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = ksim_host::rng_uniform(g->s);
+  return CURAND_STATUS_SUCCESS;
+}
+inline curandStatus_t curandGenerateNormal(curandGenerator_t g, float* p, size_t n, float m, float sd) {
+  ksim_host::note("stubbed", "cuRAND numbers come from ksim's own generator (not cuRAND's sequence)");
+  for (size_t i = 0; i < n; i++) p[i] = (float)(m + sd * ksim_host::rng_normal(g->s));
+  return CURAND_STATUS_SUCCESS;
+}
+inline curandStatus_t curandGenerateNormalDouble(curandGenerator_t g, double* p, size_t n, double m, double sd) {
+  for (size_t i = 0; i < n; i++) p[i] = m + sd * ksim_host::rng_normal(g->s);
+  return CURAND_STATUS_SUCCESS;
+}
+inline curandStatus_t curandGenerate(curandGenerator_t g, unsigned* p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned)ksim_host::rng_next(g->s);
+  return CURAND_STATUS_SUCCESS;
+}
+// the device API: one generator state per thread
+struct curandStateXORWOW { unsigned long long s; };
+typedef curandStateXORWOW curandState_t;
+typedef curandStateXORWOW curandState;
+typedef curandStateXORWOW curandStatePhilox4_32_10_t;
+inline void curand_init(unsigned long long seed, unsigned long long seq, unsigned long long off, curandState* st) {
+  st->s = seed * 0x9e3779b97f4a7c15ull ^ (seq + 1) * 0xbf58476d1ce4e5b9ull ^ off;
+}
+inline unsigned curand(curandState* st) { return (unsigned)ksim_host::rng_next(st->s); }
+inline float curand_uniform(curandState* st) { return (float)ksim_host::rng_uniform(st->s); }
+inline double curand_uniform_double(curandState* st) { return ksim_host::rng_uniform(st->s); }
+inline float curand_normal(curandState* st) { return (float)ksim_host::rng_normal(st->s); }
+inline double curand_normal_double(curandState* st) { return ksim_host::rng_normal(st->s); }
+inline float2 curand_normal2(curandState* st) { return make_float2(curand_normal(st), curand_normal(st)); }
+"""
+
+_CUFFT = """#pragma once
+#define _CUFFT_H_ 1
+typedef enum { CUFFT_SUCCESS = 0, CUFFT_INVALID_PLAN = 1, CUFFT_ALLOC_FAILED = 2, CUFFT_INVALID_TYPE = 3,
+  CUFFT_INVALID_VALUE = 4, CUFFT_INTERNAL_ERROR = 5, CUFFT_EXEC_FAILED = 6, CUFFT_SETUP_FAILED = 7,
+  CUFFT_INVALID_SIZE = 8, CUFFT_UNALIGNED_DATA = 9, CUFFT_INVALID_DEVICE = 11,
+  CUFFT_NO_WORKSPACE = 13, CUFFT_NOT_IMPLEMENTED = 14, CUFFT_NOT_SUPPORTED = 16, CUFFT_MISSING_DEPENDENCY = 17,
+  CUFFT_NVRTC_FAILURE = 18, CUFFT_NVJITLINK_FAILURE = 19, CUFFT_NVSHMEM_FAILURE = 20 } cufftResult;
+typedef enum { CUFFT_R2C = 0x2a, CUFFT_C2R = 0x2c, CUFFT_C2C = 0x29, CUFFT_D2Z = 0x6a, CUFFT_Z2D = 0x6c, CUFFT_Z2Z = 0x69 } cufftType;
+#define CUFFT_FORWARD -1
+#define CUFFT_INVERSE 1
+typedef int cufftHandle;
+typedef float cufftReal;
+typedef double cufftDoubleReal;
+typedef float2 cufftComplex;
+typedef double2 cufftDoubleComplex;
+#define KSIM_CUFFT_STUB(name) (ksim_host::stub(name, __FILE__, __LINE__), CUFFT_SUCCESS)
+#define cufftPlan1d(...) KSIM_CUFFT_STUB("cufftPlan1d")
+#define cufftPlan2d(...) KSIM_CUFFT_STUB("cufftPlan2d")
+#define cufftPlan3d(...) KSIM_CUFFT_STUB("cufftPlan3d")
+#define cufftPlanMany(...) KSIM_CUFFT_STUB("cufftPlanMany")
+#define cufftSetStream(...) CUFFT_SUCCESS
+#define cufftDestroy(...) CUFFT_SUCCESS
+#define KSIM_CUFFT_STOP(name) (ksim_host::stop("stubbed", name " (a cuFFT transform) is not emulated: the program cannot go on", __FILE__, __LINE__), CUFFT_NOT_SUPPORTED)
+#define cufftExecC2C(...) KSIM_CUFFT_STOP("cufftExecC2C")
+#define cufftExecR2C(...) KSIM_CUFFT_STOP("cufftExecR2C")
+#define cufftExecC2R(...) KSIM_CUFFT_STOP("cufftExecC2R")
+#define cufftExecZ2Z(...) KSIM_CUFFT_STOP("cufftExecZ2Z")
+"""
+
+FILES: dict[str, str] = {name: "#pragma once\n// ksim capture: provided by ksim_host.h\n" for name in _EMPTY}
+FILES.update({
+    "math_constants.h": _MATH_CONSTANTS, "cuda.h": _CUDA_H, "nvToolsExt.h": _NVTX, "nvtx3/nvToolsExt.h": _NVTX,
+    "cublas_v2.h": _CUBLAS, "cublas.h": _CUBLAS, "cublas_api.h": _CUBLAS, "curand.h": _CURAND,
+    "curand_kernel.h": '#pragma once\n#include "curand.h"\n', "cufft.h": _CUFFT,
+})
+
+# headers whose library the capture cannot run: (pattern, what it is)
+UNSUPPORTED: list[tuple[re.Pattern, str]] = [
+    (re.compile(r"^thrust/"), "Thrust"), (re.compile(r"^cub/"), "CUB"),
+    (re.compile(r"^(GL|GLES\d?|GLFW|GLUT|EGL)/|^(cuda_gl_interop|cudaGL|cuda_egl_interop|helper_gl|glew)\.h$"),
+     "OpenGL interop"),
+    (re.compile(r"^(cuda_d3d\d*_interop|d3d\w*|dxgi\w*|dynlink_d3d\d+)\.h$"), "Direct3D interop"),
+    (re.compile(r"^vulkan/|^cuda_vk"), "Vulkan interop"),
+    (re.compile(r"^nvrtc\.h$|^nvrtc_helper\.h$"), "runtime compilation (NVRTC)"),
+    (re.compile(r"^cudnn"), "cuDNN"), (re.compile(r"^nccl"), "NCCL"), (re.compile(r"^cusparse"), "cuSPARSE"),
+    (re.compile(r"^cusolver"), "cuSOLVER"), (re.compile(r"^npp"), "NPP"), (re.compile(r"^nvjpeg"), "nvJPEG"),
+    (re.compile(r"^mma\.h$|^cuda/pipeline|^cuda/barrier|^cuda/annotated_ptr"), "tensor-core / async-copy APIs (mma.h, cuda::pipeline)"),
+    (re.compile(r"^cuda_fp8\.h$"), "FP8 types"), (re.compile(r"^cudla|^nvsci|^cufile"), "a device-only library"),
+    (re.compile(r"^windows\.h$"), "Windows"),
+]
+
+
+def unsupported(header: str) -> str | None:
+    for pat, what in UNSUPPORTED:
+        if pat.search(header):
+            return what
+    return None
+
+
+def include_dir() -> Path:
+    """The folder of stand-in headers (written once per version of their text)."""
+    key = hashlib.sha256(repr(sorted(FILES.items())).encode()).hexdigest()[:12]
+    d = cache_dir() / f"host-include-{key}"
+    if (d / ".complete").exists():
+        return d
+    for name, text in FILES.items():
+        p = d / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, p)
+    (d / ".complete").write_text("")
+    return d

@@ -1,0 +1,310 @@
+"""Turns a whole CUDA program into one g++ translation unit for launch capture (capture.py).
+
+* Local ``#include``s are inlined (each marked with ``#line`` so diagnostics, faults and launches keep the
+  user's file and line), resolved like ``nvcc -I``: the including file's folder, then the user's include
+  folders, then (a heuristic for sample trees such as cuda-samples' ``Common/``) the ancestor folders of the
+  main file and their ``Common/``, ``common/``, ``include/``, ``inc/`` subfolders. CUDA's own headers and
+  stubbed libraries come from host_headers.py; a library the CPU cannot run becomes an ``#error`` that
+  names it.
+* ``k<<<g, b, smem, stream>>>(args)`` (template arguments and several lines allowed) becomes a call of
+  ksim_host::launch, which runs the grid with ksim.h's scheduler and records it.
+* ``__shared__`` declarations get ksim's rewrites (preprocess.py); file-scope ``__device__`` /
+  ``__constant__`` variables are registered so pointers into them are recognised and their contents recorded.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import host_headers
+from .preprocess import find_kernel, mask_comments, rewrite_block_shared, rewrite_extern_shared
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"][^\n]*$', re.M)
+_HEURISTIC_SUBDIRS = ("", "Common", "common", "include", "inc")
+_ANCESTORS = 4
+
+
+@dataclass
+class Program:
+    """The translation unit and what was learnt while building it."""
+    text: str
+    files: list[Path] = field(default_factory=list)       # every user file inlined, main file first
+    notes: list[dict] = field(default_factory=list)       # CaptureNote fields
+    kernels: dict[str, object] = field(default_factory=dict)  # name -> preprocess.KernelInfo (or None)
+    display: dict[str, str] = field(default_factory=dict)  # name used in #line -> path shown to users
+
+
+@functools.lru_cache(maxsize=1)
+def _system_dirs() -> tuple[str, ...]:
+    from .build import compiler
+    try:
+        r = subprocess.run([compiler(), "-xc++", "-E", "-v", "/dev/null"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ("/usr/include",)
+    dirs, on = [], False
+    for ln in r.stderr.splitlines():
+        if ln.startswith("#include <...>"):
+            on = True
+            continue
+        if ln.startswith("End of search list"):
+            break
+        if on:
+            dirs.append(ln.strip())
+    return tuple(dirs) or ("/usr/include",)
+
+
+def _is_system(name: str) -> bool:
+    return any(os.path.isfile(os.path.join(d, name)) for d in _system_dirs())
+
+
+def _find(name: str, quoted: bool, cur_dir: Path, include_dirs: list[Path], root: Path) -> tuple[Path | None, bool]:
+    """(path, found_by_heuristic) of a local header, or (None, False)."""
+    cands = ([cur_dir] if quoted else []) + include_dirs
+    for d in cands:
+        p = d / name
+        if p.is_file():
+            return p.resolve(), False
+    if not quoted and _is_system(name):
+        return None, False
+    d = root
+    for _ in range(_ANCESTORS + 1):
+        for sub in _HEURISTIC_SUBDIRS:
+            p = (d / sub / name) if sub else (d / name)
+            if p.is_file():
+                return p.resolve(), d != root or sub != ""
+        if d.parent == d:
+            break
+        d = d.parent
+    return None, False
+
+
+def _escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _match_back(code: str, end: int, open_c: str, close_c: str) -> int:
+    """Index of the `open_c` matching the `close_c` at code[end]."""
+    depth = 0
+    i = end
+    while i >= 0:
+        c = code[i]
+        if c == close_c:
+            depth += 1
+        elif c == open_c:
+            depth -= 1
+            if depth == 0:
+                return i
+        i -= 1
+    return -1
+
+
+def _match_fwd(code: str, start: int, open_c: str, close_c: str) -> int:
+    depth = 0
+    for i in range(start, len(code)):
+        c = code[i]
+        if c == open_c:
+            depth += 1
+        elif c == close_c:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _split_top(s: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for c in s:
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        if c == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += c
+    parts.append(cur)
+    return parts
+
+
+def rewrite_launches(text: str, kernels: dict[str, object]) -> str:
+    """``k<<<cfg>>>(args)`` -> ``ksim_host::launch(site, ksim_host::cfg(cfg), &k, args)``; lines are kept."""
+    code = mask_comments(text)
+    out, pos = [], 0
+    i = code.find("<<<")
+    while i >= 0:
+        # the kernel expression before <<<: name, optional ::, optional <template args>
+        j = i - 1
+        while j >= 0 and code[j] in " \t\n":
+            j -= 1
+        targs = ""
+        if j >= 0 and code[j] == ">":
+            k = _match_back(code, j, "<", ">")
+            if k < 0:
+                i = code.find("<<<", i + 3)
+                continue
+            targs = text[k + 1:j]
+            j = k - 1
+            while j >= 0 and code[j] in " \t":
+                j -= 1
+        e = j + 1
+        while j >= 0 and (code[j].isalnum() or code[j] in "_:"):
+            j -= 1
+        start = j + 1
+        name = text[start:e].strip()
+        close = code.find(">>>", i + 3)
+        if not name or close < 0 or start < pos:
+            i = code.find("<<<", i + 3)
+            continue
+        cfg = text[i + 3:close]
+        p = close + 3
+        while p < len(code) and code[p] in " \t\n":
+            p += 1
+        if p >= len(code) or code[p] != "(":
+            i = code.find("<<<", close + 3)
+            continue
+        q = _match_fwd(code, p, "(", ")")
+        if q < 0:
+            break
+        args = text[p + 1:q]
+        short = name.split("::")[-1]
+        info = kernels.get(short)
+        targs_flat = " ".join(targs.split())
+        site = f'ksim_host::Site{{"{_escape(name)}", "{_escape(targs_flat)}", __FILE__, __LINE__}}'
+        kexpr = name + (f"<{targs}>" if targs else "")
+        nparams = len(info.params) if info is not None else -1
+        nargs = 0 if not args.strip() else len(_split_top(args))
+        typed = info is not None and (not info.is_template or targs) and nparams == nargs
+        if typed:
+            fn = f"&{kexpr}"
+            call = "ksim_host::launch"
+        else:
+            fn = f"[&](auto&&... ksim_a) {{ {kexpr}(ksim_a...); }}"
+            call = "ksim_host::launch_g"
+        ws = text[close + 3:p]
+        rest = (", " + args) if args.strip() else args
+        out.append(text[pos:start])
+        out.append(f"{call}({site}, ksim_host::cfg({cfg}), {fn}{ws}{rest})")
+        pos = q + 1
+        i = code.find("<<<", pos)
+    out.append(text[pos:])
+    return "".join(out)
+
+
+_SYMBOL = re.compile(r"\b(?:__device__|__constant__|__managed__)\b(?P<rest>[^;(){}]*?)(?=[;=])")
+
+
+def file_symbols(text: str) -> list[str]:
+    """Names of file-scope __device__/__constant__/__managed__ variables (not in namespaces or functions)."""
+    code = mask_comments(text)
+    names, depth, last = [], 0, 0
+    for m in _SYMBOL.finditer(code):
+        depth += code.count("{", last, m.start()) - code.count("}", last, m.start())
+        last = m.start()
+        if depth != 0:
+            continue
+        line_start = code.rfind("\n", 0, m.start()) + 1
+        if code[line_start:m.start()].lstrip().startswith("#") or re.search(r"\btemplate\b|\bextern\b", code[line_start:m.end()]):
+            continue
+        rest = m.group("rest")
+        if "(" in rest or "operator" in rest:
+            continue
+        for part in _split_top(rest):
+            nm = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", part.split("=")[0].strip())
+            if nm and nm.group(1) not in ("const", "volatile", "static"):
+                names.append(nm.group(1))
+    return names
+
+
+def build_program(path: Path, include_dirs: list[Path]) -> Program:
+    """The whole program as one translation unit (see the module's docstring)."""
+    root = path.parent.resolve()
+    prog = Program(text="")
+    seen_once: set[Path] = set()
+    raw: dict[Path, str] = {}
+
+    def read(p: Path) -> str:
+        if p not in raw:
+            raw[p] = p.read_text(errors="replace")
+        return raw[p]
+
+    def shown(p: Path) -> str:
+        try:
+            rel = os.path.relpath(p, root)
+        except ValueError:
+            rel = str(p)
+        return rel if not rel.startswith("../../../") else str(p)
+
+    def expand(p: Path, stack: tuple[Path, ...]) -> str:
+        text = read(p)
+        if p not in prog.files:
+            prog.files.append(p)
+        name = shown(p)
+        prog.display[os.path.basename(name)] = name
+        code = mask_comments(text)
+        out, pos = [], 0
+        for m in _INCLUDE.finditer(text):
+            if code[m.start():m.end()].strip()[:1] != "#":
+                continue  # inside a comment
+            quoted, hname = m.group(1) == '"', m.group(2).strip()
+            line = text.count("\n", 0, m.start()) + 1
+            out.append(text[pos:m.start()])
+            pos = m.end()
+            what = host_headers.unsupported(hname)
+            if what:
+                out.append(f'#error "ksim-capture: {_escape(hname)} ({what}) cannot run in the CPU capture"')
+                continue
+            if hname in host_headers.FILES:
+                out.append(f"#include <{hname}>")
+                continue
+            found, heur = _find(hname, quoted, p.parent, include_dirs, root)
+            if found is None:
+                out.append(m.group(0))
+                continue
+            if found in stack or found in seen_once:
+                out.append("")
+                continue
+            if heur:
+                prog.notes.append(dict(kind="include", file=name, line=line,
+                                       message=f"{hname} found at {shown(found)} (searched ancestor folders); "
+                                               f"pass include_dirs to choose another"))
+            body = expand(found, stack + (found,))
+            if re.search(r"^\s*#\s*pragma\s+once", read(found), re.M):
+                seen_once.add(found)
+            out.append(f'#line 1 "{_escape(shown(found))}"\n{body}\n#line {line + 1} "{_escape(name)}"')
+        out.append(text[pos:])
+        return "".join(out)
+
+    body = expand(path.resolve(), (path.resolve(),))
+    # kernels of every inlined file (parameter names, and whether the launch can use their types)
+    for f in prog.files:
+        txt = read(f)
+        for kname in set(re.findall(r"__global__[^(;{]*?\b([A-Za-z_]\w*)\s*\(", mask_comments(txt))):
+            if kname == "__launch_bounds__":
+                continue
+            try:
+                info = find_kernel(txt, kname)
+            except Exception:  # noqa: BLE001 - a parser failure only loses parameter names
+                info = None
+            if kname in prog.kernels and prog.kernels[kname] is not None and info is not None:
+                if [p.type for p in prog.kernels[kname].params] != [p.type for p in info.params]:
+                    prog.kernels[kname] = None  # overloads: launches use the generic path
+                continue
+            prog.kernels.setdefault(kname, info)
+    body = rewrite_launches(body, prog.kernels)
+    body = rewrite_block_shared(rewrite_extern_shared(body), ("__shared__",), 0)
+    syms = []
+    for s in file_symbols(body):
+        if s not in syms:
+            syms.append(s)
+    reg = "\n".join(f'static ksim_host::SymReg ksim_symreg_{i}("{s}", (void*)&{s}, sizeof({s}));'
+                    for i, s in enumerate(syms))
+    main_name = shown(path.resolve())
+    prog.text = (f'#include "ksim_host.h"\n#line 1 "{_escape(main_name)}"\n{body}\n'
+                 f'#line 1 "ksim-launch"\n{reg}\n')
+    return prog
