@@ -1059,10 +1059,12 @@ struct dim3 {
   dim3(const uint3& v) : x(v.x), y(v.y), z(v.z) {}
   operator uint3() const { return uint3(x, y, z); }
 };
+#ifndef KSIM_HOST  // ksim_host.h (launch capture) defines the whole runtime API
 typedef int cudaError_t;
 typedef void* cudaStream_t;
 typedef void* cudaEvent_t;
 enum { cudaSuccess = 0 };
+#endif
 
 #define threadIdx (ksim::cur->tid)
 #define blockIdx (ksim::g.block)
