@@ -14,8 +14,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-DType = Literal["float32", "float16", "bfloat16", "int32", "uint32", "int64", "bool"]
-Init = Literal["uniform", "normal", "positive", "randint", "zeros", "ones", "arange", "permutation"]
+DType = Literal["float32", "float16", "bfloat16", "int32", "uint32", "int64", "bool",
+                "int8", "uint8", "int16", "uint16", "uint64"]
+Init = Literal["uniform", "normal", "positive", "randint", "zeros", "ones", "arange", "permutation", "captured"]
 
 # KernelBench's tolerances: fp32 1e-4, fp16/bf16 1e-2.
 DEFAULT_TOLERANCES = {
@@ -26,6 +27,11 @@ DEFAULT_TOLERANCES = {
     "uint32": {"atol": 0.0, "rtol": 0.0},
     "int64": {"atol": 0.0, "rtol": 0.0},
     "bool": {"atol": 0.0, "rtol": 0.0},
+    "int8": {"atol": 0.0, "rtol": 0.0},
+    "uint8": {"atol": 0.0, "rtol": 0.0},
+    "int16": {"atol": 0.0, "rtol": 0.0},
+    "uint16": {"atol": 0.0, "rtol": 0.0},
+    "uint64": {"atol": 0.0, "rtol": 0.0},
 }
 
 
@@ -45,6 +51,12 @@ class InputSpec(BaseModel):
     init: Init = "uniform"
     low: float = -1.0
     high: float = 1.0
+    # init = "captured": the contents a launch capture recorded, as a .npy file path or "b64:" + the .npy bytes
+    # in base64 (what crosses into the sandbox). `vary`: for every seed but the task's first, floating-point
+    # contents are redrawn uniformly in [low, high] (the captured range), so a candidate cannot learn one input;
+    # integer contents always stay as captured (they index memory, count sizes or hold structure).
+    data: str | None = None
+    vary: bool = False
 
     def resolve_shape(self, dims: dict[str, int]) -> tuple[int, ...]:
         out = []
@@ -61,6 +73,8 @@ class InputSpec(BaseModel):
 class Workload(BaseModel):
     name: str
     dims: dict[str, int] = {}
+    # captured tasks: per input, this workload's recorded contents (a .npy path or "b64:" data, see InputSpec)
+    data: dict[str, str] = {}
 
 
 class KernelTask(BaseModel):
@@ -82,6 +96,9 @@ class KernelTask(BaseModel):
     initial: str | None = Field(None, description="a starting candidate module (source text)")
     source_file: str | None = None
     kernel_name: str | None = None
+    # where the task came from: a task file or family ("task"), the user's kernel with captured launches
+    # ("captured"), or a Metal / MLX kernel's own source as root and reference ("kernel")
+    origin: Literal["task", "captured", "kernel"] = "task"
 
     @model_validator(mode="after")
     def _check(self) -> "KernelTask":
@@ -124,6 +141,9 @@ class KernelTask(BaseModel):
         rng = np.random.default_rng(seed)
         arrays = []
         for spec in self.inputs:
+            if spec.init == "captured":
+                arrays.append(_captured(rng, spec, workload, seed == self.seeds[0] if self.seeds else True))
+                continue
             shape = spec.resolve_shape(workload.dims)
             arrays.append(_generate(rng, spec, shape))
         return arrays
@@ -177,6 +197,45 @@ def _generate(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...])
     else:  # pragma: no cover - Literal guards this
         raise TaskError(f"unknown init {spec.init}")
     return np.ascontiguousarray(a.astype(np_dtype))
+
+
+def _captured(rng: np.random.Generator, spec: InputSpec, workload: Workload, first_seed: bool) -> np.ndarray:
+    """A captured input: the recorded contents for this workload (`spec.data`, or the workload's own entry in
+    `workload.data` when inputs differ per workload), redrawn in their range for later seeds when `vary`."""
+    ref = workload.data.get(spec.name) or spec.data
+    if not ref:
+        raise TaskError(f"input '{spec.name}' is captured but workload '{workload.name}' has no contents for it")
+    a = load_array(ref)
+    want = {"bfloat16": np.float32, "bool": np.bool_}.get(spec.dtype, spec.dtype)
+    a = a.astype(want, copy=False)
+    if spec.vary and not first_seed and np.issubdtype(a.dtype, np.floating) and a.size:
+        lo, hi = float(np.min(a)), float(np.max(a))
+        if np.isfinite(lo) and np.isfinite(hi):
+            a = rng.uniform(lo, hi if hi > lo else lo + 1.0, size=a.shape).astype(a.dtype)
+    return np.ascontiguousarray(a)
+
+
+def load_array(ref: str) -> np.ndarray:
+    """An array saved as a .npy file path or as "b64:" + base64 of the .npy bytes (no pickles either way)."""
+    import base64
+    import io
+
+    try:
+        if ref.startswith("b64:"):
+            return np.load(io.BytesIO(base64.b64decode(ref[4:])), allow_pickle=False)
+        return np.load(ref, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise TaskError(f"captured contents {ref[:60]!r} cannot be read ({e})") from None
+
+
+def encode_array(a: np.ndarray) -> str:
+    """The "b64:" form of `load_array`."""
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(a), allow_pickle=False)
+    return "b64:" + base64.b64encode(buf.getvalue()).decode()
 
 
 def find_task_file(kernel_file: str | Path, kernel: str | None = None) -> Path | None:
