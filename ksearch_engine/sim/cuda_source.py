@@ -19,7 +19,7 @@ import numpy as np
 from . import build as _build
 from . import runtime as rt
 from .errors import SimError
-from .preprocess import find_kernel, list_kernels, prepare, strip_host_code
+from .preprocess import _CURRENT, find_kernel, inline_local_includes, list_kernels, prepare, strip_host_code
 
 # base type word -> numpy dtypes a pointer to it accepts
 _POINTEE = {
@@ -86,7 +86,7 @@ def _as_bytes(v) -> bytes | None:
 def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), args=None,
                     shared_mem_bytes: int = 0, *, template_args=None, filename: str = "kernel.cu",
                     timeout_s: float = 20.0, check_races: bool = True,
-                    strict_barriers: bool = True) -> dict[str, np.ndarray]:
+                    strict_barriers: bool = True, include_dirs=None) -> dict[str, np.ndarray]:
     """Launch `kernel` from `source` (a whole .cu file) over `grid` blocks of `block` threads.
 
     With ``check_races`` the grid runs twice (forward, then warps and blocks in reverse) and a
@@ -119,7 +119,9 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
     if shared_mem_bytes > 232448:
         raise SimError(f"{what}: shared_mem_bytes={shared_mem_bytes}; an H100/H200 block can have at "
                        f"most 232448 (227 KB)", kind="resource_limit")
-    body = prepare(strip_host_code(source), "cuda")
+    if include_dirs:   # local headers, as nvcc -I finds them (their host code is blanked like the file's)
+        source = inline_local_includes(source, list(include_dirs)).replace(_CURRENT, filename)
+    body = prepare(strip_host_code(source, keep_kernel=kernel), "cuda")
     targs = "<" + ", ".join(str(t) for t in template_args) + ">" if template_args else ""
     code = "\n".join([
         '#include "ksim_cuda.h"', f'#line 1 "{filename}"', body,

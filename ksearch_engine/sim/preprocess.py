@@ -189,11 +189,64 @@ def _is_device_fn(head: str) -> bool:
     return bool(re.search(r"\b(__global__|__device__)\b", head))
 
 
-def strip_host_code(source: str) -> str:
-    """Blank every function definition that is neither ``__global__`` nor ``__device__``."""
+def inline_local_includes(text: str, include_dirs, seen: set | None = None, depth: int = 0) -> str:
+    """``#include "x.h"`` (and ``<x.h>`` found in `include_dirs`) replaced by the header's text, as
+    ``nvcc -I`` would find it; each header once (``#pragma once`` / include guards alike). GPU-only
+    headers stay for strip_gpu_includes; headers not found stay (the compiler names them). ``#line``
+    directives keep the including file's line numbers."""
+    import os
+
+    seen = set() if seen is None else seen
+    if depth > 16 or not include_dirs:
+        return text
+    out, pos, line_no = [], 0, 1
+    for m in _INCLUDE.finditer(text):
+        path = m.group(1).strip()
+        if _GPU_HEADER.match(path):
+            continue
+        found = next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))), None)
+        if found is None:
+            continue
+        real = os.path.realpath(found)
+        out.append(text[pos:m.start()])
+        line_no += text.count("\n", pos, m.start())
+        if real not in seen:
+            seen.add(real)
+            try:
+                inner = open(real, errors="replace").read()
+            except OSError:
+                inner = ""
+            inner = inline_local_includes(inner, [os.path.dirname(real)] + list(include_dirs), seen, depth + 1)
+            inner = re.sub(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*", "", inner, flags=re.M)
+            out.append(f'\n#line 1 "{os.path.basename(real)}"\n{inner}\n#line {line_no + 1} "{_CURRENT}"\n')
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+_CURRENT = "__KSIM_CURRENT_FILE__"
+
+
+def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
+    """Blank every function definition that is neither ``__global__`` nor ``__device__``. With
+    `keep_kernel`, the bodies of the file's other ``__global__`` kernels are blanked too (their
+    signatures stay): a kernel another compiler cannot take (wmma, inline PTX, textures) then never
+    stops the kernel being run."""
     src = source.encode("utf-8")
     tree = _parser().parse(src)
     spans: list[tuple[int, int]] = []
+
+    def other_kernel_body(fn) -> None:
+        head = _head(fn, src)
+        if keep_kernel is None or "__global__" not in head:
+            return
+        decl = fn.child_by_field_name("declarator")
+        while decl is not None and decl.type != "function_declarator":
+            decl = decl.child_by_field_name("declarator")
+        name = _declarator_name(decl.child_by_field_name("declarator"), src) if decl is not None else None
+        body = fn.child_by_field_name("body")
+        if name != keep_kernel and body is not None and body.end_byte - body.start_byte > 2:
+            spans.append((body.start_byte + 1, body.end_byte - 1))
 
     def visit(node):
         for c in node.children:
@@ -201,10 +254,14 @@ def strip_host_code(source: str) -> str:
             if t == "function_definition":
                 if not _is_device_fn(_head(c, src)):
                     spans.append((c.start_byte, c.end_byte))
+                else:
+                    other_kernel_body(c)
             elif t == "template_declaration":
                 fn = next((x for x in c.children if x.type == "function_definition"), None)
                 if fn is not None and not _is_device_fn(_head(fn, src)):
                     spans.append((c.start_byte, c.end_byte))
+                elif fn is not None:
+                    other_kernel_body(fn)
             elif t in ("namespace_definition", "declaration_list", "linkage_specification",
                        "preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif",
                        "preproc_elifdef"):

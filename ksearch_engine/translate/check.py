@@ -88,7 +88,7 @@ def run_original(original_source: str, kernel: str, args: dict, grid, block, sha
 
     kw = dict(template_args=list(template_args) or None, filename=filename, timeout_s=timeout_s,
               strict_barriers=False)
-    if include_dirs and "include_dirs" in inspect.signature(run_cuda_source).parameters:
+    if include_dirs and "include_dirs" in inspect.signature(run_cuda_source).parameters:  # noqa: SIM102
         kw["include_dirs"] = list(include_dirs)
     return run_cuda_source(original_source, kernel, tuple(grid), tuple(block),
                            {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()},

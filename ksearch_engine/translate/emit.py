@@ -190,6 +190,7 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     src_name = tr.source_path.replace("\\", "/").split("/")[-1] if tr.source_path else "the CUDA source"
     ins = [a for a in plan.arrays if not a.output]
     outs = [a for a in plan.arrays if a.output]
+    plan.kwargs = [(n, d) for n, d in plan.kwargs if n.isidentifier()]
     in_params = ", ".join(py_name(a.name) for a in ins)
     kw = ", ".join(f"{n}=None" for n, d in plan.kwargs)
     sig = in_params + (", *, " + kw if kw else "")

@@ -354,7 +354,9 @@ class Rewriter:
     def _emit_helper(self, fn) -> str:
         rule_on = "fn.device_helper" in self.special
         replace: dict = {}
-        first = True
+        # `__device__ inline T f()` already says inline: the CUDA words then just go
+        first = not any(self._text(c).strip() == "inline" for c in fn.children
+                        if c.type not in ("compound_statement", "function_declarator"))
         for c in fn.children:
             if c.type in ("compound_statement", "function_declarator"):
                 break
