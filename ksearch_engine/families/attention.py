@@ -9,6 +9,7 @@ stored) on CUDA cores / SIMD lanes, without tensor-core MMA.
 from __future__ import annotations
 
 from ._decode import render_prefill
+from ._flash_mma import flash_mma_valid, render_flash_mma
 from ._src import header
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
@@ -100,5 +101,14 @@ def _naive(kind: str) -> str:
     return _render_flash({"q_per_group": 1, "lanes_per_key": 32, "warps": 1, "unroll": 1, "fast_exp": False}, kind)
 
 
-FAMILY = Family(name="attention", make_task=make_task, templates=[OPS, FLASH], naive=_naive,
+FLASH_MMA = Template(
+    id="attention.flash_mma", pattern="attention.flash_tiling", kinds=("cuda",),
+    knobs={"warps": [4, 8, 2], "block_kv": [32, 64, 16]},
+    render=render_flash_mma,
+    description="flash attention on tensor cores: mma.sync m16n8k16 + ldmatrix.trans (inline PTX), Q fragments in "
+                "registers, K/V tiles through shared memory with the next tile prefetched to registers, online "
+                "softmax on the accumulator fragments, P kept in registers; causal stops at the diagonal",
+    difficulty=5, predicted_speedup=0.6, valid=flash_mma_valid)
+
+FAMILY = Family(name="attention", make_task=make_task, templates=[OPS, FLASH, FLASH_MMA], naive=_naive,
                 description="attention prefill, causal or not (make_task(causal=True))")

@@ -5,6 +5,7 @@ q (B, Hq, 1, Dh), k/v (B, Hkv, S, Dh), fp16; scale 1/sqrt(Dh). Baseline `mx.fast
 from __future__ import annotations
 
 from ._decode import decode_valid, naive_decode, render_decode
+from ._gqa_decode import render_tiles, tiles_valid
 from ._src import header
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
@@ -70,6 +71,14 @@ SPLIT = Template(
     description="flash-decoding: KV split across threadgroups, GQA heads share loads, LSE merge",
     difficulty=3, predicted_speedup=2.5, valid=decode_valid)
 
-FAMILY = Family(name="decode", make_task=make_task, templates=[OPS, SPLIT],
+TILES = Template(
+    id="decode.gqa_tiles", pattern="decode.split_kv", kinds=("metal", "cuda"),
+    knobs={"warps": [4, 8, 2], "block_keys": [64, 32, 128], "target_blocks": [512, 1024, 256, 2048]},
+    render=lambda k, kind: render_tiles("decode", "decode.gqa_tiles", k, kind, paged=False),
+    description="split-KV GQA decode in key tiles: each KV head read once for its query heads, every K/V load of a "
+                "tile issued before any arithmetic, next tile prefetched, splits chosen to fill the GPU, log2 LSE merge",
+    difficulty=3, predicted_speedup=2.0, valid=tiles_valid)
+
+FAMILY = Family(name="decode", make_task=make_task, templates=[OPS, SPLIT, TILES],
                 naive=lambda kind: naive_decode("decode", kind, paged=False) if kind != "ops" else _render_ops({"upcast": True, "compile": False}, "ops"),
                 description="single-token decode attention over a contiguous KV cache")

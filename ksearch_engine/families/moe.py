@@ -9,6 +9,7 @@ FLOPs but dense GEMMs), and a GEMV-style kernel (a warp per (row, block of outpu
 from __future__ import annotations
 
 from ._src import Dialect, header, kernel_ctor, tag
+from ._moe_gemm import gemm_valid, render_grouped
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
 
@@ -139,7 +140,17 @@ GEMV = Template(
     render=_render_kernel, description="a warp per (row, CPW output columns), lanes over D, no weight reuse across rows",
     difficulty=2, predicted_speedup=0.3)
 
-FAMILY = Family(name="moe", make_task=make_task, templates=[OPS, GEMV],
+GROUPED = Template(
+    id="moe.grouped_mma", pattern="moe.grouped_gemm", kinds=("cuda",),
+    knobs={"block_m": [128, 64, 256], "block_n": [128, 64, 256], "block_k": [32, 64, 16], "warps_m": [2, 4, 1],
+           "warps_n": [4, 2, 8], "group_m": [8, 4, 16, 1]},
+    render=render_grouped,
+    description="grouped GEMM over the pairs sorted by expert on tensor cores (mma.sync m16n8k16 inline PTX, fp32 "
+                "accumulation), rows gathered through the sort order in the kernel, register-staged double buffer, "
+                "results written to their (token, slot) rows",
+    difficulty=4, predicted_speedup=3.0, valid=gemm_valid)
+
+FAMILY = Family(name="moe", make_task=make_task, templates=[OPS, GEMV, GROUPED],
                 naive=lambda kind: _render_kernel({"cols_per_warp": 1, "vec": 1, "warps_per_group": 1}, kind)
                 if kind != "ops" else _render_ops({"method": "unsorted", "compile": False}, "ops"),
                 description="MoE expert matmul (SwitchLinear)")

@@ -5,6 +5,7 @@ into a contiguous cache, then `mx.fast.scaled_dot_product_attention`.
 from __future__ import annotations
 
 from ._decode import decode_valid, naive_decode, render_decode
+from ._gqa_decode import render_tiles, tiles_valid
 from ._src import header
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
@@ -93,6 +94,14 @@ SPLIT = Template(
     description="flash-decoding that reads K/V pages through the block table directly",
     difficulty=3, predicted_speedup=5.0, valid=decode_valid)
 
-FAMILY = Family(name="paged_decode", make_task=make_task, templates=[OPS, SPLIT],
+TILES = Template(
+    id="paged_decode.gqa_tiles", pattern="decode.block_table", kinds=("metal", "cuda"),
+    knobs={"warps": [4, 8, 2], "block_keys": [64, 32, 128], "target_blocks": [512, 1024, 256, 2048]},
+    render=lambda k, kind: render_tiles("paged_decode", "paged_decode.gqa_tiles", k, kind, paged=True),
+    description="split-KV GQA decode in key tiles: each KV head read once for its query heads, every K/V load of a "
+                "tile issued before any arithmetic, next tile prefetched, splits chosen to fill the GPU, log2 LSE merge",
+    difficulty=3, predicted_speedup=6.0, valid=tiles_valid)
+
+FAMILY = Family(name="paged_decode", make_task=make_task, templates=[OPS, SPLIT, TILES],
                 naive=lambda kind: naive_decode("paged_decode", kind, paged=True) if kind != "ops" else _render_ops({"gather": "take", "compile": False}, "ops"),
                 description="single-token decode attention over a paged KV cache")
