@@ -1,35 +1,52 @@
 """Evaluate candidates of one task: verify against a reference computed in another process, then time.
 
-The evaluator owns two sandboxed children: a reference worker (run once per task, its outputs read back
-and its files deleted before any candidate runs) and a warm candidate worker reused across candidates
-until one of them fails, cheats or dies, after which a fresh one is started.
+Two kinds of sandboxed workers, both running `child.py`:
+- the *trusted* worker (one per evaluator) loads only the task's reference and baseline; it computes every
+  expected output and runs every timed baseline call. No candidate code ever runs in it.
+- a *candidate* worker, a fresh process per candidate (started ahead, before the candidate is known, so the
+  start-up overlaps other work). One candidate can leave nothing behind for the next.
 
-Nothing the worker says is trusted beyond what this process can check: outputs are compared here; every
-reply must carry its request's nonce and be followed by the answer to a fresh ping (a candidate that forges
-replies desynchronises the channel); guard events the worker streams cannot be taken back; the scratch
-directory is held to a quota; processes left in the worker's cgroup are killed and reported.
+Integrity comes from what this process does, not from what the candidate's process reports:
+- inputs: every call of the candidate (verification and timed) gets new buffers made in its worker from a
+  seed this process draws from the OS at that moment, after the candidate is loaded; nothing is on disk.
+- outputs: each one comes back as bytes and is checked here, against the trusted worker's reference on the
+  same seed: exact mlx.core.array type (checked in the worker), then count, dtype, shape, values (`compare`:
+  NaN and inf exact), and never a byte-identical repeat of an earlier output given for other inputs. Timed
+  outputs are all checked for small kernels; for large ones a sample this process draws after the last call.
+- time: measured here, around the request for one call (`mx.eval` + synchronize inside the worker), minus the
+  trusted worker's empty-call round trip; every other step the candidate's worker takes (making inputs,
+  handing outputs back) is timed too and whatever it spends beyond the trusted worker's same step is charged
+  to the candidate. The candidate's worker must be idle while the trusted worker is timed.
+The in-worker guards (audit hook, tamper snapshot, thread count) stay as early, named reasons.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import secrets
+import select
 import shutil
 import signal
-import stat
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .. import backend as backends
 from ..task import KernelTask
+from .compare import compare
 from .models import EvalResult, Limits, Mismatch, Timing
-from .sandbox import Channel, kill_group, scratch_usage, spawn, sweep_stale, tail_text
+from .sandbox import kill_group, scratch_usage, spawn, sweep_stale
 
 SUSPECT_SPEEDUP = 10.0
+SMALL_OUTPUT = 1 << 20      # elements per call up to which every timed output is checked
+TIMED_SAMPLE = 3            # timed outputs checked per workload above that
+_RNG = secrets.SystemRandom()
 
 
 class ProtocolError(Exception):
@@ -40,42 +57,119 @@ class QuotaError(Exception):
     """The worker's scratch directory went over its quota."""
 
 
-class _Child:
-    """One sandboxed worker process speaking the JSON-lines protocol of `child.py`."""
+class Verdict(Exception):
+    """The candidate's evaluation ends here with this status and reason."""
 
-    def __init__(self, backend: str, scratch: Path, limits: Limits):
-        self.scratch = scratch
-        self.limits = limits
+    def __init__(self, status: str, message: str, worst: Mismatch | None = None, excess: float | None = None):
+        super().__init__(message)
+        self.status, self.message, self.worst, self.excess = status, message, worst, excess
+
+
+class _Child:
+    """One sandboxed worker process speaking the JSON-lines protocol of `child.py` (a reply line may be
+    followed by raw bytes: the outputs of a `fetch`)."""
+
+    def __init__(self, backend: str, scratch: Path, limits: Limits, role: str):
+        self.scratch, self.limits, self.role = scratch, limits, role
         self.stderr = scratch.parent / f"{scratch.name}.stderr"
         shutil.rmtree(scratch, ignore_errors=True)  # nothing a previous worker left is handed on
         # Run child.py as a script (not `-m`, which would import this package, numpy and its threads first:
         # the child confines itself while still single-threaded); -P keeps its folder off sys.path.
-        cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), str(Path(__file__).with_name("child.py")), backend]
+        cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []),
+               str(Path(__file__).with_name("child.py")), backend, role]
         pkg_root = str(Path(__file__).resolve().parents[2])
         self.proc, self.applied, self.cgroup = spawn(
             cmd, scratch, limits, backend=backend, stderr_path=self.stderr,
             env_extra={"PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH")]))})
-        self.channel = Channel(self.proc, ProtocolError)
-        self.hello = self.read(timeout=120)
-        if self.hello:
+        self.buf = b""
+        self.events: list[dict] = []   # guard events streamed by the worker since the last request
+        self.hello: dict | None = None
+        self.base_pids = 0
+
+    def start(self) -> dict:
+        """Wait for the worker's hello (once)."""
+        if self.hello is None:
+            self.hello = self.read(timeout=120) or {"ready": False, "message": self.log_tail()}
             self.applied["user"] = self.hello.get("user", "")
-        self.base_pids = len(self.cgroup.pids())
+            self.base_pids = len(self.cgroup.pids())
+        return self.hello
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    @property
-    def events(self) -> list[dict]:
-        """Guard events streamed by the worker since the last request (bounded; see sandbox.Channel)."""
-        return self.channel.events
+    def request(self, obj: dict, timeout: float, max_bytes: int = 0) -> tuple[dict, bytes, float]:
+        """Send one request; its reply, the bytes after it, and the round trip as this process's clock saw it
+        (seconds). Raises TimeoutError, EOFError (the worker died), ProtocolError, QuotaError."""
+        obj["nonce"] = nonce = os.urandom(8).hex()
+        self.events = []
+        line = (json.dumps(obj) + "\n").encode()
+        t0 = time.perf_counter()
+        try:
+            self.proc.stdin.write(line)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._died()
+        rep = self.read(timeout, watch_scratch=self.role == "candidate")
+        rtt = time.perf_counter() - t0
+        if rep is None:
+            raise TimeoutError(timeout)
+        if rep.get("nonce") != nonce:
+            raise ProtocolError("a reply that does not answer the request (forged or out of order)")
+        n = rep.get("bytes", 0)
+        if not isinstance(n, int) or n < 0 or n > max_bytes:
+            raise ProtocolError(f"a reply carrying {n!r} bytes where at most {max_bytes} were asked for")
+        return rep, self.read_bytes(n, timeout), rtt
 
-    def send(self, obj: dict) -> None:
-        self.channel.send(obj)
+    def _died(self):
+        try:
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+            pass
+        raise EOFError(self.proc.returncode)
+
+    def _fill(self, deadline: float, watch_scratch: bool) -> bool:
+        fd = self.proc.stdout.fileno()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        r, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if watch_scratch and not r:   # only while it is quiet: never inside a quick, timed round trip
+            self.check_scratch()
+        if r:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                self._died()
+            self.buf += chunk
+        return True
 
     def read(self, timeout: float, watch_scratch: bool = False) -> dict | None:
-        """The next reply, or None on timeout; raises EOFError when the child died, ProtocolError on a
-        line that is not JSON, QuotaError when the scratch directory goes over its quota."""
-        return self.channel.read(timeout, self.check_scratch if watch_scratch else None)
+        """The next reply line, or None on timeout; guard events on the way are collected."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" not in self.buf:
+                if len(self.buf) > 1 << 20:
+                    raise ProtocolError("the worker sent an over-long reply line")
+                if not self._fill(deadline, watch_scratch):
+                    return None
+            line, self.buf = self.buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                raise ProtocolError(f"the worker sent a line that is not JSON: {line[:80]!r}") from None
+            if not isinstance(msg, dict):
+                raise ProtocolError("the worker sent a reply that is not an object")
+            if "event" in msg:
+                self.events.append(msg)
+                continue
+            return msg
+
+    def read_bytes(self, n: int, timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        while len(self.buf) < n:
+            if not self._fill(deadline, False):
+                raise TimeoutError(timeout)
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
 
     def check_scratch(self) -> None:
         used, files = scratch_usage(self.scratch, self.limits.scratch_files)
@@ -88,12 +182,49 @@ class _Child:
         """Processes in the worker's cgroup beyond the ones it started with."""
         return max(0, len(self.cgroup.pids()) - self.base_pids)
 
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by every process of the worker (from /proc: this process's view, which the
+        worker cannot change)."""
+        pids = self.cgroup.pids() or _tree(self.proc.pid)
+        total = 0
+        for p in pids:
+            try:
+                f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(f[11]) + int(f[12])
+            except (OSError, IndexError, ValueError):
+                pass
+        return total / _HZ
+
     def log_tail(self, n: int = 15) -> str:
-        return tail_text(self.stderr, n)
+        try:
+            return "\n".join(self.stderr.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
 
     def close(self) -> None:
         kill_group(self.proc, self.cgroup)
         self.cgroup.remove()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        try:
+            self.stderr.unlink()
+        except OSError:
+            pass
+
+
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+        except OSError:
+            pass
+    return out
 
 
 def _death_reason(code: int | None) -> tuple[str, str]:
@@ -113,6 +244,45 @@ def _death_reason(code: int | None) -> tuple[str, str]:
     return "crashed", f"the worker exited with code {code}"
 
 
+@dataclass
+class _Out:
+    """One output as it came back over the channel."""
+    array: np.ndarray
+    dtype: str          # MLX dtype name (bfloat16 travels as float32)
+    digest: str
+
+
+def _unpack(rep: dict, data: bytes) -> list[list[_Out]]:
+    """The outputs of a fetch, one list per input set, in the order the sets were asked for."""
+    sets: dict[int, list[_Out]] = {}
+    at = 0
+    metas = rep.get("outputs")
+    if not isinstance(metas, list):
+        raise ProtocolError("a fetch reply without its outputs")
+    for m in metas:
+        try:
+            n, wire, shape = int(m["nbytes"]), np.dtype(m["wire"]), tuple(int(s) for s in m["shape"])
+            k = int(m.get("set", 0))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProtocolError(f"an output description that cannot be read ({e})") from None
+        if wire.hasobject or wire.kind not in "biuf" or n != wire.itemsize * math.prod(shape) or at + n > len(data):
+            raise ProtocolError("output bytes that do not match their description")
+        raw = data[at:at + n]
+        at += n
+        sets.setdefault(k, []).append(_Out(np.frombuffer(raw, dtype=wire).reshape(shape), str(m.get("dtype", "?")),
+                                           hashlib.sha256(raw + repr((wire.str, shape)).encode()).hexdigest()))
+    if at != len(data):
+        raise ProtocolError("bytes after the outputs")
+    return list(sets.values())
+
+
+def _tmean(a: list[float]) -> float:
+    """Mean of the lower 90% (one scheduler hiccup must not decide a charge)."""
+    s = sorted(a)
+    s = s[:max(1, int(len(s) * 0.9))]
+    return sum(s) / len(s)
+
+
 class Evaluator:
     """Verify and time candidate modules for one task on one backend."""
 
@@ -122,16 +292,19 @@ class Evaluator:
         self.task = task.for_backend(self.info.name)
         self.backend = self.info.name
         self.limits = limits or Limits(wall_s=180.0 if self.backend == "sim" else 60.0)
+        self.off = frozenset(self.limits.disable_guards)
         self.repeats, self.warmup, self.timing_max_s = repeats, warmup, timing_max_s
         self._own_dir = workdir is None
         if workdir is None:
             sweep_stale()  # what killed evaluators left: cgroups (and their processes), temp folders
         self.dir = Path(workdir or tempfile.mkdtemp(prefix=f"ksearch-eval-{os.getpid()}-"))
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._items: list[dict] | None = None
-        self._expected: dict[str, list[np.ndarray]] = {}
-        self._child: _Child | None = None
+        self._trusted: _Child | None = None
+        self._expected: dict[tuple[str, int], list[_Out]] | None = None
+        self._spare: _Child | None = None
+        self._warm: _Child | None = None     # only with the 'fresh_worker' guard off (tests)
         self._n = 0
+        self._slot = 0
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
@@ -141,48 +314,133 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        if self._child:
-            self._child.close()
-            self._child = None
+        for c in (self._spare, self._warm, self._trusted):
+            if c:
+                c.close()
+        self._spare = self._warm = self._trusted = None
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
-    # -- inputs and reference ------------------------------------------------------------------------
+    def _base(self, **kw) -> EvalResult:
+        return EvalResult(backend=self.backend, device=self.info.device, mlx_version=self.info.mlx_version, **kw)
+
+    def _next_slot(self) -> int:
+        self._slot += 1
+        return self._slot
+
+    # -- the trusted worker: reference and baseline --------------------------------------------------
+    def _t(self, req: dict, max_bytes: int = 0) -> tuple[dict, bytes, float]:
+        """One request to the trusted worker; any failure there is the task's, not a candidate's."""
+        try:
+            rep, data, rtt = self._trusted.request(req, timeout=max(self.limits.wall_s, 120), max_bytes=max_bytes)
+        except (TimeoutError, EOFError, ProtocolError, QuotaError) as e:
+            raise RuntimeError(f"task '{self.task.name}': the reference worker failed ({type(e).__name__} {e}): "
+                               f"{self._trusted.log_tail()}") from None
+        if rep.get("status") != "ok":
+            raise RuntimeError(f"task '{self.task.name}': its {req.get('fn', 'reference')} failed to run: {rep.get('message', '')}")
+        return rep, data, rtt
+
     def _prepare(self) -> None:
-        if self._items is not None:
+        if self._expected is not None:
             return
-        inputs_dir = self.dir / "inputs"
-        inputs_dir.mkdir(exist_ok=True)
-        items = []
+        ref_backend = "mlx-cpu" if self.backend == "sim" else self.backend
+        self._trusted = _Child(ref_backend, self.dir / "trusted", self.limits, "trusted")
+        self._spare = self._spare or self._start_worker()   # starts while the reference runs
+        hello = self._trusted.start()
+        if not hello.get("ready"):
+            raise RuntimeError(f"the reference worker did not start: {hello.get('message') or self._trusted.log_tail()}")
+        self._t({"op": "task", "task": self.task.model_dump(mode="json")})
+        self._t({"op": "load", "source": self.task.reference, "entry": "reference", "as": "reference", "name": "reference"})
+        self._t({"op": "load", "source": self.task.baseline_source(), "entry": "baseline", "as": "baseline", "name": "baseline"})
+        self._expected = {}
         for wl in self.task.workloads:
             for seed in self.task.seeds:
-                key = f"{wl.name}.s{seed}"
-                paths = []
-                for spec, arr in zip(self.task.inputs, self.task.make_inputs(wl, seed)):
-                    p = inputs_dir / f"{key}.{spec.name}.npy"
-                    np.save(p, arr)
-                    paths.append(str(p))
-                items.append({"key": key, "workload": wl.name, "seed": seed, "inputs": paths,
-                              "dtypes": [s.dtype for s in self.task.inputs]})
-        ref_backend = "mlx-cpu" if self.backend == "sim" else self.backend
-        scratch = self.dir / "reference"
-        child = _Child(ref_backend, scratch, self.limits)
-        try:
-            if not child.hello or not child.hello.get("ready"):
-                raise RuntimeError(f"the reference worker did not start: {(child.hello or {}).get('message', child.log_tail())}")
-            child.send({"op": "reference", "source": self.task.reference, "items": items, "out_dir": str(scratch)})
-            rep = child.read(timeout=max(self.limits.wall_s, 120))
-            if not rep or not rep.get("ok"):
-                msg = (rep or {}).get("message") or child.log_tail()
-                raise RuntimeError(f"task '{self.task.name}': its reference failed to run: {msg}")
-            for key, paths in rep["outputs"].items():
-                self._expected[key] = [np.load(p) for p in paths]
-                for p in paths:  # candidates must never find the expected outputs on disk
-                    os.unlink(p)
-        finally:
+                self._expected[(wl.name, seed)] = self._reference(wl.name, [seed])[0][0]
+
+    def _reference(self, workload: str, seeds: list[int]) -> tuple[list[list[_Out]], float]:
+        """The reference's outputs on each seed of `workload`, and the trusted worker's round trip to hand
+        them back."""
+        slot = self._next_slot()
+        self._t({"op": "prepare", "slot": slot, "workload": workload, "seeds": seeds})
+        self._t({"op": "call", "slot": slot, "fn": "reference"})
+        rep, data, rtt = self._t({"op": "fetch", "slot": slot}, max_bytes=1 << 40)
+        outs = _unpack(rep, data)
+        if len(outs) != len(seeds):
+            raise RuntimeError(f"task '{self.task.name}': its reference returned no outputs")
+        return outs, rtt
+
+    # -- candidate workers ---------------------------------------------------------------------------
+    def _start_worker(self) -> _Child:
+        self._n += 1
+        return _Child(self.backend, self.dir / f"worker{self._n}", self.limits, "candidate")
+
+    def _take_worker(self) -> _Child:
+        if "fresh_worker" in self.off and self._warm and self._warm.alive():
+            return self._warm
+        child, self._spare = self._spare or self._start_worker(), None
+        hello = child.start()
+        if not hello.get("ready"):
+            msg = hello.get("message") or child.log_tail()
             child.close()
-            shutil.rmtree(scratch, ignore_errors=True)
-        self._items = items
+            raise RuntimeError(f"the {self.backend} worker did not start: {msg}")
+        dev = hello.get("device")
+        if dev and self.backend != "sim":
+            self.info.device = dev
+        return child
+
+    def _release(self, child: _Child, clean: bool) -> None:
+        """A worker that ran a candidate is never given another one (unless the guard is off for a test);
+        the next worker starts now, before the next candidate is known."""
+        if "fresh_worker" in self.off and clean:
+            self._warm = child
+        else:
+            if child is self._warm:
+                self._warm = None
+            child.close()
+        if self._spare is None and "fresh_worker" not in self.off:
+            self._spare = self._start_worker()
+
+    def _ask(self, child: _Child, req: dict, deadline: float, max_bytes: int = 0) -> tuple[dict, bytes, float]:
+        """One request to a candidate's worker; anything but a clean 'ok' ends the evaluation (Verdict)."""
+        try:
+            rep, data, rtt = child.request(req, timeout=max(0.5, deadline - time.monotonic()), max_bytes=max_bytes)
+        except TimeoutError:
+            self._caught(child, f" (then no answer within {self.limits.wall_s:.0f} s)")
+            raise Verdict("timeout", f"no answer within {self.limits.wall_s:.0f} s; the worker and everything it started were killed") from None
+        except EOFError as e:
+            self._caught(child, " (then its worker died)")
+            status, msg = _death_reason(e.args[0] if e.args else None)
+            raise Verdict(status, msg) from None
+        except ProtocolError as e:
+            raise Verdict("cheating", f"tampered with the evaluator's reply channel: {e}") from None
+        except QuotaError as e:
+            raise Verdict("resource_limit", str(e)) from None
+        self._caught(child)
+        if rep.get("status") != "ok":
+            raise Verdict(rep.get("status", "runtime_error"), rep.get("message", ""))
+        return rep, data, rtt
+
+    def _caught(self, child: _Child, then: str = "") -> None:
+        if child.events and "audit" not in self.off:
+            raise Verdict("cheating", str(child.events[0].get("detail", child.events[0].get("event", ""))) + then)
+
+    def _audit(self, child: _Child, deadline: float) -> None:
+        """End of a phase: the worker's own checks (tamper, threads), a fresh ping, stray processes, quota."""
+        self._ask(child, {"op": "audit"}, deadline)
+        try:
+            pong, _, _ = child.request({"op": "ping"}, timeout=10)
+        except (TimeoutError, EOFError, ProtocolError):
+            pong = None
+        if not pong or pong.get("pong") is None:
+            raise Verdict("cheating", "tampered with the evaluator's reply channel: extra or missing replies after its answer")
+        stray = child.stray_processes()
+        if stray:
+            child.cgroup.kill_all()
+            raise Verdict("cheating", f"left {stray} process(es) running after it returned (killed through the worker's cgroup)")
+        try:
+            child.check_scratch()
+        except QuotaError as e:
+            raise Verdict("resource_limit", str(e)) from None
 
     # -- one candidate -------------------------------------------------------------------------------
     def evaluate(self, source: str, *, timing: bool = True) -> EvalResult:
@@ -191,231 +449,124 @@ class Evaluator:
         res.eval_ms = (time.monotonic() - t0) * 1e3
         return res
 
-    def _base(self, **kw) -> EvalResult:
-        return EvalResult(backend=self.backend, device=self.info.device, mlx_version=self.info.mlx_version, **kw)
-
-    def _worker(self) -> _Child:
-        if self._child is None or not self._child.alive():
-            if self._child:
-                self._child.close()
-            self._child = _Child(self.backend, self.dir / "worker", self.limits)
-            if not self._child.hello or not self._child.hello.get("ready"):
-                msg = (self._child.hello or {}).get("message") or self._child.log_tail()
-                raise RuntimeError(f"the {self.backend} worker did not start: {msg}")
-            dev = self._child.hello.get("device")
-            if dev and self.backend != "sim":
-                self.info.device = dev
-        return self._child
-
     def _evaluate(self, source: str, timing: bool) -> EvalResult:
         kind = backends.candidate_kind(source)
         ok, why = backends.can_run(self.backend, kind)
         if not ok:
             return self._base(status="not_runnable", kind=kind, message=why)
         self._prepare()
-        self._n += 1
-        child = self._worker()
-        out_dir = self.dir / "worker"
-        req = {"op": "candidate", "source": source, "entry": self.task.entry, "reference": self.task.reference,
-               "items": self._items, "out_dir": str(out_dir), "input_names": [s.name for s in self.task.inputs],
-               "task": self.task.model_dump(mode="json")}
-        timed = timing and self.info.timed
+        child = self._take_worker()
+        clean = False
         try:
-            rep = self._ask(child, req)
-        except EOFError as e:
-            status, msg = _death_reason(e.args[0] if e.args else None)
-            if child.events:  # it was caught at something before it died
-                status, msg = "cheating", child.events[0].get("detail", "")
-            res = self._base(status=status, kind=kind, message=msg, log_tail=child.log_tail(),
-                             sandbox=child.applied)
-            self._restart()
+            res = self._run(child, source, kind, timing and self.info.timed)
+            clean = res.status == "passed"
             return res
-        except ProtocolError as e:
-            res = self._base(status="cheating", kind=kind, message=f"tampered with the evaluator's reply channel: {e}",
-                             log_tail=child.log_tail(), sandbox=child.applied)
-            self._restart()
-            return res
-        except QuotaError as e:
-            res = self._base(status="resource_limit", kind=kind, message=str(e), log_tail=child.log_tail(),
-                             sandbox=child.applied)
-            self._restart()
-            return res
-        if rep is None:
-            res = self._base(status="timeout", kind=kind, log_tail=child.log_tail(), sandbox=child.applied,
-                             message=f"no answer within {self.limits.wall_s:.0f} s; the worker and everything it started were killed")
-            if child.events:
-                res.status, res.message = "cheating", child.events[0].get("detail", "") + f" (then no answer within {self.limits.wall_s:.0f} s)"
-            self._restart()
-            return res
-        if rep.get("status") != "ok":
-            res = self._base(status=rep.get("status", "runtime_error"), kind=kind, message=rep.get("message", ""),
-                             log_tail=child.log_tail(), sandbox=child.applied)
-            self._restart()
-            return res
-        try:
-            res = self._compare(rep["outputs"], kind)
-        except ProtocolError as e:
-            self._restart()
-            return self._base(status="cheating", kind=kind, message=f"tampered with its outputs: {e}", sandbox=child.applied)
-        res.sandbox = child.applied
-        self._cleanup_outputs(rep["outputs"])
-        if res.status != "passed":
-            self._restart()
-            return res
+        except Verdict as v:
+            return self._base(status=v.status, kind=kind, message=v.message, worst=v.worst,
+                              log_tail=child.log_tail(), sandbox=child.applied)
+        finally:
+            self._release(child, clean)
+
+    def _run(self, child: _Child, source: str, kind: str, timed: bool) -> EvalResult:
+        deadline = time.monotonic() + self.limits.wall_s
+        self._ask(child, {"op": "task", "task": self.task.model_dump(mode="json")}, deadline)
+        self._ask(child, {"op": "load", "source": source, "entry": self.task.entry}, deadline)
+        seen: dict[str, tuple[str, str]] = {}   # digest of every output it gave -> (which call, expected digest)
+        res = self._verify(child, kind, deadline, seen)
+        self._audit(child, deadline)
         if timed:
-            return self._time(child, source, res)
+            res.timings = self._time(child, time.monotonic() + self.limits.wall_s, seen)
+            res.timing = res.timings[-1] if res.timings else None
+            if res.timing and res.timing.suspect:
+                self._remeasure(source, res)
+        res.sandbox = child.applied
         return res
 
-    def _ask(self, child: _Child, req: dict) -> dict | None:
-        """Send one request and read its reply through the parent-side channel checks."""
-        req["nonce"] = nonce = os.urandom(8).hex()
-        child.send(req)
-        rep = child.read(timeout=self.limits.wall_s, watch_scratch=True)
-        return None if rep is None else self._check_channel(child, rep, nonce)
+    def _candidate_call(self, child: _Child, workload: str, seeds: list[int], deadline: float, *,
+                        check: bool) -> tuple[int, dict, float, float]:
+        """Fresh inputs (one set per seed), one call per set; returns (slot, call reply, prepare round trip,
+        call round trip)."""
+        slot = self._next_slot()
+        _, _, prep = self._ask(child, {"op": "prepare", "slot": slot, "workload": workload, "seeds": seeds,
+                                       "check": check}, deadline)
+        rep, _, call = self._ask(child, {"op": "call", "slot": slot, "fn": "candidate"}, deadline)
+        return slot, rep, prep, call
 
-    def _timing_request(self) -> dict:
-        return {"op": "time", "task": self.task.model_dump(mode="json"),
-                "timing": {"repeats": self.repeats, "warmup": self.warmup, "max_s": self.timing_max_s}}
+    def _fetch(self, child: _Child, slot: int, expected: list[_Out], deadline: float,
+               which: list[int] | None = None, sets: int = 1) -> tuple[list[list[_Out]], float]:
+        n = len(which) if which is not None else sets
+        limit = (sum(o.array.nbytes for o in expected) * 2 + 4096) * n
+        req = {"op": "fetch", "slot": slot} | ({"which": which} if which is not None else {})
+        rep, data, rtt = self._ask(child, req, deadline, max_bytes=limit)
+        outs = _unpack(rep, data)
+        if len(outs) != n:
+            raise Verdict("failed", f"returned no outputs for {n - len(outs)} of {n} calls")
+        return outs, rtt
 
-    def _time(self, child: _Child, source: str, res: EvalResult) -> EvalResult:
-        """Time a verified candidate (a second request to the same worker, which still holds it loaded)."""
-        try:
-            rep = self._ask(child, self._timing_request())
-        except EOFError as e:
-            status, msg = _death_reason(e.args[0] if e.args else None)
-            if child.events:
-                status, msg = "cheating", child.events[0].get("detail", "")
-            rep = {"status": status, "message": "while timing: " + msg}
-        except ProtocolError as e:
-            rep = {"status": "cheating", "message": f"tampered with the evaluator's reply channel while timed: {e}"}
-        except QuotaError as e:
-            rep = {"status": "resource_limit", "message": str(e)}
-        if rep is None:
-            rep = {"status": "timeout", "message": f"timing did not finish within {self.limits.wall_s:.0f} s; the worker was killed"}
-        if rep.get("status") != "ok":
-            self._restart()
-            return self._base(status=rep.get("status", "runtime_error"), kind=res.kind, message=rep.get("message", ""),
-                              trials=res.trials, verified_by=res.verified_by, sandbox=res.sandbox,
-                              log_tail=child.log_tail())
-        res.timings = [self._timing(t) for t in rep["timings"]]
-        res.timing = res.timings[-1] if res.timings else None
-        if res.timing and res.timing.suspect:
-            self._remeasure(source, res)
-        return res
-
-    def _check_channel(self, child: _Child, rep: dict, nonce: str) -> dict:
-        """Parent-side guards after a reply: streamed guard events, nonce, ping/pong, stray processes,
-        scratch quota. Returns the reply, or a 'cheating'/'resource_limit' one naming what was seen."""
-        events = list(child.events)
-        if rep.get("nonce") != nonce:
-            raise ProtocolError("a reply that does not answer the request (forged or out of order)")
-        ping = os.urandom(8).hex()
-        child.send({"op": "ping", "nonce": ping})
-        pong = child.read(timeout=10)
-        events += child.events
-        if pong is None or pong.get("pong") != ping:
-            raise ProtocolError("extra or missing replies after the candidate's answer")
-        stray = child.stray_processes()
-        if events and "audit" not in self.limits.disable_guards:
-            e = events[0]
-            return {"status": "cheating", "message": e.get("detail", e.get("event", "")), "guard": e.get("event")}
-        if rep.get("status") == "ok" and stray:
-            child.cgroup.kill_all()
-            return {"status": "cheating", "message": f"left {stray} process(es) running after it returned (killed through the worker's cgroup)",
-                    "guard": "processes"}
-        child.check_scratch()
-        return rep
-
-    def _restart(self) -> None:
-        if self._child:
-            self._child.close()
-            self._child = None
-
-    def _cleanup_outputs(self, outputs: dict) -> None:
-        """Delete the worker's output files; only names inside its scratch (paths come from the worker)."""
-        scratch = self.dir / "worker"
-        for paths in outputs.values():
-            for p in paths:
-                if Path(p).parent != scratch or not str(Path(p).name).endswith(".npy"):
-                    continue
+    def _verify(self, child: _Child, kind: str, deadline: float, seen: dict) -> EvalResult:
+        """Two calls per (workload, seed): the task's seeds (reproducible) and one seed drawn now per workload."""
+        items = [(wl, seed, self._expected[(wl, seed)]) for (wl, seed) in self._expected]
+        for wl in self.task.workloads:
+            seed = _RNG.randrange(1 << 31)
+            items.append((wl.name, seed, self._reference(wl.name, [seed])[0][0]))
+        max_abs, worst = 0.0, None
+        for wl, seed, exp in items:
+            for call in ("first", "second"):
+                slot, _, _, _ = self._candidate_call(child, wl, [seed], deadline, check=True)
+                got, _ = self._fetch(child, slot, exp, deadline)
                 try:
-                    os.unlink(p)
-                except OSError:
-                    pass
+                    max_abs = max(max_abs, self._check(got[0], exp, wl, seed, call, seen, timed=False))
+                except Verdict as v:
+                    if v.excess is None:
+                        raise
+                    if worst is None or v.excess > worst.excess:   # every trial runs: the worst is reported
+                        worst = v
+        if worst is not None:
+            raise worst
+        n = len(items)
+        return self._base(status="passed", kind=kind, trials=n, max_abs_err=max_abs, verified_by=self.backend,
+                          message=f"matches the reference on {n} trials ({len(self.task.workloads)} workloads x "
+                                  f"{len(self.task.seeds)} seeds and one fresh random seed each, two calls each)")
 
-    def _compare(self, outputs: dict, kind: str) -> EvalResult:
-        worst: Mismatch | None = None
-        worst_score = -1.0
+    def _check(self, got: list[_Out], exp: list[_Out], wl: str, seed: int, call: str, seen: dict, *, timed: bool) -> float:
+        """Raise a Verdict unless `got` is the reference's answer: count, dtype, shape, values, and not a
+        repeat of an output it gave for other inputs. Returns the largest finite abs error."""
+        names = self.task.outputs
+        where = f"on {wl} (seed {seed}, {call} call)"
+        bad = "cheating" if timed else "failed"
+        when = "; it passed verification, so it behaves differently when timed" if timed else ""
+        if len(got) != len(exp):
+            raise Verdict(bad, f"returned {len(got)} output(s) {where}, the task expects {len(exp)} ({', '.join(names)}){when}",
+                          Mismatch(workload=wl, seed=seed, output="*", call=call, note=f"{len(got)} outputs instead of {len(exp)}"))
         max_abs = 0.0
-        n_out = len(self.task.outputs)
-        trials = 0
-        for item in self._items:
-            key = item["key"]
-            expected = self._expected[key]
-            got_paths = outputs.get(key, [])
-            calls = {"first": got_paths[: len(got_paths) // 2], "second": got_paths[len(got_paths) // 2:]}
-            for call, paths in calls.items():
-                if len(paths) != len(expected):
-                    return self._base(status="failed", kind=kind, message=(
-                        f"returned {len(paths)} output(s), the task expects {len(expected)} ({', '.join(self.task.outputs)})"),
-                        worst=Mismatch(workload=item["workload"], seed=item["seed"], output="*", call=call,
-                                       note=f"{len(paths)} outputs instead of {len(expected)}"))
-                for i, (p, exp) in enumerate(zip(paths, expected)):
-                    got = self._load_output(p, key, call, i, exp)
-                    name = self.task.outputs[i] if i < n_out else f"out{i}"
-                    if got.shape != exp.shape:
-                        return self._base(status="failed", kind=kind, message=(
-                            f"{name} on {item['workload']} (seed {item['seed']}, {call} call): shape {got.shape}, expected {exp.shape}"),
-                                          worst=Mismatch(workload=item["workload"], seed=item["seed"], output=name, call=call,
-                                                         note=f"shape {list(got.shape)} instead of {list(exp.shape)}"))
-                    dtype = self._out_dtype(i)
-                    tol = self.task.tolerance(dtype)
-                    g, e = got.astype(np.float64), exp.astype(np.float64)
-                    err = np.abs(g - e)
-                    nan_bad = np.isnan(g) != np.isnan(e)
-                    err = np.where(np.isnan(g) & np.isnan(e), 0.0, err)
-                    err = np.where(nan_bad, np.inf, err)
-                    allowed = tol.atol + tol.rtol * np.abs(e)
-                    score = err - allowed
-                    if err.size:
-                        idx = int(np.nanargmax(np.where(np.isnan(score), np.inf, score)))
-                        s = float(score.flat[idx])
-                        max_abs = max(max_abs, float(np.nanmax(np.where(np.isinf(err), np.nan, err))) if np.isfinite(err).any() else max_abs)
-                        if s > worst_score:
-                            worst_score = s
-                            ev, gv = float(e.flat[idx]), float(g.flat[idx])
-                            worst = Mismatch(workload=item["workload"], seed=item["seed"], output=name,
-                                             index=list(np.unravel_index(idx, err.shape)) if err.ndim else [],
-                                             got=gv, expected=ev, abs_err=float(err.flat[idx]),
-                                             rel_err=float(err.flat[idx] / max(abs(ev), 1e-30)), call=call)
-            trials += 1
-        verified_by = self.backend
-        if worst is not None and worst_score > 0:
-            return self._base(status="failed", kind=kind, worst=worst, trials=trials, max_abs_err=max_abs,
-                              verified_by=verified_by, message="output mismatch: " + worst.describe())
-        return self._base(status="passed", kind=kind, trials=trials, max_abs_err=max_abs, verified_by=verified_by,
-                          message=f"matches the reference on {trials} trials ({len(self.task.workloads)} workloads x {len(self.task.seeds)} seeds, run before and after the reference)")
+        for i, (g, e) in enumerate(zip(got, exp)):
+            name = names[i] if i < len(names) else f"out{i}"
+            if g.dtype != e.dtype or g.array.shape != e.array.shape:
+                what = f"dtype {g.dtype}" if g.dtype != e.dtype else f"shape {list(g.array.shape)}"
+                want = f"dtype {e.dtype}" if g.dtype != e.dtype else f"shape {list(e.array.shape)}"
+                raise Verdict(bad, f"{name} {where}: {what}, the task's is {want}{when}",
+                              Mismatch(workload=wl, seed=seed, output=name, call=call, note=f"{what} instead of {want}"))
+            if "replay" not in self.off:
+                prev = seen.get(g.digest)
+                if prev and prev[1] != e.digest:
+                    raise Verdict("cheating", f"{name} {where} is byte for byte its output of the {prev[0]}, for other "
+                                              f"inputs: a cached or replayed result, not computed from these inputs")
+                seen.setdefault(g.digest, (f"{call} call on {wl} (seed {seed})", e.digest))
+            tol = self.task.tolerance(self._out_dtype())
+            w = compare(g.array, e.array, tol.atol, tol.rtol, exact_specials="nan_inf" not in self.off)
+            if w is None:
+                continue
+            max_abs = max(max_abs, w.max_abs_err)
+            if w.excess > 0:
+                m = Mismatch(workload=wl, seed=seed, output=name, index=list(w.index), got=w.got, expected=w.expected,
+                             abs_err=w.abs_err, rel_err=w.abs_err / max(abs(w.expected), 1e-30) if math.isfinite(w.expected) else math.inf,
+                             call=call)
+                if timed:
+                    raise Verdict("cheating", f"returned a wrong result while being timed ({m.describe()}){when}", m)
+                raise Verdict("failed", "output mismatch: " + m.describe(), m, excess=w.excess)
+        return max_abs
 
-    def _load_output(self, path: str, key: str, call: str, i: int, exp: np.ndarray) -> np.ndarray:
-        """Read one output file the worker wrote, trusting nothing about it: the name must be the one the
-        protocol gives it, the file a plain one (no link, FIFO or device) of a sane size, no pickles."""
-        want = self.dir / "worker" / f"{key}.{call}{i}.npy"
-        if Path(path) != want:
-            raise ProtocolError(f"an output path outside the protocol ({path})")
-        try:
-            fd = os.open(want, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError as e:
-            raise ProtocolError(f"output file {want.name} cannot be opened ({e.strerror})") from None
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > 4 * exp.nbytes + (1 << 20):
-                raise ProtocolError(f"output file {want.name} is not a plain file of the expected size")
-            try:
-                return np.load(f, allow_pickle=False)
-            except ValueError as e:
-                raise ProtocolError(f"output file {want.name} is not a plain array ({e})") from None
-
-    def _out_dtype(self, i: int) -> str:
+    def _out_dtype(self) -> str:
         # Outputs are compared at the precision of the task's inputs (fp16 inputs -> fp16 tolerance).
         dts = {s.dtype for s in self.task.inputs}
         for d in ("bfloat16", "float16"):
@@ -423,43 +574,169 @@ class Evaluator:
                 return d
         return "float32"
 
-    def _timing(self, t: dict) -> Timing:
-        c, b = np.array(t["cand"]), np.array(t["base"])
-        cm, bm = float(np.median(c)), float(np.median(b))
+    # -- timing --------------------------------------------------------------------------------------
+    def _overhead(self, workload: str) -> float:
+        """The trusted worker's round trip for an empty call: the protocol's cost, taken off every time."""
+        slot = self._next_slot()
+        self._t({"op": "prepare", "slot": slot, "workload": workload, "seeds": [0]})
+        rtts = sorted(self._t({"op": "call", "slot": slot, "fn": "noop"})[2] for _ in range(15))
+        self._t({"op": "drop", "slots": [slot]})
+        return rtts[len(rtts) // 2]
+
+    def _time(self, child: _Child, deadline: float, seen: dict) -> list[Timing]:
+        out = [self._time_workload(child, wl, deadline, seen) for wl in self.task.timing_workloads()]
+        self._audit(child, deadline)
+        return out
+
+    def _batch(self, wl, est_s: float, ov: float) -> int:
+        """Calls per timed request: enough that the protocol's round trip is a small part of it, bounded by
+        the memory of the input sets held at once."""
+        per_set = sum(math.prod(s.resolve_shape(wl.dims)) * (2 if s.dtype in ("float16", "bfloat16") else 4)
+                      for s in self.task.inputs)
+        target = max(2e-3, 20 * ov)
+        k = math.ceil(target / max(est_s, 1e-6))
+        return int(max(1, min(k, 32, (256 << 20) // max(per_set, 1))))
+
+    def _time_workload(self, child: _Child, wl, deadline: float, seen: dict) -> Timing:
+        """Interleaved batches: the trusted worker makes K input sets and runs the baseline on each, then the
+        candidate's worker makes its own fresh sets (seeds drawn now) and runs the candidate on each. The
+        candidate's worker holds no inputs while anything else is timed, so it cannot work ahead."""
+        name = wl.name
+        ov = self._overhead(name)
+        stop = time.perf_counter() + self.timing_max_s
+        fixed = _RNG.randrange(1 << 31) if "fresh_inputs" in self.off else None
+        check_all = "check_timed" not in self.off and "recheck" not in self.off
+        if not check_all:
+            seen = {}
+        rows = []          # (seeds, slot, base_rtt, base_ms, cand_rtt, cand_ms)
+        prep_t, prep_c, fetch_t, fetch_c = [], [], [], []   # round trips (fetches: per set)
+        idle_cpu, idle_wall = 0.0, 0.0
+        small, k, est = None, 1, []
+        n = self.warmup + self.repeats
+        for i in range(n):
+            if i == self.warmup:
+                k = self._batch(wl, float(np.median(est)) if est else 0.0, ov)
+            seeds = [fixed if fixed is not None else _RNG.randrange(1 << 62) for _ in range(k)]
+            slot_t = self._next_slot()
+            cpu0 = child.cpu_seconds()
+            _, _, pt = self._t({"op": "prepare", "slot": slot_t, "workload": name, "seeds": seeds})
+            brep, _, bt = self._t({"op": "call", "slot": slot_t, "fn": "baseline"})
+            idle_cpu += child.cpu_seconds() - cpu0
+            idle_wall += pt + bt
+            if small is None:
+                small = brep.get("elems", 0) <= SMALL_OUTPUT
+            try:
+                slot, crep, pc, ct = self._candidate_call(child, name, seeds, deadline, check=False)
+            except Verdict as v:
+                if v.status == "failed":
+                    v.status, v.message = "cheating", (f"while being timed (call {i + 1} on {name}): {v.message}; it "
+                                                       f"passed verification, so it behaves differently when timed")
+                raise
+            if small and check_all:
+                self._t({"op": "call", "slot": slot_t, "fn": "reference"})
+                rep, data, ft = self._t({"op": "fetch", "slot": slot_t}, max_bytes=1 << 40)
+                exp = _unpack(rep, data)
+                got, fc = self._fetch(child, slot, exp[0], deadline, sets=k)
+                for j, (g, e) in enumerate(zip(got, exp)):
+                    self._check(g, e, name, seeds[j], f"timed call {i + 1}.{j + 1}", seen, timed=True)
+                fetch_t.append(ft / k)
+                fetch_c.append(fc / k)
+            else:
+                self._t({"op": "drop", "slots": [slot_t]})
+            if i < self.warmup:
+                est.append(max(bt - ov, 0.0))
+                if not (small and check_all):
+                    self._ask(child, {"op": "drop", "slots": [slot]}, deadline)
+            else:
+                prep_t.append(pt)
+                prep_c.append(pc)
+                rows.append((seeds, slot, bt, float(brep.get("ms", 0)), ct, float(crep.get("ms", 0))))
+            if time.perf_counter() > stop and i >= self.warmup + 2:
+                break
+        if not (small and check_all):
+            self._check_sample(child, name, rows, deadline, seen, fetch_t, fetch_c, check_all)
+        if "idle" not in self.off and idle_cpu > 0.05 + 0.25 * idle_wall:
+            raise Verdict("cheating", f"its worker used {idle_cpu * 1e3:.0f} ms of CPU while the baseline was timed "
+                                      f"({idle_wall * 1e3:.0f} ms): it must be idle then (work hidden in the background, "
+                                      f"or slowing the baseline down)")
+        return self._timing(name, rows, ov, k, prep_t, prep_c, fetch_t, fetch_c, small=small, checked=check_all)
+
+    def _check_sample(self, child, wl, rows, deadline, seen, fetch_t, fetch_c, check) -> None:
+        """Large outputs: the candidate's worker kept every timed output; this process now draws which calls
+        to check (the worker learns which only when asked for them) and drops the rest."""
+        calls = [(r, j) for r in range(len(rows)) for j in range(len(rows[r][0]))]
+        pick = sorted(_RNG.sample(calls, min(TIMED_SAMPLE, len(calls)))) if check else []
+        by_slot: dict[int, list[int]] = {}
+        for r, j in pick:
+            by_slot.setdefault(r, []).append(j)
+        for r, js in by_slot.items():
+            seeds, slot = rows[r][0], rows[r][1]
+            exp, ft = self._reference(wl, [seeds[j] for j in js])
+            got, fc = self._fetch(child, slot, exp[0], deadline, which=js)
+            for j, g, e in zip(js, got, exp):
+                self._check(g, e, wl, seeds[j], f"timed call {self.warmup + r + 1}.{j + 1}", seen, timed=True)
+            fetch_t.append(ft / len(js))
+            fetch_c.append(fc / len(js))
+        rest = [rows[r][1] for r in range(len(rows)) if r not in by_slot]
+        if rest:
+            self._ask(child, {"op": "drop", "slots": rest}, deadline)
+
+    def _timing(self, wl, rows, ov, k, prep_t, prep_c, fetch_t, fetch_c, *, small: bool, checked: bool) -> Timing:
+        if "parent_clock" in self.off:   # the worker's own clock: what a patched worker could lie about
+            b = np.array([r[3] / len(r[0]) for r in rows])
+            c = np.array([r[5] / len(r[0]) for r in rows])
+        else:
+            b = np.array([max(r[2] - ov, 1e-7) / len(r[0]) for r in rows]) * 1e3
+            c = np.array([max(r[4] - ov, 1e-7) / len(r[0]) for r in rows]) * 1e3
+        charge = 0.0
+        if "charge_untimed" not in self.off and "parent_clock" not in self.off:
+            # what the candidate's worker spends beyond the trusted worker's same step (10% + 50 us of slack for
+            # noise) is work moved out of the timed call: it is the candidate's time
+            if prep_c:
+                pt = _tmean(prep_t)
+                charge += max(0.0, _tmean(prep_c) - pt - 0.1 * pt - 5e-5) / k * 1e3
+            if fetch_c:
+                ft = _tmean(fetch_t)
+                charge += max(0.0, _tmean(fetch_c) - ft - 0.1 * ft - 5e-5 / k) * 1e3
+        cm, bm = float(np.median(c)) + charge, float(np.median(b))
         iqr = lambda a: float(np.percentile(a, 75) - np.percentile(a, 25))  # noqa: E731
         speed = bm / cm if cm > 0 else math.inf
-        method = (f"wall time of one call per mx.eval + mx.synchronize, {len(c)} repeats interleaved with the "
-                  f"baseline after warm-up, {t['copies']} input cop{'y' if t['copies'] == 1 else 'ies'} rotated")
-        return Timing(workload=t["workload"], median_ms=cm, iqr_ms=iqr(c), baseline_ms=bm, baseline_iqr_ms=iqr(b),
+        method = (f"wall time of one call per mx.eval + mx.synchronize, {k} call{'s' if k > 1 else ''} per request "
+                  f"read by the evaluator's clock (less the {ov * 1e3:.3f} ms round trip of an empty call), "
+                  f"{len(c)} repeats interleaved with the baseline (run in the trusted worker) after warm-up, fresh "
+                  f"random inputs every call, "
+                  + ("every timed output checked against the reference" if small and checked else
+                     f"{TIMED_SAMPLE} timed outputs drawn after the calls checked against the reference" if checked else
+                     "timed outputs not checked")
+                  + (f"; {charge:.4g} ms charged for work outside the timed call" if charge > 0.0005 else ""))
+        return Timing(workload=wl, median_ms=cm, iqr_ms=iqr(c), baseline_ms=bm, baseline_iqr_ms=iqr(b),
                       speedup=speed, repeats=len(c), method=method, suspect=speed > SUSPECT_SPEEDUP)
 
     def _remeasure(self, source: str, res: EvalResult) -> None:
-        """A >10x speedup is re-timed in a fresh worker; it stays flagged unless both runs agree within 25%
-        (see remeasure_agrees)."""
-        self._restart()
-        child = self._worker()
-        rep = None
+        """A >10x speedup is re-timed in another fresh worker; it stays flagged unless both runs agree within
+        25% (see remeasure_agrees)."""
+        child = self._take_worker()
+        again = None
+        clean = False
         try:
-            first = self._ask(child, {"op": "candidate", "source": source, "entry": self.task.entry,
-                                      "reference": self.task.reference, "items": self._items[:1],
-                                      "out_dir": str(self.dir / "worker"),
-                                      "input_names": [s.name for s in self.task.inputs]})
-            if first and first.get("status") == "ok":
-                self._cleanup_outputs(first["outputs"])
-                rep = self._ask(child, self._timing_request())
-        except (EOFError, ProtocolError, QuotaError):
-            rep = None
-        if rep and rep.get("status") == "ok" and rep.get("timings"):
-            again = self._timing(rep["timings"][-1])
+            deadline = time.monotonic() + self.limits.wall_s
+            self._ask(child, {"op": "task", "task": self.task.model_dump(mode="json")}, deadline)
+            self._ask(child, {"op": "load", "source": source, "entry": self.task.entry}, deadline)
+            again = self._time(child, deadline, {})[-1]
+            clean = True
+        except Verdict as v:
+            if v.status == "cheating":
+                res.status, res.message = "cheating", "when re-measured: " + v.message
+        finally:
+            self._release(child, clean)
+        if again is not None:
             agree = remeasure_agrees(res.timing, again)
             res.timing.suspect = not agree
             res.timing.method += (f"; re-measured in a fresh worker: {again.median_ms:.4g} ms, {again.speedup:.2f}x "
                                   f"({'agrees' if agree else 'disagrees'})")
             res.timings[-1] = res.timing
-        else:
-            if rep and rep.get("status") == "cheating":
-                res.status, res.message = "cheating", "when re-measured: " + rep.get("message", "")
-            self._restart()
+        if res.status == "cheating":
+            res.timing, res.timings = None, []
 
 
 def evaluate_once(task: KernelTask, source: str, backend: str | None = None, *, timing: bool = True,
@@ -479,4 +756,3 @@ def remeasure_agrees(first: Timing, again: Timing, tol: float = 0.25) -> bool:
     same_time = abs(again.median_ms - first.median_ms) <= tol * first.median_ms
     same_speedup = abs(again.speedup - first.speedup) <= tol * first.speedup
     return (same_time or same_speedup) and again.speedup > 1.0
-

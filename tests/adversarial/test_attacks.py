@@ -11,7 +11,7 @@ CAUGHT = [
     ("reference_buffer_via_frames", "cheating", "inspect the evaluator's stack"),
     ("reference_buffer_via_traceback", "cheating", "inspect the evaluator's stack"),
     ("expected_via_gc", "cheating", "walk the interpreter's objects"),
-    ("worker_internals", "cheating", "replaced evaluator's Worker.time"),
+    ("worker_internals", "cheating", "replaced evaluator's Worker.call"),
     ("worker_globals", "cheating", "evaluator's _reply"),
     ("disarms_guards", "cheating", "replaced evaluator's _GUARDS_OFF"),
     ("mutates_input_through_numpy", "cheating", "mutated its input #0 (x)"),
@@ -21,7 +21,7 @@ CAUGHT = [
     ("slows_the_baseline", "cheating", "mx.softmax"),
     ("garbage_when_timed", "cheating", "wrong result while being timed"),
     ("detects_timer_by_frame", "cheating", "inspect the evaluator's stack"),
-    ("cached_output_when_timed", "cheating", "previous call's array while being timed"),
+    ("cached_output_when_timed", "cheating", "a cached or replayed result"),
     ("fork_bomb", "cheating", "may not start processes (os.fork)"),
     ("socket_udp", "cheating", "network access is not allowed (socket.sendto"),
     ("dns_lookup", "cheating", "network access is not allowed (socket.getaddrinfo"),
@@ -53,9 +53,9 @@ def test_constants_that_pass_one_input_fail_on_the_other_seeds(shared_eval):
     y = (e / e.sum(axis=-1, keepdims=True)).tolist()
     src = f"import mlx.core as mx\nY = {y!r}\n\ndef kernel(x):\n    return mx.array(Y)\n"
     r = shared_eval.evaluate(src)
-    assert r.status == "failed", r.message
-    assert (r.worst.workload, r.worst.seed) != ("small", 0), "the one input it was written for passes"
-    assert f"seed {r.worst.seed}" in r.message and r.worst.workload in r.message and "expected" in r.message
+    # the same bytes for other inputs: named as a replay (the values are wrong for every other seed too)
+    assert r.status == "cheating" and "a cached or replayed result" in r.message, r.message
+    assert "(seed 0" in r.message.split(" is byte for byte", 1)[1], "the one input it was written for passes"
     assert_carries_on(shared_eval)
 
 
@@ -75,21 +75,25 @@ def test_killing_everything_in_sight_only_reaches_its_own_namespace(shared_eval)
 
     before = os.getppid()
     r = shared_eval.evaluate(attack("kills_everything_ctypes"))
-    assert r.status != "passed" and "returned NoneType" in r.message, r.message
+    # inside its namespace it can at most kill its own worker (under bubblewrap, which is not PID 1 there)
+    assert r.status != "passed" and ("returned NoneType" in r.message or "SIGKILL" in r.message), r.message
     assert os.getppid() == before  # this test process and its parent are alive
     assert_carries_on(shared_eval)
 
 
 def test_second_stream_work_counts_as_the_candidates_own_time():
     """The pipelined candidate runs its work on a private stream during the baseline's timed calls, and
-    each call only hands back what the previous one started. The timer waits for every stream the candidate
-    made, so its time is not hidden: it stays of the order of the same work done plainly (without that
-    guard it drops to almost nothing). Medians of 15 calls, with a wide margin for a busy CI machine."""
+    each call only hands back what an earlier one started. Fresh inputs every call make that answer wrong
+    (it is caught as a replay of an earlier output); where it does compute this call's answer, the timer
+    waits for every stream, so its time stays of the order of the same work done plainly."""
     from attacks import make_evaluator, softmax_task
 
     with make_evaluator(softmax_task()) as ev:
         ev.repeats = 15
         plain = ev.evaluate(attack("heavy_plain"))
         piped = ev.evaluate(attack("pipelined_second_stream"))
-    assert plain.status == piped.status == "passed", (plain.message, piped.message)
-    assert piped.timing.median_ms > 0.25 * plain.timing.median_ms, (piped.timing, plain.timing)
+    assert plain.status == "passed", plain.message
+    if piped.status == "passed":
+        assert piped.timing.median_ms > 0.25 * plain.timing.median_ms, (piped.timing, plain.timing)
+    else:
+        assert piped.status == "cheating" and "replayed" in piped.message, piped.message

@@ -80,7 +80,7 @@ def ev(softmax_task):
 def test_correct_candidate_passes_and_is_timed(ev):
     r = ev.evaluate(GOOD)
     assert r.status == "passed", r.message
-    assert r.trials == 4 and r.verified_by == "mlx-cpu"
+    assert r.trials == 6 and r.verified_by == "mlx-cpu"   # 2 workloads x (2 task seeds + 1 fresh)
     assert r.timing and r.timing.median_ms > 0 and r.timing.baseline_ms > 0
     assert r.timing.workload == "bench-cpu" and r.backend == "mlx-cpu" and r.mlx_version
     assert "one call per mx.eval + mx.synchronize" in r.timing.method
@@ -102,7 +102,7 @@ def test_syntax_error_is_a_compile_error_with_its_line(ev):
 
 @pytest.mark.parametrize("source, status, words", [
     (MUTATES, "cheating", "mutated its input"),
-    (CACHES, "cheating", "same array object"),
+    (CACHES, "cheating", "cached or replayed result"),
     (RETURNS_INPUT, "cheating", "input array"),
     (SOCKET, "cheating", "network"),
 ])

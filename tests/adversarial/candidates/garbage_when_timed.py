@@ -1,9 +1,10 @@
 """Attack: behave during verification (2 calls per trial), then return garbage once the calls keep coming:
-that is the timing loop. Caught by: outputs of randomly picked timed calls are re-checked."""
+that is the timing loop. Caught by: every timed output is checked
+against the reference on its own fresh inputs, in the evaluator."""
 import mlx.core as mx
 
 _calls = [0]
-VERIFY_CALLS = 8   # the softmax task: 2 workloads x 2 seeds x 2 calls
+VERIFY_CALLS = 12   # the softmax task: 2 workloads x (2 seeds + 1 fresh) x 2 calls
 
 
 def kernel(x):

@@ -1,16 +1,22 @@
-"""Attack: the worker runs as `__main__`; reach its globals and replace its timing method with one that
-reports a tiny time. Caught by: the tamper snapshot of the worker's class and functions."""
+"""Attack: the worker runs as `__main__`; reach its class and replace its call step with one that reports a
+tiny time without calling anything. Caught by: the tamper snapshot of the worker's class (and, without it,
+by the evaluator: its clock is its own, and a call that produced nothing has no outputs to check)."""
 import sys
 
 import mlx.core as mx
 
-
-def _fast(self, fn, ref_fn, req):
-    return [{"workload": "bench", "cand": [1e-6] * 5, "base": [1.0] * 5, "copies": 1, "rechecked": 0}]
-
-
 worker = sys.modules["__main__"]
-worker.Worker.time = _fast
+_real = worker.Worker.call
+
+
+def _fast(self, req):
+    if req.get("fn") == "candidate" and self.count > 0 and getattr(self, "_seen", 0) > 12:
+        return {"status": "ok", "ms": 1e-6, "elems": 0}
+    self._seen = getattr(self, "_seen", 0) + 1
+    return _real(self, req)
+
+
+worker.Worker.call = _fast
 
 
 def kernel(x):

@@ -1,0 +1,53 @@
+"""Compare a candidate's output with the expected one: the one comparison every check uses.
+
+Used by the evaluator for verification and timed calls alike, on every backend, so ports checked in the
+simulator are judged by it too. Special values are compared exactly: NaN must sit where the expected output
+has NaN, and an infinity must sit where the expected output has the same infinity (same sign); everything
+else must be finite and within `atol + rtol * |expected|`. No arithmetic on infinities is done, so an
+infinity in the expected output can never turn the error into NaN (which compares as "not worse" and would
+let anything pass).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Worst:
+    """The worst element of one comparison: `excess` > 0 means it is outside the tolerance."""
+    excess: float
+    index: tuple[int, ...]
+    got: float
+    expected: float
+    abs_err: float
+    max_abs_err: float   # largest finite |got - expected| over the array
+
+
+def compare(got: np.ndarray, expected: np.ndarray, atol: float, rtol: float, *, exact_specials: bool = True) -> Worst | None:
+    """The worst element of `got` against `expected` (same shape), or None for empty arrays.
+    `exact_specials=False` is the old arithmetic, kept only so a test can show what it let through."""
+    g, e = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    if g.size == 0:
+        return None
+    if not exact_specials:
+        err = np.abs(g - e)
+        err = np.where(np.isnan(g) & np.isnan(e), 0.0, err)
+        err = np.where(np.isnan(g) != np.isnan(e), np.inf, err)
+        excess = err - (atol + rtol * np.abs(e))
+        i = int(np.nanargmax(np.where(np.isnan(excess), -np.inf, excess))) if not np.isnan(excess).all() else 0
+    else:
+        fin_g, fin_e = np.isfinite(g), np.isfinite(e)
+        both = fin_g & fin_e
+        special_ok = ~fin_g & ~fin_e & ((np.isnan(g) & np.isnan(e)) | (g == e))  # NaN~NaN, +inf~+inf, -inf~-inf
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.where(both, np.abs(np.where(both, g, 0.0) - np.where(both, e, 0.0)), np.where(special_ok, 0.0, np.inf))
+            allowed = np.where(fin_e, atol + rtol * np.abs(np.where(fin_e, e, 0.0)), 0.0)
+            excess = err - allowed   # never NaN: err is 0, finite or +inf; allowed is finite
+        i = int(np.argmax(excess))
+    fin_err = np.abs(g - e)[np.isfinite(g) & np.isfinite(e)] if exact_specials else err[np.isfinite(err)]
+    idx = tuple(int(k) for k in np.unravel_index(i, g.shape)) if g.ndim else ()
+    return Worst(excess=float(excess.flat[i]), index=idx, got=float(g.flat[i]), expected=float(e.flat[i]),
+                 abs_err=float(err.flat[i]),
+                 max_abs_err=float(fin_err.max()) if fin_err.size else 0.0)
