@@ -40,7 +40,8 @@ class CaptureFailed(Exception):
 
 
 def _flags() -> list[str]:
-    return [f for f in _build.flags() if f not in ("-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden")]
+    # DWARF 4: with DWARF 5 line tables addr2line named the generated .cpp instead of the #line file
+    return [f for f in _build.flags() if f not in ("-shared", "-fvisibility=hidden", "-fvisibility-inlines-hidden")] + ["-gdwarf-4"]
 
 
 def _pch(cxx: str) -> Path | None:
@@ -205,10 +206,10 @@ def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[di
         kind = ev.get("ev")
         if kind == "begin":
             begun[ev["launch"]["index"]] = ev["launch"]
-            k = ev["launch"]["kernel"]
-            counts[k] = counts.get(k, 0) + 1
         elif kind == "end":
             ended[ev["launch"]["index"]] = ev["launch"]
+        elif kind == "counts":
+            counts = ev["counts"]
         elif kind == "note":
             cap.notes.append(CaptureNote(kind=ev["kind"], message=ev["message"],
                                          file=prog.display.get(os.path.basename(ev["file"] or ""), ev["file"]),
@@ -216,14 +217,19 @@ def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[di
         elif kind == "stop":
             stop = ev
     running = None
+    try:
+        cur = (workdir / "current.json").read_bytes()
+        if cur[:1] == b"{":
+            running = json.loads(cur[1:].split(b"\0")[0].decode("utf-8", "replace"))
+            begun.setdefault(running["index"], running)
+    except (OSError, ValueError, KeyError):
+        running = None
     for idx in sorted(begun):
-        b = begun[idx]
         if idx in ended:
             cap.launches.append(_to_record(ended[idx], prog, True))
-        elif idx == max(begun):
-            running = b
-            cap.launches.append(_to_record(b, prog, b["recorded"]))
-    cap.launch_counts = counts
+        elif running is not None and idx == running["index"]:
+            cap.launches.append(_to_record(begun[idx], prog, begun[idx]["recorded"]))
+    cap.launch_counts = {k: int(v) for k, v in counts.items()}
     return running, stop
 
 
@@ -322,7 +328,11 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
     running, stop = _read_log(cap, wd, prog, exe)
     fault = ""
     try:
-        fault = (wd / "fault.txt").read_bytes().split(b"\0")[0].decode("utf-8", "replace").strip()
+        raw = (wd / "fault.txt").read_bytes()
+        fault = raw[:3072].split(b"\0")[0].decode("utf-8", "replace").strip()
+        extra = raw[3072:].split(b"\0")[0].decode("utf-8", "replace").strip()
+        if fault and extra:
+            fault += "; " + extra
     except OSError:
         pass
     cap.exit_code = rc
@@ -335,6 +345,14 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
         text, line, file = _line_of(exe, fault)
         shown = prog.display.get(file or "", file)
         loc = f"{shown}:{line}" if line else (shown or str(path.name))
+        am = re.search(r"allocation #(\d+)", text)
+        if am and running is not None:
+            info = prog.kernels.get(running["kernel"].split("::")[-1])
+            for i, a in enumerate(running["args"]):
+                if a.get("buffer") == int(am.group(1)):
+                    nm = info.params[i].name if info is not None and i < len(info.params) else f"arg{i}"
+                    text = text.replace(am.group(0), f"'{nm}' (allocation #{am.group(1)})")
+                    break
         if running is not None and "in host code" not in text:
             error = f"{loc}: {text} in {where_run} — fix the kernel's indexing or the sizes it is launched with"
             cap.launches[-1].sim_error = f"{loc}: {text}"

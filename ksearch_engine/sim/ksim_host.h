@@ -258,6 +258,7 @@ struct State {
   size_t device_bytes = 0, device_limit = 8ull << 30;
   std::set<std::string> noted;
   char* fault_text = nullptr;
+  char* current = nullptr;  // the running launch (JSON), a shared file page: read after a crash or a kill
   // fiber resources kept between launches
   int fiber_cap = 0;
   char* dyn_base = nullptr;
@@ -284,12 +285,23 @@ inline std::string jstr(const std::string& s) {
   return o + "\"";
 }
 
+constexpr size_t CURRENT_BYTES = 1 << 16;
+void write_counts();
 inline void log_line(const std::string& s) {
   State& S = st();
   if (!S.log) return;
   fputs(s.c_str(), S.log);
   fputc('\n', S.log);
   fflush(S.log);
+}
+
+// launches run per kernel, written when the program ends (normally, at a budget, or crashing)
+inline void write_counts() {
+  State& S = st();
+  std::string o = "{\"ev\":\"counts\",\"counts\":{";
+  bool first = true;
+  for (auto& kv : S.count_of) { o += (first ? "" : ",") + jstr(kv.first) + ":" + std::to_string(kv.second); first = false; }
+  log_line(o + "}}");
 }
 
 // A note for the capture (kind: stubbed, skipped, gpu_only, limit, program, include); each (kind, message,
@@ -307,6 +319,7 @@ inline void note(const char* kind, const std::string& msg, const char* file = nu
   note(kind, msg, file, line);
   log_line("{\"ev\":\"stop\",\"kind\":" + jstr(kind) + ",\"message\":" + jstr(msg) + ",\"file\":" +
            (file ? jstr(file) : std::string("null")) + ",\"line\":" + (line ? std::to_string(line) : "null") + "}");
+  write_counts();
   fflush(stdout);
   fflush(stderr);
   _exit(3);
@@ -497,7 +510,21 @@ template <class Tup, size_t... I> inline std::vector<ArgInfo> describe_all(const
 // Running a grid in this process (ksim.h's scheduler, without its fork)
 // ------------------------------------------------------------------------------------------------
 inline void on_signal(int sig, siginfo_t* si, void* uc) {
-  if (st().in_kernel && ksim::cur) ksim::on_fault(sig, si, uc);  // names the kernel line; exits
+  write_counts();
+  if (st().in_kernel && ksim::cur) {
+    // which allocation the address is next to (ksim's message, at offset 0, names the kernel line)
+    uintptr_t a = si ? (uintptr_t)si->si_addr : 0;
+    const Alloc* best = nullptr;
+    for (auto& kv : st().allocs)
+      if (kv.first <= a) best = &kv.second;
+    if (best && st().fault_text) {
+      uintptr_t end = (uintptr_t)best->ptr + best->n;
+      if (a >= end && a - end < (1u << 20))
+        snprintf(st().fault_text + 3072, 1000, "the address is %lu bytes past the end of allocation #%d (%zu bytes)",
+                 (unsigned long)(a - end), best->id, best->n);
+    }
+    ksim::on_fault(sig, si, uc);  // names the kernel line; exits
+  }
   uintptr_t pc = 0;
 #if defined(__x86_64__) && defined(__linux__)
   pc = (uintptr_t)((ucontext_t*)uc)->uc_mcontext.gregs[REG_RIP];
@@ -505,13 +532,14 @@ inline void on_signal(int sig, siginfo_t* si, void* uc) {
   pc = (uintptr_t)((ucontext_t*)uc)->uc_mcontext.pc;
 #endif
   if (st().fault_text)
-    snprintf(st().fault_text, 4000, "%s in host code%s%s, address %p [pc_offset=0x%lx]",
+    snprintf(st().fault_text, 3000, "%s in host code%s%s, address %p [pc_offset=0x%lx]",
              sig == SIGSEGV ? "memory fault" : sig == SIGBUS ? "bus error" : sig == SIGFPE ? "arithmetic fault" : "signal",
              st().in_kernel ? " during kernel " : "", st().in_kernel ? st().kernel_name.c_str() : "",
              si ? si->si_addr : nullptr, (unsigned long)ksim::code_offset(pc));
   _exit(4);
 }
 inline void on_alarm(int) {
+  write_counts();
   const char* m = "{\"ev\":\"stop\",\"kind\":\"limit\",\"message\":\"time budget\"}\n";
   if (st().log) { fflush(st().log); (void)!write(fileno(st().log), m, strlen(m)); }
   fflush(stdout);
@@ -676,11 +704,19 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
         }
     }
   }
-  log_line("{\"ev\":\"begin\",\"launch\":" + launch_json(index, s, c, infos, record, too_large, syms) + "}");
+  std::string begin = launch_json(index, s, c, infos, record, too_large, syms);
+  if (record) log_line("{\"ev\":\"begin\",\"launch\":" + begin + "}");
+  if (S.current) {
+    size_t n = std::min(begin.size(), CURRENT_BYTES - 1);
+    memcpy(S.current + 1, begin.data(), n);
+    S.current[1 + n] = 0;
+    S.current[0] = '{';  // set last: the page holds a whole record
+  }
   S.kernel_name = s.kernel;
   S.thunk = (void*)&inv;
   S.invoke = [](void* p) { (*(Invoke*)p)(); };
   run_grid_here(c.grid, c.block, c.smem);
+  if (S.current) S.current[0] = 0;
   if (!record) return;
   for (size_t i = 0; i < infos.size(); i++) {
     ArgInfo& a = infos[i];
@@ -779,8 +815,17 @@ inline State& st() {
     }
     if (fd >= 0) close(fd);
   }
+  if (dir) {
+    int fd = open((S->dir + "/current.json").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0 && ftruncate(fd, CURRENT_BYTES) == 0) {
+      void* m = mmap(nullptr, CURRENT_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (m != MAP_FAILED) S->current = (char*)m;
+    }
+    if (fd >= 0) close(fd);
+    atexit(write_counts);
+  }
   ksim::g.msg = S->fault_text;
-  ksim::g.msglen = S->fault_text ? 4000 : 0;
+  ksim::g.msglen = S->fault_text ? 3000 : 0;
   ksim::g.status = nullptr;
   static char altstack[1 << 16];
   stack_t ss;

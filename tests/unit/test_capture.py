@@ -1,0 +1,325 @@
+"""Launch capture (sim/capture.py): small CUDA programs, written for these tests, run on the CPU runtime.
+
+Each test checks what was recorded (geometry, scalars, buffer contents) against what the program computes."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+
+import numpy as np
+import pytest
+
+from ksearch_engine.sim.capture import capture_program
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+def line_of(text, needle):
+    """1-based line of the first line of `text` holding `needle` (as written to disk by write())."""
+    return next(i for i, ln in enumerate(textwrap.dedent(text).splitlines(), 1) if needle in ln)
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+SAXPY = """
+#include <cstdio>
+#include <cuda_runtime.h>
+__global__ void saxpy(int n, float a, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+int main() {
+  const int n = 1000;
+  float hx[n], hy[n];
+  for (int i = 0; i < n; i++) { hx[i] = 0.5f * i; hy[i] = 1.0f; }
+  float *dx, *dy;
+  cudaMalloc(&dx, n * sizeof(float));
+  cudaMalloc((void**)&dy, n * sizeof(float));
+  cudaMemcpy(dx, hx, n * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemcpy(dy, hy, n * sizeof(float), cudaMemcpyHostToDevice);
+  saxpy<<<(n + 255) / 256, 256>>>(n, 3.0f, dx, dy);
+  cudaMemcpy(hy, dy, n * sizeof(float), cudaMemcpyDeviceToHost);
+  printf("y[10]=%.1f\\n", hy[10]);
+  return 0;
+}
+"""
+
+
+def test_saxpy_records_geometry_scalars_and_contents(tmp_path):
+    cap = capture_program(write(tmp_path, "saxpy.cu", SAXPY), workdir=tmp_path / "cap")
+    assert cap.status == "ok", cap.error
+    assert "y[10]=16.0" in cap.stdout_tail
+    (ln,) = cap.launches
+    assert (ln.kernel, ln.grid, ln.block, ln.line, ln.file) == ("saxpy", (4, 1, 1), (256, 1, 1), line_of(SAXPY, "saxpy<<<"), "saxpy.cu")
+    n, a, x, y = ln.args
+    assert (n.name, n.kind, n.value) == ("n", "scalar", 1000)
+    assert (a.kind, a.value) == ("scalar", 3.0)
+    assert (x.kind, x.dtype, x.nbytes, x.written, x.after) == ("buffer", "float32", 4000, False, None)
+    assert y.written and y.buffer != x.buffer and y.ctype == "float*"
+    xs = cap.load(x.before)
+    np.testing.assert_array_equal(xs, 0.5 * np.arange(1000, dtype=np.float32))
+    np.testing.assert_array_equal(cap.load(y.before), np.ones(1000, np.float32))
+    np.testing.assert_allclose(cap.load(y.after), 3.0 * xs + 1.0)
+    assert cap.launch_counts == {"saxpy": 1}
+    assert (tmp_path / "cap" / "capture.json").exists()
+
+
+INPLACE = """
+#include <cstdio>
+__global__ void bump(int* a, int n, int by) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) a[i] += by;
+}
+int main() {
+  int n = 100, *d;
+  cudaMalloc(&d, n * sizeof(int));
+  cudaMemset(d, 0, n * sizeof(int));
+  for (int r = 0; r < 7; r++) bump<<<2, 64>>>(d, n, 1);
+  bump<<<4, 32>>>(d, n, 10);
+  int h[100];
+  cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+  printf("%d\\n", h[99]);
+}
+"""
+
+
+def test_in_place_kernel_and_the_per_kernel_cap(tmp_path):
+    cap = capture_program(write(tmp_path, "inplace.cu", INPLACE), max_per_kernel=3)
+    assert cap.status == "ok", cap.error
+    assert cap.stdout_tail.strip() == "17"
+    assert cap.launch_counts == {"bump": 8}
+    # the first two launches, then the launch with a new geometry; the repeats in between only run
+    assert [ln.index for ln in cap.launches] == [0, 1, 7]
+    for ln in cap.launches:
+        a = ln.args[0]
+        assert a.written
+        before, after = cap.load(a.before), cap.load(a.after)
+        assert a.dtype == "int32" and before.shape == (100,)
+        np.testing.assert_array_equal(after, before + ln.args[2].value)
+    assert cap.load(cap.launches[2].args[0].before)[0] == 7
+    assert cap.launches[2].grid == (4, 1, 1)
+
+
+TEMPLATED = """
+#include <cstdio>
+#include <cstdlib>
+template <typename T, int BLOCK>
+__global__ void block_sum(const T* __restrict__ in, T* out, int n, T s) {
+  __shared__ T buf[BLOCK];
+  int i = blockIdx.x * BLOCK + threadIdx.x;
+  buf[threadIdx.x] = i < n ? in[i] * s : T(0);
+  __syncthreads();
+  for (int o = BLOCK / 2; o > 0; o /= 2) {
+    if (threadIdx.x < o) buf[threadIdx.x] += buf[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = buf[0];
+}
+int main() {
+  int n = 300;
+  float *din, *dout;
+  cudaMalloc(&din, n * sizeof(float));
+  cudaMalloc(&dout, 3 * sizeof(float));
+  float h[300];
+  for (int i = 0; i < n; i++) h[i] = (float)(i % 7);
+  cudaMemcpy(din, h, sizeof(h), cudaMemcpyHostToDevice);
+  block_sum<float, 128>
+      <<<(n + 127) / 128,
+         128>>>(din, dout,
+                n, 0.5f);
+  return 0;
+}
+"""
+
+
+def test_templated_kernel_launch_spanning_lines(tmp_path):
+    cap = capture_program(write(tmp_path, "tmpl.cu", TEMPLATED))
+    assert cap.status == "ok", cap.error
+    (ln,) = cap.launches
+    assert ln.kernel == "block_sum" and ln.template_args == ["float", "128"] and ln.line == line_of(TEMPLATED, "block_sum<float, 128>")
+    assert ln.grid == (3, 1, 1) and ln.block == (128, 1, 1)
+    assert [a.name for a in ln.args] == ["in", "out", "n", "s"]
+    assert ln.args[3].value == 0.5
+    x = cap.load(ln.args[0].before)
+    want = [0.5 * x[i:i + 128].sum() for i in (0, 128, 256)]
+    np.testing.assert_allclose(cap.load(ln.args[1].after), want)
+
+
+ARGV = """
+#include <cstdio>
+#include <cstdlib>
+__global__ void fill(float* a, int rows, int cols) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+  if (c < cols) a[r * cols + c] = r * 1000 + c;
+}
+static void launch_fill(float* d, int rows, int cols) {
+  dim3 block(32), grid((cols + 31) / 32, rows);
+  fill<<<grid, block>>>(d, rows, cols);
+}
+int main(int argc, char** argv) {
+  if (argc < 3) { fprintf(stderr, "usage: fill ROWS COLS\\n"); return 1; }
+  int rows = atoi(argv[1]), cols = atoi(argv[2]);
+  float* d;
+  cudaMalloc(&d, rows * cols * sizeof(float));
+  launch_fill(d, rows, cols);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+def test_sizes_from_argv_through_a_host_helper(tmp_path):
+    p = write(tmp_path, "fill.cu", ARGV)
+    cap = capture_program(p, argv=["5", "70"])
+    assert cap.status == "ok", cap.error
+    (ln,) = cap.launches
+    assert ln.grid == (3, 5, 1) and ln.block == (32, 1, 1) and ln.line == line_of(ARGV, "fill<<<")
+    assert [a.value for a in ln.args[1:]] == [5, 70]
+    out = cap.load(ln.args[0].after).reshape(5, 70)
+    np.testing.assert_array_equal(out, np.arange(5)[:, None] * 1000 + np.arange(70)[None, :])
+    bad = capture_program(p)  # no arguments: the program stops before any launch
+    assert bad.status == "failed" and "usage: fill" in bad.error and not bad.launches
+
+
+def test_local_header_in_a_sibling_include_folder(tmp_path):
+    write(tmp_path, "proj/include/ops.h", """
+        #pragma once
+        #define TILE 32
+        struct Params { int n; float scale; };
+        __device__ inline float sq(float v) { return v * v; }
+    """)
+    src = write(tmp_path, "proj/src/app.cu", """
+        #include "ops.h"
+        __constant__ float coef[2];
+        __global__ void square(Params p, float* x) {
+          int i = blockIdx.x * TILE + threadIdx.x;
+          if (i < p.n) x[i] = sq(x[i]) * p.scale + coef[1];
+        }
+        int main() {
+          float h[64], c[2] = {0.f, 0.25f};
+          for (int i = 0; i < 64; i++) h[i] = i;
+          cudaMemcpyToSymbol(coef, c, sizeof(c));
+          float* d;
+          cudaMalloc(&d, sizeof(h));
+          cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);
+          Params p{64, 2.0f};
+          square<<<2, TILE>>>(p, d);
+        }
+    """)
+    cap = capture_program(src)
+    assert cap.status == "ok", cap.error
+    assert any(n.kind == "include" and "../include/ops.h" in n.message for n in cap.notes)
+    (ln,) = cap.launches
+    p, x = ln.args
+    assert p.kind == "struct" and bytes.fromhex(p.raw_hex) == np.array([64], np.int32).tobytes() + np.array([2.0], np.float32).tobytes()
+    np.testing.assert_allclose(cap.load(x.after), np.arange(64) ** 2 * 2.0 + 0.25)
+    (sym,) = ln.symbols
+    assert sym.name == "coef" and cap.load(sym.before).view(np.float32).tolist() == [0.0, 0.25]
+    given = capture_program(src, include_dirs=[tmp_path / "proj/include"])
+    assert given.status == "ok" and not any(n.kind == "include" for n in given.notes)
+
+
+OOB = """
+__global__ void shift(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+    y[i] = x[i + 64];
+}
+int main() {
+  float *x, *y;
+  cudaMalloc(&x, 64 * sizeof(float));
+  cudaMalloc(&y, 64 * sizeof(float));
+  shift<<<1, 64>>>(x, y, 64);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+def test_out_of_bounds_read_is_reported_with_the_kernel_line(tmp_path):
+    cap = capture_program(write(tmp_path, "oob.cu", OOB))
+    assert cap.status == "failed"
+    (ln,) = cap.launches
+    where = f"oob.cu:{line_of(OOB, 'x[i + 64]')}"
+    assert ln.sim_error and where in ln.sim_error and "out-of-bounds" in ln.sim_error
+    assert cap.error.startswith(where + ":") and "'x'" in cap.error and "past the end" in cap.error
+
+
+def test_cublas_call_is_stubbed_and_the_program_goes_on(tmp_path):
+    src = write(tmp_path, "blas.cu", BLAS := """
+        #include <cublas_v2.h>
+        #include <cstdio>
+        __global__ void twice(float* a, int n) { int i = threadIdx.x; if (i < n) a[i] *= 2; }
+        int main() {
+          cublasHandle_t h;
+          cublasCreate(&h);
+          float *x, *y, alpha = 2.f;
+          cudaMalloc(&x, 32 * 4);
+          cudaMalloc(&y, 32 * 4);
+          cublasSaxpy(h, 32, &alpha, x, 1, y, 1);
+          twice<<<1, 32>>>(y, 32);
+          cublasDestroy(h);
+          return 0;
+        }
+    """)
+    cap = capture_program(src)
+    assert cap.status == "ok", cap.error
+    (note,) = [n for n in cap.notes if n.kind == "stubbed"]
+    assert "cublasSaxpy" in note.message and note.line == line_of(BLAS, "cublasSaxpy") and note.file == "blas.cu"
+    assert cap.kernels() == ["twice"]
+
+
+def test_texture_is_refused_naming_its_line(tmp_path):
+    src = write(tmp_path, "tex.cu", TEX := """
+        __global__ void k(cudaTextureObject_t t, float* o) { o[threadIdx.x] = tex1Dfetch<float>(t, threadIdx.x); }
+        __global__ void z(float* o) { o[threadIdx.x] = 0; }
+        int main() {
+          float* d;
+          cudaMalloc(&d, 128);
+          z<<<1, 32>>>(d);
+          cudaResourceDesc r = {};
+          cudaTextureDesc td = {};
+          cudaTextureObject_t t;
+          cudaCreateTextureObject(&t, &r, &td, nullptr);
+          k<<<1, 32>>>(t, d);
+        }
+    """)
+    cap = capture_program(src)
+    assert cap.status == "partial" and cap.kernels() == ["z"]
+    (note,) = [n for n in cap.notes if n.kind == "gpu_only"]
+    line = line_of(TEX, "cudaCreateTextureObject(")
+    assert "cudaCreateTextureObject" in note.message and note.line == line
+    assert cap.error.startswith(f"tex.cu:{line}:")
+
+
+def test_endless_program_stops_at_the_budget_keeping_launches(tmp_path):
+    src = write(tmp_path, "loop.cu", """
+        __global__ void step(int* a) { a[threadIdx.x] += threadIdx.x; }
+        int main() {
+          int* d;
+          cudaMalloc(&d, 32 * sizeof(int));
+          cudaMemset(d, 0, 32 * sizeof(int));
+          for (;;) step<<<1, 32>>>(d);
+        }
+    """)
+    cap = capture_program(src, timeout_s=3)
+    assert cap.status == "partial" and "time budget" in cap.error
+    assert cap.launch_counts["step"] > 2
+    first = cap.launches[0]
+    np.testing.assert_array_equal(cap.load(first.args[0].after), np.arange(32))
+    assert len([ln for ln in cap.launches if ln.sim_error is None]) == 2
+
+
+def test_compile_error_and_missing_header_name_the_users_line(tmp_path):
+    cap = capture_program(write(tmp_path, "bad.cu", "int main() {\n  int x = ;\n}\n"))
+    assert cap.status == "failed" and cap.error.startswith("bad.cu:2:"), cap.error and "\n" not in cap.error
+    cap = capture_program(write(tmp_path, "hdr.cu", '#include "nowhere.h"\nint main() {}\n'))
+    assert cap.status == "failed" and "nowhere.h" in cap.error and "include_dirs" in cap.error
+    cap = capture_program(write(tmp_path, "thr.cu", "#include <thrust/sort.h>\nint main() {}\n"))
+    assert cap.status == "failed" and cap.error.startswith("thr.cu:1:") and "Thrust" in cap.error
