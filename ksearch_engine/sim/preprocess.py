@@ -252,6 +252,8 @@ def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
         for c in node.children:
             t = c.type
             if t == "function_definition":
+                if re.match(r"\s*(struct|class|union|enum|typedef)\b", _head(c, src)):
+                    continue   # `struct __align__(8) P { ... };` parses as a function: it is a type
                 if not _is_device_fn(_head(c, src)):
                     spans.append((c.start_byte, c.end_byte))
                 else:

@@ -368,9 +368,17 @@ class _FileScan:
         for c in root.children:
             if c.type in ("preproc_def", "preproc_function_def"):
                 out.append(text(c, self.orig).rstrip())
+            elif c.type in ("declaration", "function_definition") and re.match(
+                    r"\s*(?:typedef\s+)?(struct|union|enum|class)\b[^(;]*\{|\s*(struct|union|class)\s+__align__",
+                    text(c, self.orig)):
+                t = text(c, self.orig).rstrip()   # `struct __align__(8) P {...};` parses as a function
+                end = self.orig[c.end_byte:c.end_byte + 64].decode("utf-8", "replace")
+                out.append(t + (";" if not t.endswith(";") and end.lstrip().startswith(";") else ""))
             elif c.type in ("declaration", "type_definition", "struct_specifier", "alias_declaration",
                             "enum_specifier") and c.type != "function_definition":
                 t = text(c, self.orig)
+                if c.type in ("enum_specifier", "struct_specifier") and not t.rstrip().endswith(";"):
+                    t = t.rstrip() + ";"
                 if c.type != "declaration" or re.search(r"\b(constexpr|__constant__|const)\b", t):
                     if "(" not in t.split("=")[0] or c.type != "declaration":
                         out.append(t.rstrip())

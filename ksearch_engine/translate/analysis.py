@@ -191,14 +191,25 @@ def _entry_name(entry: str) -> str | None:
 
 def needed_preamble(preamble: list[str], texts: list[str]) -> list[str]:
     """The file-scope entries (macros, constants, types) that `texts` use, directly or through each other."""
-    names = [(_entry_name(e), e) for e in preamble]
+    def provides(e: str) -> set[str]:
+        e2 = re.sub(r"__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\)", "", e)
+        out = {_entry_name(e2)} - {None}
+        if re.match(r"\s*(?:typedef\s+)?enum\b", e2):   # an enum provides its enumerators
+            body = e2[e2.find("{") + 1:e2.rfind("}")] if "{" in e2 else ""
+            out |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:=|,|$)", body.strip()))
+        m = re.search(r"\}\s*([A-Za-z_]\w*)\s*;?\s*$", e2)   # typedef struct {...} Name;
+        if m:
+            out.add(m.group(1))
+        return out
+
+    names = [(provides(e), e) for e in preamble]
     used = set(re.findall(r"[A-Za-z_]\w*", "\n".join(texts)))
     keep: set[int] = set()
     changed = True
     while changed:
         changed = False
         for i, (name, entry) in enumerate(names):
-            if i in keep or name is None or name not in used:
+            if i in keep or not (name & used):
                 continue
             keep.add(i)
             # only the part before a big initializer can name other entries worth following

@@ -193,7 +193,7 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     plan.kwargs = [(n, d) for n, d in plan.kwargs if n.isidentifier()]
     in_params = ", ".join(py_name(a.name) for a in ins)
     kw = ", ".join(f"{n}=None" for n, d in plan.kwargs)
-    sig = in_params + (", *, " + kw if kw else "")
+    sig = ", ".join(x for x in (in_params, "*, " + kw if kw else "") if x)
     lines: list[str] = []
     w = lines.append
     w(f'"""MLX port of `{k.name}` from {src_name} (written by ksearch; edit freely).')
@@ -288,7 +288,7 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w(f"def kernel({sig}):")
     w(f'    """Runs {k.name} on MLX arrays; returns ' + ("the output" if len(outs) == 1 else "(" + ", ".join(a.name for a in outs) + ")") + '."""')
     call_kw = ", ".join(f"{n}={n}" for n, _ in plan.kwargs)
-    w(f"    cfg = launch_config({in_params}{', ' + call_kw if call_kw else ''})")
+    w(f"    cfg = launch_config({', '.join(x for x in (in_params, call_kw) if x)})")
     w("    kind = _backend()")
     w("    if kind == 'metal' and STATIC_SHARED_BYTES + cfg['shared_mem'] > APPLE_THREADGROUP_BYTES:")
     w("        raise ValueError(f\"{NAME}: {STATIC_SHARED_BYTES + cfg['shared_mem']} bytes of threadgroup memory; \"")

@@ -199,7 +199,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers])
     if preamble:
         pre = Rewriter(table, line_offset=0, context=ctx)
-        header_parts.append(pre.rewrite_snippet("\n".join(preamble)))
+        header_parts.append(pre.rewrite_snippet(_metal_align("\n".join(preamble))))
         rw.applied += [a for a in pre.applied if a not in rw.applied]
     for h in helpers:
         hr = Rewriter(table, line_offset=h.range.start.line, context=ctx)
@@ -239,7 +239,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     _, launch_metal_body = lrw.rewrite_function(k.text, helper=False)
     lheader_parts = []
     if preamble:
-        lheader_parts.append(Rewriter(table, line_offset=0, context=lctx).rewrite_snippet("\n".join(preamble)))
+        lheader_parts.append(Rewriter(table, line_offset=0, context=lctx).rewrite_snippet(
+            _metal_align("\n".join(preamble))))
     for h in helpers:
         whole, _ = Rewriter(table, line_offset=h.range.start.line, context=lctx).rewrite_function(h.text, helper=True)
         lheader_parts.append(whole)
@@ -330,6 +331,12 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
 def _host_functions_cached(source: bytes, preamble: tuple[str, ...]) -> dict[str, str]:
     """host_functions() once per file text: the language server translates every kernel of a file."""
     return host_functions(source, list(preamble))
+
+
+def _metal_align(text: str) -> str:
+    """CUDA's __align__(n) is C++'s alignas(n) in Metal."""
+    import re
+    return re.sub(r"\b__align__\s*\(", "alignas(", text)
 
 
 def _replace_word(text: str, word: str, value: str) -> str:
