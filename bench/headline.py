@@ -1,0 +1,297 @@
+"""The issue-15 headline kernels on the GPU machine, in one run: compile, check, time.
+
+    python bench/headline.py [--only decode,paged,moe,attention] [--out $OUT/headline.json] [--budget-s 400]
+
+For each family: the task's baseline (MLX), a sweep of the new templates' knobs (decode.gqa_tiles,
+paged_decode.gqa_tiles, moe.grouped_mma, attention.flash_mma) and torch's op on the same tensors (a peer column).
+Every candidate is checked against the task's reference on the small workloads, then at the timed shape against
+the reference (MoE: against the baseline's output plus an expert-by-expert reference on a slice of the tokens).
+GPU time per call from torch.profiler (CUPTI), one call per mx.eval + mx.synchronize, inputs rotated past the L2
+(bench/common.py). Prints a table and writes JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+from common import GpuTimer, as_tuple, compare, input_sets, load, measure, to_mx  # noqa: E402
+from ksearch_engine import families as F  # noqa: E402
+from ksearch_engine.task import Workload  # noqa: E402
+
+HBM = 4.8e12  # H200 datasheet bytes/s
+
+DEC = [dict(warps=4, block_keys=64, target_blocks=512), dict(warps=4, block_keys=64, target_blocks=1024),
+       dict(warps=4, block_keys=32, target_blocks=1024), dict(warps=4, block_keys=32, target_blocks=2048),
+       dict(warps=8, block_keys=64, target_blocks=512), dict(warps=8, block_keys=128, target_blocks=512),
+       dict(warps=4, block_keys=64, target_blocks=256), dict(warps=8, block_keys=64, target_blocks=1024)]
+MOE = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
+       dict(block_m=128, block_n=128, block_k=32, warps_m=4, warps_n=2, group_m=8),
+       dict(block_m=64, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
+       dict(block_m=128, block_n=64, block_k=32, warps_m=4, warps_n=2, group_m=8),
+       dict(block_m=64, block_n=64, block_k=64, warps_m=2, warps_n=2, group_m=8),
+       dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=16),
+       dict(block_m=128, block_n=128, block_k=16, warps_m=2, warps_n=4, group_m=8)]
+ATT = [dict(warps=4, block_kv=32), dict(warps=8, block_kv=32), dict(warps=8, block_kv=64),
+       dict(warps=4, block_kv=16), dict(warps=2, block_kv=16), dict(warps=8, block_kv=16)]
+
+# (label, family, task options, template id, sweep, workloads to time: (name, dims))
+PLAN = {
+    "decode": ("decode", {}, "decode.gqa_tiles", DEC, None),
+    "paged": ("paged_decode", {}, "paged_decode.gqa_tiles", DEC, None),
+    "moe": ("moe", {}, "moe.grouped_mma", MOE, None),
+    "attention": ("attention", {}, "attention.flash_mma", ATT, None),
+    "attention_causal": ("attention", {"causal": True}, "attention.flash_mma", ATT, None),
+}
+
+
+def torch_gpu_ms(fn, n_sets: int, repeats: int = 30) -> float | None:
+    """Torch peer: GPU kernel time per call (profiler), one call per synchronize."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for i in range(3):
+        fn(i % n_sets)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(repeats):
+            fn(i % n_sets)
+            torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        ev = json.load(open(path)).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    kern = [e for e in ev if e.get("cat") == "kernel" and "dur" in e]
+    return sum(float(e["dur"]) for e in kern) / 1e3 / repeats if kern else None
+
+
+def torch_peer(label: str, sets) -> tuple[float | None, str]:
+    try:
+        import torch
+        import torch.nn.functional as tf
+    except Exception as e:  # noqa: BLE001
+        return None, f"no torch: {e}"
+    ts = [[torch.from_numpy(np.array(x.astype(mx.float32) if x.dtype == mx.float16 else x)).cuda() for x in s] for s in sets]
+    ts = [[x.half() if x.dtype == torch.float32 else x for x in s] for s in ts]
+    if label == "decode":
+        def f(i):
+            q, k, v = ts[i]
+            return tf.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
+        return torch_gpu_ms(f, len(ts)), "torch sdpa (enable_gqa)"
+    if label.startswith("attention"):
+        causal = label.endswith("causal")
+
+        def f(i):
+            q, k, v, _ = ts[i]
+            return tf.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+        return torch_gpu_ms(f, len(ts)), "torch sdpa"
+    if label == "paged":
+        def f(i):
+            q, kp, vp, bt = ts[i]
+            B, nb = bt.shape
+            _, Hkv, P, Dh = kp.shape
+            k = kp[bt.long().reshape(-1)].reshape(B, nb, Hkv, P, Dh).transpose(1, 2).reshape(B, Hkv, nb * P, Dh)
+            v = vp[bt.long().reshape(-1)].reshape(B, nb, Hkv, P, Dh).transpose(1, 2).reshape(B, Hkv, nb * P, Dh)
+            return tf.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        return torch_gpu_ms(f, len(ts)), "torch index pages + sdpa"
+    if label == "moe":
+        if not hasattr(torch, "_grouped_mm"):
+            return None, "torch has no _grouped_mm"
+
+        def f(i):
+            x, w, route = ts[i]
+            E = w.shape[0]
+            idx = (route % E).reshape(-1)
+            order = torch.argsort(idx)
+            counts = torch.bincount(idx, minlength=E)
+            offs = torch.cumsum(counts, 0).to(torch.int32)
+            xs = x[order // route.shape[1]]
+            return torch._grouped_mm(xs, w.transpose(-2, -1), offs=offs)
+        try:
+            return torch_gpu_ms(f, len(ts), repeats=5), "torch._grouped_mm (sorted)"
+        except Exception as e:  # noqa: BLE001
+            return None, f"torch._grouped_mm failed: {type(e).__name__}: {str(e)[:200]}"
+    return None, ""
+
+
+def moe_slice_check(fn_out, x, w, route, n_tok: int = 64) -> float:
+    """Expert-by-expert fp32 reference on the first n_tok tokens; returns the max abs error."""
+    E = w.shape[0]
+    idx = route[:n_tok] % E
+    xf = x[:n_tok].astype(mx.float32)
+    y = mx.zeros((*idx.shape, w.shape[1]), dtype=mx.float32)
+    for e in range(E):
+        ye = xf @ w[e].astype(mx.float32).T
+        y = y + mx.where((idx == e)[..., None], ye[:, None, :], 0.0)
+        mx.eval(y)
+    return float(mx.max(mx.abs(fn_out[:n_tok].astype(mx.float32) - y)).item())
+
+
+def bytes_moved(label, dims) -> float:
+    d = dims
+    if label == "decode":
+        return 2 * (2 * d["Bt"] * d["Hkv"] * d["S"] * d["Dh"] + 2 * d["Bt"] * d["Hq"] * d["Dh"])
+    if label == "paged":
+        return 2 * (2 * d["Bt"] * d["Hkv"] * d["NBLK"] * d["P"] * d["Dh"] + 2 * d["Bt"] * d["Hq"] * d["Dh"])
+    return 0.0
+
+
+def flops(label, dims) -> float:
+    d = dims
+    if label == "moe":
+        return 2.0 * d["T"] * d["K"] * d["D"] * d["O"]
+    if label.startswith("attention"):
+        f = 4.0 * d["Bt"] * d["Hq"] * d["L"] * d["L"] * d["Dh"]
+        return f / 2 if label.endswith("causal") else f
+    return 0.0
+
+
+def run(label: str, gpu: GpuTimer, deadline: float, log) -> list[dict]:
+    fam_name, opts, tid, sweep, _ = PLAN[label]
+    fam = F.get(fam_name)
+    task = fam.make_task(**opts)
+    t = fam.template(tid)
+    ref = load(task.reference, "reference").reference
+    base = load(task.baseline_source(), "baseline").baseline
+    srcs = []
+    for kn in sweep:
+        full = dict(t.defaults(), **kn)
+        if not t.valid(full):
+            log({"family": label, "candidate": str(kn), "status": "invalid knobs"})
+            continue
+        srcs.append((kn, t.render(full, "cuda")))
+    # small-shape checks against the reference (tails, GQA, splits)
+    ok_src = []
+    for kn, src in srcs:
+        try:
+            fn = load(src).kernel
+            bad = None
+            for wl in task.workloads:
+                xs = to_mx(task, task.make_inputs(wl, 0))
+                good, worst = compare(task, as_tuple(fn(*xs)), as_tuple(ref(*xs)))
+                if not good:
+                    bad = f"wrong on {wl.name} (excess {worst:.3g})"
+                    break
+            if bad:
+                log({"family": label, "candidate": str(kn), "status": bad})
+            else:
+                ok_src.append((kn, src))
+        except Exception as e:  # noqa: BLE001
+            log({"family": label, "candidate": str(kn), "status": f"error: {type(e).__name__}: {str(e)[:800]}"})
+    out = []
+    for wl in task.bench_workloads:
+        if time.monotonic() > deadline:
+            log({"family": label, "workload": wl.name, "skipped": "time budget"})
+            continue
+        sets, nbytes = input_sets(task, wl)
+        b_out = as_tuple(base(*sets[0]))
+        mx.eval(*b_out)
+        if label == "moe":
+            expect = b_out
+        else:
+            expect = as_tuple(ref(*sets[0]))
+            mx.eval(*expect)
+        row = {"family": label, "workload": wl.name, "dims": wl.dims, "baseline": task.baseline_name,
+               "base": measure(base, sets, gpu), "cands": []}
+        for kn, src in ok_src:
+            if time.monotonic() > deadline:
+                break
+            c = {"knobs": kn}
+            try:
+                fn = load(src).kernel
+                got = as_tuple(fn(*sets[0]))
+                good, worst = compare(task, got, expect, scale=5.0)
+                c["excess"] = worst
+                if label == "moe":
+                    c["slice_max_abs_err"] = moe_slice_check(got[0], *sets[0])
+                if not good:
+                    c["status"] = f"disagrees at {wl.name} (excess {worst:.3g})"
+                else:
+                    c.update(measure(fn, sets, gpu))
+                    c["status"] = "passed"
+            except Exception as e:  # noqa: BLE001
+                c["status"] = f"error: {type(e).__name__}: {str(e)[:800]}"
+            log({"family": label, "workload": wl.name, **c})
+            row["cands"].append(c)
+        try:
+            row["torch_ms"], row["torch_op"] = torch_peer(label, sets)
+        except Exception as e:  # noqa: BLE001
+            row["torch_ms"], row["torch_op"] = None, f"error: {type(e).__name__}: {str(e)[:300]}"
+        row["bytes"] = bytes_moved(label, wl.dims)
+        row["flops"] = flops(label, wl.dims)
+        log({k: v for k, v in row.items() if k != "cands"})
+        out.append(row)
+        del sets
+        mx.clear_cache()
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    head = (f"{'family':<17} {'workload':<36} {'base ms':>8} {'ours ms':>8} {'speedup':>7} {'torch ms':>8}  "
+            f"{'bound':<28} best knobs")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        bm = r["base"].get("gpu_ms") or r["base"]["wall_ms"]
+        ok = [c for c in r["cands"] if c.get("status") == "passed"]
+        best = min(ok, key=lambda c: c.get("gpu_ms") or c["wall_ms"]) if ok else None
+        cm = (best.get("gpu_ms") or best["wall_ms"]) if best else None
+        bound = ""
+        if cm and r["bytes"]:
+            bound = f"{r['bytes'] / (cm * 1e-3) / 1e9:.0f} GB/s ({100 * r['bytes'] / (cm * 1e-3) / HBM:.0f}% HBM)"
+        elif cm and r["flops"]:
+            bound = f"{r['flops'] / (cm * 1e-3) / 1e12:.0f} TFLOP/s (base {r['flops'] / (bm * 1e-3) / 1e12:.0f})"
+        tm = r.get("torch_ms")
+        lines.append(f"{r['family']:<17} {r['workload']:<36} {bm:>8.4f} {cm if cm else float('nan'):>8.4f} "
+                     f"{(bm / cm if cm else float('nan')):>6.2f}x {tm if tm else float('nan'):>8.4f}  {bound:<28} "
+                     f"{best['knobs'] if best else 'none passed'}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=",".join(PLAN))
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "headline.json"))
+    ap.add_argument("--budget-s", type=float, default=400.0)
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    gpu = GpuTimer()
+    raw, rows = [], []
+
+    def log(r):
+        raw.append(r)
+        print(json.dumps(r, default=str), flush=True)
+
+    info = {"device": str(mx.device_info().get("device_name", "")), "mlx": mx.__version__,
+            "timing": "GPU kernel time per call, torch.profiler (CUPTI), one call per mx.eval + mx.synchronize, "
+                      "inputs rotated past the L2" if gpu.ok else "wall: " + gpu.why}
+    print(json.dumps(info), flush=True)
+    names = [n for n in args.only.split(",") if n]
+    for i, n in enumerate(names):
+        left = t0 + args.budget_s - time.monotonic()
+        try:
+            rows += run(n, gpu, time.monotonic() + max(20.0, 1.6 * left / (len(names) - i)), log)
+        except Exception as e:  # noqa: BLE001
+            log({"family": n, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]})
+        Path(args.out).write_text(json.dumps({"info": info, "rows": rows, "log": raw}, indent=1, default=str))
+    tab = table(rows)
+    print("\n" + info["timing"] + "\n" + tab, flush=True)
+    Path(args.out).write_text(json.dumps({"info": info, "rows": rows, "log": raw, "table": tab}, indent=1, default=str))
+    print(f"wrote {args.out} in {time.monotonic() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
