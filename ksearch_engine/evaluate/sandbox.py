@@ -679,6 +679,7 @@ class Channel:
     def __init__(self, proc: subprocess.Popen, error: type[Exception], *, max_line: int = 8 << 20,
                  max_events: int = 64):
         self.proc, self.error, self.max_line, self.max_events = proc, error, max_line, max_events
+        self.max_event_chars = 300
         self.buf = bytearray()
         self.scanned = 0
         self.events: list[dict] = []
@@ -749,7 +750,7 @@ class Channel:
                 raise self.error("the worker sent a reply that is not an object")
             if "event" in msg:
                 if len(self.events) < self.max_events:
-                    ev = {k: (clean(v)[:300] if isinstance(v, str) else v) for k, v in msg.items()
+                    ev = {k: (clean(v[: self.max_event_chars]) if isinstance(v, str) else v) for k, v in msg.items()
                           if k in ("event", "detail")}
                     self.events.append(ev)
                 else:
