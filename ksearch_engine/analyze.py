@@ -201,6 +201,8 @@ def _mid(v) -> float | None:
 def analyze(task: KernelTask, backend: str = "mlx-cpu", *, device: str = "", kernel_source: str = "",
             probe_outputs: bool = True) -> Analysis:
     """Classify the task, describe it, and place it on the backend's roofline at its largest timed workload."""
+    if task.origin == "captured":
+        return _analyze_captured(task, backend, device)
     family = classify(task.reference + "\n" + (task.initial or "") + "\n" + kernel_source, task.family)
     category = _CATEGORY.get(family, "elementwise")
     notes: list[str] = []
@@ -228,6 +230,57 @@ def analyze(task: KernelTask, backend: str = "mlx-cpu", *, device: str = "", ker
         if family != "scan":
             bottleneck = "latency"
     return Analysis(family=family, category=category, canonical_form=_CANONICAL.get(family, _CANONICAL["elementwise"]),
+                    data_access=_ACCESS.get(family, _ACCESS["elementwise"]), bottleneck=bottleneck, flops=flops,
+                    bytes=nbytes, arithmetic_intensity=ai, ridge_point=ridge, ceilings=ceil, workload=wl.name,
+                    roofline_ms=max(t_mem, t_cmp), notes=notes)
+
+
+def _analyze_captured(task: KernelTask, backend: str, device: str) -> Analysis:
+    """The user's own kernel (a captured task): classified from its kernel body alone, bytes from its buffers
+    (every buffer read once, every written buffer written once), flops from the body's arithmetic per thread,
+    occupancy facts from the captured launch."""
+    body, geometry = "", {}
+    try:
+        from .propose.transforms import get_const
+        body = get_const(task.initial or "", "LAUNCH_CUDA_SOURCE")
+        geometry = get_const(task.initial or "", "KS_GEOMETRY")
+    except Exception:  # noqa: BLE001 - a task without a port body: classify what there is
+        body = task.initial or ""
+    code = re.sub(r"//[^\n]*", "", body)
+    family = classify(code, None)
+    if not re.search(r"__shared__|threadgroup|atomic|__shfl|simd_", code) and family in ("reduction", "moe", "norm"):
+        family = "elementwise"
+    wl = max(task.timing_workloads(), key=lambda w: sum(w.dims.values()))
+    sizes = {i.name: math.prod(i.resolve_shape(wl.dims)) * _BYTES.get(i.dtype, 4) for i in task.inputs}
+    nbytes = float(sum(sizes.values()) + sum(sizes.get(o, 0) for o in task.outputs))
+    g = geometry.get(next(iter(geometry), ""), {}) if geometry else {}
+    for key, val in geometry.items():           # the timed workload's own launch
+        if all(str(wl.dims.get(f"{i.name}_len", "")) in key for i in task.inputs if i.shape != [1]):
+            g = val
+    threads = math.prod(g.get("grid", [1])) * math.prod(g.get("block", [1])) if g else 0
+    per_thread = max(1, len(re.findall(r"[+\-*/](?![=+\-])|\b(?:exp|log|sqrt|rsqrt|sin|cos|pow)\w*\s*\(", code)) - 1)
+    flops = float(per_thread * max(threads, 1))
+    dtype = next((i.dtype for i in task.inputs if i.shape != [1]), "float32")
+    ceil = ceilings(backend, device, dtype)
+    ai = flops / nbytes if nbytes else 0.0
+    ridge = ceil.tflops * 1e12 / (ceil.bandwidth_gbs * 1e9)
+    t_mem = nbytes / (ceil.bandwidth_gbs * 1e9) * 1e3
+    t_cmp = flops / (ceil.tflops * 1e12) * 1e3
+    bottleneck = "compute" if ai > ridge else "memory"
+    notes = []
+    if g:
+        notes.append(f"captured launch: grid {tuple(g['grid'])} blocks of {tuple(g['block'])} threads, "
+                     f"{g.get('shared_mem', 0)} B dynamic shared memory ({threads} threads)")
+    if backend not in ("mlx-cpu", "sim") and nbytes < 1 << 20 and flops < 1e8:
+        bottleneck = "latency"
+        notes.append("under 1 MB moved: launch and synchronization latency dominate on a GPU")
+    if re.search(r"__shared__|threadgroup\s", code):
+        notes.append("stages data in shared (threadgroup) memory")
+    if re.search(r"atomic", code):
+        notes.append("uses atomics: contention on the same addresses serializes threads")
+    category = _CATEGORY.get(family, "elementwise")
+    return Analysis(family=family, category=category, canonical_form=f"the user's kernel {task.kernel_name or task.name}: "
+                    f"writes {', '.join(task.outputs)} from its arguments ({_CANONICAL.get(family, _CANONICAL['elementwise'])})",
                     data_access=_ACCESS.get(family, _ACCESS["elementwise"]), bottleneck=bottleneck, flops=flops,
                     bytes=nbytes, arithmetic_intensity=ai, ridge_point=ridge, ceilings=ceil, workload=wl.name,
                     roofline_ms=max(t_mem, t_cmp), notes=notes)

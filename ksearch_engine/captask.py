@@ -220,7 +220,7 @@ KS_GRID_DIV = 1      # the grid shrinks by this factor (each thread covers more 
 {_KEY_FN}
 
 def _ks_launch_geometry(g):
-    grid, block = list(g["grid"]), list(g["block"])
+    grid, block = list(_dim3(*tuple(g["grid"]))), list(_dim3(*tuple(g["block"])))
     if KS_BLOCK:
         total = grid[0] * block[0]
         block[0] = KS_BLOCK
@@ -230,6 +230,16 @@ def _ks_launch_geometry(g):
     return tuple(grid), tuple(block)
 
 
+_ks_port_launch = launch
+
+
+def launch(*args, grid, block, shared_mem=0, template=None):
+    """The port's launch() (CUDA's convention: a drop-in replacement of it), with this candidate's launch
+    geometry applied to the grid and block the caller gives (KS_BLOCK, KS_GRID_DIV)."""
+    grid, block = _ks_launch_geometry({{"grid": grid, "block": block}})
+    return _ks_port_launch(*args, grid=grid, block=block, shared_mem=shared_mem, template=template)
+
+
 def kernel(*inputs):
     """The user's kernel on the task's inputs (its arguments in parameter order); returns every buffer it writes."""
     key = _ks_key(inputs)
@@ -237,7 +247,8 @@ def kernel(*inputs):
         raise ValueError(f"{{NAME}}: no captured launch has these sizes ({{key}})")
     g = KS_GEOMETRY[key]
     grid, block = _ks_launch_geometry(g)
-    outs = launch(*_ks_args(inputs), grid=grid, block=block, shared_mem=g["shared_mem"], template=g["template"] or None)
+    outs = _ks_port_launch(*_ks_args(inputs), grid=grid, block=block, shared_mem=g["shared_mem"],
+                           template=g["template"] or None)
     return tuple(outs[n] for n in KS_OUTPUTS)
 '''
 

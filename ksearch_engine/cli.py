@@ -25,7 +25,7 @@ from rich.table import Table
 
 from .events import SearchRequest
 from .store import Store, default_path
-from .task import KernelTask, TaskError, find_task_file
+from .task import KernelTask, TaskError
 from .worldmodel import plan_brief
 
 # Piped output (CI logs, `| less`) would otherwise wrap tables at 80 columns.
@@ -38,67 +38,38 @@ class UserError(Exception):
 
 
 # -- task resolution -------------------------------------------------------------------------------
+# The resolver lives in the engine (ksearch_engine/resolve.py), shared with the language server and the search;
+# these wrappers turn its errors into UserErrors for the CLI.
 def resolve_task(target: str, kernel: str | None = None) -> tuple[KernelTask, str | None]:
     """A task from a task file, a family name, or a kernel file. Returns (task, source_file)."""
-    from . import families
+    r = _resolve(target, kernel)
+    return r.task, r.source_file
 
-    p = Path(target)
-    if target in families.names():
-        return families.get(target).make_task(), None
-    if not p.exists():
-        raise UserError(f"{target}: no such file, and not a family name (families: {', '.join(families.names())})")
-    if p.name.endswith(".task.toml"):
-        return load_task_file(p), None
-    tf = find_task_file(p, kernel)
-    if tf is not None:
-        return load_task_file(tf), str(p.resolve())
-    fam = guess_family(p, kernel)
-    if fam:
-        return families.get(fam).make_task(), str(p.resolve())
-    raise UserError(f"{p}: no task found for this kernel. Write {p.with_suffix('.task.toml').name} next to it "
-                    f"(or use 'Create benchmark task' in the editor) describing its inputs and reference.")
+
+def _resolve(target: str, kernel: str | None = None, progress=None):
+    from .resolve import ResolveError, resolve
+
+    try:
+        return resolve(target, kernel, progress=progress)
+    except ResolveError as e:
+        raise UserError(str(e)) from None
 
 
 def load_task_file(path: Path) -> KernelTask:
     """A task file: either a full KernelTask, or `family = "..."` (+ options) naming a built-in family."""
-    import tomllib
-
-    from . import families
+    from .resolve import load_task_file as load
 
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise UserError(f"{path}: cannot read task file: {e}") from None
-    if "inputs" not in data and "family" in data:
-        name = data.pop("family")
-        if name not in families.names():
-            raise UserError(f"{path}: unknown family '{name}' (known: {', '.join(families.names())})")
-        return families.get(name).make_task(**data.get("options", {}))
-    try:
-        return KernelTask.load(path)
+        return load(path)
     except TaskError as e:
         raise UserError(str(e)) from None
 
 
 def guess_family(path: Path, kernel: str | None) -> str | None:
-    """Recognize a kernel's family from its name and body (the search's analysis refines this)."""
-    from . import families
+    """The kernel's recognised family (resolve.recognize_family: specs/families.yaml's ids and aliases)."""
+    from .resolve import recognize_family
 
-    try:
-        from .source import find_kernels
-        parsed = find_kernels(path.read_text(errors="replace"), str(path))
-        ks = [k for k in parsed.kernels if kernel in (None, k.name)]
-        text = " ".join(k.name for k in ks).lower()
-    except Exception:  # noqa: BLE001
-        text = (kernel or path.stem).lower()
-    text += " " + path.stem.lower()
-    rules = [("paged", "paged_decode"), ("scan", "scan"), ("mamba", "scan"), ("ssm", "scan"), ("softmax", "softmax"),
-             ("rms", "rmsnorm"), ("layer_norm", "layernorm"), ("layernorm", "layernorm"), ("attention", "attention"),
-             ("attn", "attention"), ("topk", "moe_gating"), ("routing", "moe_gating"), ("gating", "moe_gating")]
-    for needle, fam in rules:
-        if needle in text and fam in families.names():
-            return fam
-    return None
+    return recognize_family(kernel or "", path.stem)
 
 
 # -- commands --------------------------------------------------------------------------------------
@@ -107,9 +78,15 @@ def _store(args) -> Store:
 
 
 def cmd_optimize(args) -> int:
-    task, source_file = resolve_task(args.target, args.kernel)
+    r = _resolve(args.target, args.kernel,
+                 progress=None if args.json else (lambda m: console.print(f"  {escape(m)}")))
+    task = r.task
+    if not args.json:
+        console.print(f"task: {escape(r.how)}")
+        for n in r.notes:
+            console.print(f"  note: {escape(n)}")
     req = SearchRequest(kind="optimize", store_path=str(args.store or default_path()), task=task.model_dump(mode="json"),
-                        source_file=source_file, kernel=args.kernel or task.kernel_name, proposer=args.proposer,
+                        source_file=r.source_file, kernel=args.kernel or task.kernel_name, proposer=args.proposer,
                         model=args.model, base_url=args.base_url, backend=args.backend, max_evals=args.budget,
                         max_seconds=args.max_seconds, seed=args.seed, cluster=args.cluster, max_in_flight=args.in_flight)
     return _run(req, args, title=f"optimize {task.name} ({task.family})")

@@ -46,7 +46,12 @@ class SearchError(RuntimeError):
 
 
 def resolve_task(req: SearchRequest, family=None) -> tuple[KernelTask, object | None]:
-    """The task to optimize and its kernel family (templates for the offline proposer), if there is one."""
+    """The task to optimize and its kernel family (templates for the offline proposer), if there is one.
+
+    A request that names only a kernel file (and kernel) is resolved by `resolve.resolve`: the user's kernel
+    itself becomes the task. A family's templates come along only when they compute the task's contract."""
+    from .resolve import ResolveError, resolve, same_contract
+
     if req.task_file:
         task = KernelTask.load(req.task_file)
     elif req.task:
@@ -54,6 +59,12 @@ def resolve_task(req: SearchRequest, family=None) -> tuple[KernelTask, object | 
     elif req.family or family is not None:
         family = family or _family(req.family)
         task = family.make_task()
+    elif req.source_file:
+        try:
+            r = resolve(req.source_file, req.kernel)
+        except ResolveError as e:
+            raise SearchError(str(e)) from None
+        return r.task, (family or r.family)
     else:
         raise SearchError("nothing to optimize: give a task file (--task FILE.task.toml), a task, or a family "
                           "(--family NAME)")
@@ -64,6 +75,8 @@ def resolve_task(req: SearchRequest, family=None) -> tuple[KernelTask, object | 
             family = _family(name, quiet=True)
         except SearchError:
             family = None
+        if family is not None and task.origin != "task" and not same_contract(task, family):
+            family = None                      # the user's kernel's contract is not the family's
     return task, family
 
 
@@ -103,6 +116,8 @@ def candidate_kinds(backend: str, task: KernelTask) -> list[str]:
 
 def _original_source(task: KernelTask, family, kind: str) -> tuple[str, str]:
     if task.initial:
+        if task.origin == "captured":
+            return task.initial, f"the user's kernel {task.kernel_name or task.name}, ported as is"
         return task.initial, "the task's initial candidate"
     if family is not None and getattr(family, "naive", None) is not None:
         for k in (kind, "ops"):
@@ -219,14 +234,19 @@ class _Run:
             return False
         t = res.timing
         if not self.timed or t is None:
-            if self.best is None and node_id != ROOT:   # untimed: the first verified candidate, never a time
-                self.best = {"candidate_id": cid, "node_id": node_id, "median_ms": None, "speedup": None,
-                             "vs_original": None, "source": source}
-                self.store.update_run(self.run_id, best_candidate=cid)
-                self.emit(BestEvent(candidate_id=cid, summary=f"verified on {self.backend} (not timed: "
-                                                              f"no latency is claimed)"))
-                return True
-            return False
+            # untimed (the simulator): the first verified candidate (the tree tries the plans the analysis
+            # predicts fastest first); never a time
+            if node_id == ROOT or self.best is not None:
+                return False
+            node = self.tree.nodes.get(node_id)
+            pred = node.predicted_speedup if node is not None else None
+            self.best = {"candidate_id": cid, "node_id": node_id, "median_ms": None, "speedup": None,
+                         "vs_original": None, "source": source, "predicted": pred}
+            self.store.update_run(self.run_id, best_candidate=cid)
+            why = f"; predicted {pred:.2f}x from the analysis, not measured" if pred else ""
+            self.emit(BestEvent(candidate_id=cid, summary=f"verified on {self.backend} (not timed: no latency is "
+                                                          f"claimed{why})"))
+            return True
         if t.suspect:
             self.log(f"candidate {cid}: {t.speedup:.1f}x stays flagged after re-measurement; not taken as best",
                      "warning")
@@ -436,8 +456,11 @@ def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Pr
         except PoolError as e:
             raise SearchError(str(e)) from None
     try:
+        backend = req.backend
+        if backend is None and not req.cluster and task.origin == "captured" and backends.detect().name == "mlx-cpu":
+            backend = "sim"     # the user's kernel is a GPU kernel: no GPU here, so it is verified in the simulator
         try:
-            info = pool.info(req.backend)       # on a cluster: the backend of its nodes, not of this machine
+            info = pool.info(backend)           # on a cluster: the backend of its nodes, not of this machine
         except (PoolError, ValueError) as e:
             raise SearchError(str(e)) from None
         kinds = candidate_kinds(info.name, task)
@@ -464,7 +487,8 @@ def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Pr
             except ProposerError as e:
                 run.log(f"analysis failed: {e}", "warning")
             run.start_fresh(family)
-            if family is None and proposer.name == "offline":
+            if family is None and proposer.name == "offline" and "LAUNCH_CUDA_SOURCE" not in run.original_source \
+                    and "LAUNCH_METAL_SOURCE" not in run.original_source:
                 run.log(f"no kernel family with templates for '{task.family}': the offline proposer has nothing "
                         f"to try; use --family NAME or --proposer gemini", "warning")
             run.apply_edits()
@@ -482,7 +506,8 @@ def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Pr
         vs = f", {best['vs_original']:.2f}x vs original" if best.get("vs_original") else ""
         msg = f"best {best['candidate_id']} ({best['node_id']}): {best['median_ms']:.4g} ms, {best['speedup']:.2f}x vs baseline{vs}"
     elif best:
-        msg = f"best {best['candidate_id']}: verified on {info.name} (not timed)"
+        pred = f"; predicted {best['predicted']:.2f}x, not measured" if best.get("predicted") else ""
+        msg = f"best {best['candidate_id']}: verified on {info.name} (not timed{pred})"
     elif run.best:
         msg = "no candidate beat the original"
     else:

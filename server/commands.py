@@ -70,16 +70,19 @@ def start_job(ls: "KsearchServer", kind: str, uri: str, kernel: str):
         if not info.has_task:
             raise UserError(f"{kernel} in {name} has no benchmark task: run 'Create benchmark task', fill in "
                             f"its shapes and reference, then Optimize again")
-        try:
-            from ksearch_engine.cli import UserError as CliError, resolve_task
-            task, _ = resolve_task(path, kernel)
-        except CliError as e:
-            raise UserError(str(e)) from None
-        except Exception as e:  # noqa: BLE001 - a task that does not load is the user's to fix
-            raise UserError(f"the task for {kernel} in {name} does not load: {e}") from None
-        # The resolved task travels as data (as the CLI sends it): a task file may be the `family = ...`
-        # shortcut, which only the resolver understands.
-        request = {"task": task.model_dump(mode="json"), "family": info.family}
+        if info.task_file is None and info.own_kernel:
+            # the user's kernel itself makes the task (port + launch capture): resolved in the job's worker by
+            # ksearch_engine.resolve, which takes seconds; the request names only the file and the kernel
+            request = {}
+        else:
+            try:
+                from ksearch_engine.resolve import resolve
+                task = resolve(path, kernel, write_prefill=False).task
+            except Exception as e:  # noqa: BLE001 - a task that does not load is the user's to fix
+                raise UserError(f"the task for {kernel} in {name} does not load: {e}") from None
+            # The resolved task travels as data (as the CLI sends it): a task file may be the `family = ...`
+            # shortcut, which only the resolver understands.
+            request = {"task": task.model_dump(mode="json"), "family": info.family}
         title = f"Optimize {kernel}"
     return ls.jobs.submit(kind=kind, uri=uri, path=path, kernel=kernel, title=title, request=request,
                           doc_version=doc.version if doc is not None else None, source_hash=source_hash(text))

@@ -7,6 +7,13 @@ that node to a neighbouring value (threads per group, items per thread, vector w
 unroll, fast math: whatever the template exposes). Directions that paid before rank first. When the frontier
 runs dry it expands the best passing nodes again, and in a new round (after stagnation) it takes larger steps.
 Deterministic for a given seed.
+
+On the user's own kernel (a task whose starting candidate is a port of it: `transforms.bodies` finds its
+kernel bodies) the proposer edits that code: it seeds one node per source transformation that fits the
+root (propose/transforms.py: threads per block, grid-stride, float4, unrolling, fast math, read-only path),
+each with its predicted effect from the analysis, and after a node passes it adds the transformations that
+still fit the transformed code as children, so a root→leaf path is a chain of edits of the user's kernel.
+A recognised family's templates are added as extra plans next to them, never instead of the root.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from ..analyze import Analysis, analyze
 from ..families.base import Family, Template
 from ..task import KernelTask
 from ..worldmodel import ROOT, Impact, Insert, NodeSpec, PlanNode, PlanTree, Update, config_key
+from . import transforms
 from .base import Attempt, CandidateDraft, ProposeContext, ProposerError, Usage
 
 
@@ -53,10 +61,22 @@ class OfflineProposer:
     # -- the tree ------------------------------------------------------------------------------------
     def edit_tree(self, tree: PlanTree, history: list[Attempt], context: ProposeContext | None = None) -> list:
         kinds = context.kinds if context else ["ops"]
+        if context is not None and _edits_user_code(context):
+            edits = self._transform_edits(tree, history, context)
+            if self.family is not None and not any(n.template and not n.template.startswith(XFORM)
+                                                   for n in tree.nodes.values()):
+                edits += self._seed(kinds)[:1]        # the family's templates: extra plans next to the user's code
+            elif self.family is not None and not edits:
+                edits += self._family_edits(tree, history, context, kinds)
+            return edits
         if self.family is None:
             return []
+        return self._family_edits(tree, history, context, kinds)
+
+    def _family_edits(self, tree: PlanTree, history: list[Attempt], context: ProposeContext | None,
+                      kinds: list[str]) -> list:
         rng = random.Random(self.seed * 1_000_003 + len(history) * 7919 + tree.round)
-        if not [n for n in tree.nodes.values() if n.id != ROOT]:
+        if not [n for n in tree.nodes.values() if n.id != ROOT and n.template and not n.template.startswith(XFORM)]:
             return self._seed(kinds)
         edits: list = []
         step = 2 if context is not None and context.new_round else 1
@@ -69,7 +89,7 @@ class OfflineProposer:
                 if last.status == "failed" and last.template:
                     edits += self._alternative(tree, last, rng)
         if not tree.frontier() and not any(isinstance(e, Insert) for e in edits):
-            for n in self._passed_by_speed(tree):
+            for n in [n for n in self._passed_by_speed(tree) if not n.template.startswith(XFORM)]:
                 more = self._expand(tree, n, history, rng, step)
                 if not more and step == 1:
                     more = self._expand(tree, n, history, rng, 2)
@@ -96,6 +116,61 @@ class OfflineProposer:
                 score=round(min(1.0, max(0.05, prior)), 3), predicted_speedup=t.predicted_speedup,
                 notes=f"seeded from template {t.id} with its default knobs"))
         return [Insert(parent=ROOT, nodes=specs[i:i + 3]) for i in range(0, len(specs), 3)]
+
+    # -- the user's code: source transformations -----------------------------------------------------
+    def _transform_edits(self, tree: PlanTree, history: list[Attempt], context: ProposeContext) -> list:
+        """Seed the root's transformations once; after a transformed node passes, its own next steps."""
+        analysis = context.analysis.model_dump() if context.analysis is not None else {}
+        kind = context.kinds[0] if context.kinds else "cuda"
+        if not any(n.template and n.template.startswith(XFORM) for n in tree.nodes.values()):
+            return self._transform_children(tree, ROOT, context.original_source, analysis, kind, 1.0)
+        last = tree.nodes.get(history[-1].node_id) if history else None
+        out: list = []
+        if last is not None and last.status == "passed" and last.template and last.template.startswith(XFORM):
+            try:
+                src = transforms.apply_chain(context.original_source, _chain(tree, last.id))
+            except transforms.TransformError:
+                src = None
+            if src is not None:
+                base = last.speedup_vs_original or last.predicted_speedup or 1.0
+                out = self._transform_children(tree, last.id, src, analysis, kind, base)
+        if not out and not tree.frontier():
+            # the frontier ran dry: grow the best passing chain again (its untried options)
+            for n in sorted((n for n in tree.nodes.values() if n.status == "passed"),
+                            key=lambda n: -(n.speedup_vs_original or n.speedup or 0.0)):
+                try:
+                    src = context.original_source if n.id == ROOT else \
+                        transforms.apply_chain(context.original_source, _chain(tree, n.id))
+                except transforms.TransformError:
+                    continue
+                out = self._transform_children(tree, n.id, src, analysis, kind, n.speedup_vs_original or 1.0)
+                if out:
+                    break
+        return out
+
+    def _transform_children(self, tree: PlanTree, parent: str, source: str, analysis: dict, kind: str,
+                            base: float) -> list:
+        done = {tuple(map(tuple, _chain(tree, n.id))) for n in tree.nodes.values()
+                if n.template and n.template.startswith(XFORM)}
+        prefix = _chain(tree, parent) if parent != ROOT else []
+        used = {tid for tid, _ in prefix}
+        specs: list[NodeSpec] = []
+        for t, values in transforms.applicable(source):
+            if t.id in used:
+                continue
+            for v in values:
+                if tuple(map(tuple, prefix + [(t.id, v)])) in done:
+                    continue
+                impact, factor = t.predict(analysis, v)
+                specs.append(NodeSpec(
+                    decision=t.decision, choice=t.describe(v), template=XFORM + t.id, knobs={t.knob: v}, kind=kind,
+                    impact=impact, difficulty=t.difficulty, confidence=0.45,
+                    score=round(min(1.0, max(0.05, 0.4 + 0.4 * (factor - 1.0) * 4 - 0.03 * len(specs))), 3),
+                    predicted_speedup=round(base * factor, 3),
+                    notes=f"edit of the user's kernel: {t.id}={v}; predicted x{factor:.2f} ({impact.notes})"))
+                break      # one value per transformation at a time: its other values come as siblings later
+        specs = specs[: self.max_new_nodes or len(specs)]
+        return [Insert(parent=parent, nodes=specs[i:i + 3]) for i in range(0, len(specs), 3)]
 
     def _expand(self, tree: PlanTree, node: PlanNode, history: list[Attempt], rng: random.Random, step: int) -> list:
         try:
@@ -196,6 +271,15 @@ class OfflineProposer:
 
     # -- candidates ----------------------------------------------------------------------------------
     def write_candidate(self, node: PlanNode, context: ProposeContext) -> CandidateDraft:
+        if node.template and node.template.startswith(XFORM):
+            steps = _chain(context.tree, node.id) if context.tree is not None else \
+                [(node.template[len(XFORM):], next(iter(node.knobs.values()), True))]
+            try:
+                source = transforms.apply_chain(context.original_source, steps)
+            except transforms.TransformError as e:
+                raise ProposerError(f"node {node.id}: {e}") from None
+            return CandidateDraft(source=source, notes="the user's kernel with " +
+                                  ", ".join(f"{tid}={v}" for tid, v in steps))
         if self.family is None or not node.template:
             raise ProposerError(f"node {node.id} names no template; the offline proposer writes only template "
                                 f"candidates (use --proposer gemini or openai for free-form plans)")
@@ -210,6 +294,24 @@ class OfflineProposer:
     def debug(self, previous_source: str, error: str, context: ProposeContext | None = None) -> CandidateDraft | None:
         """Templates are fixed text: a failing configuration is recorded, not patched."""
         return None
+
+
+XFORM = "xform:"
+
+
+def _edits_user_code(context: ProposeContext) -> bool:
+    """Whether the run starts from a port of the user's kernel that the source transformations can edit."""
+    src = context.original_source or ""
+    return "LAUNCH_CUDA_SOURCE" in src or "LAUNCH_METAL_SOURCE" in src
+
+
+def _chain(tree: PlanTree, node_id: str) -> list[tuple[str, Any]]:
+    """The transformations on the root→node path, in order, as (id, knob value)."""
+    out = []
+    for n in tree.path(node_id):
+        if n.template and n.template.startswith(XFORM):
+            out.append((n.template[len(XFORM):], next(iter(n.knobs.values()), True)))
+    return out
 
 
 def _grid(t: Template, limit: int) -> list[dict]:
