@@ -93,27 +93,46 @@ def cmd_optimize(args) -> int:
 
 
 def cmd_port(args) -> int:
+    from .portfile import PortReport
+
     p = Path(args.file)
     if not p.exists():
         raise UserError(f"{p}: no such file")
+    if args.all and args.kernel:
+        raise UserError("give --kernel NAME or --all, not both")
+    defines = {}
+    for d in args.define or []:
+        n, _, v = d.partition("=")
+        defines[n] = v or "1"
     req = SearchRequest(kind="port", store_path=str(args.store or default_path()), source_file=str(p.resolve()),
-                        kernel=args.kernel, backend=args.backend, proposer="offline")
-    rc = _run(req, args, title=f"port {p.name}" + (f" :: {args.kernel}" if args.kernel else ""))
+                        kernel=args.kernel, all_kernels=args.all, backend=args.backend, proposer="offline",
+                        argv=list(args.arg or []), defines=defines,
+                        include_dirs=[str(Path(i).resolve()) for i in args.include or []])
+    done: list = []
+    rc = _run(req, args, title=f"port {p.name}" + (f" :: {args.kernel}" if args.kernel else " (all kernels)"
+                                                     if args.all else ""), done_out=done)
     store = Store(req.store_path)
-    run = store.run(req.run_id) or {}
-    best = store.candidate(run["best_candidate"]) if run.get("best_candidate") else None
-    if best and best.get("target_file"):
-        out = Path(best["target_file"])
-        if out.exists() and out.read_text() != best["target_text"] and not args.force:
+    wrote = 0
+    for c in store.candidates(req.run_id):
+        if not c.get("target_file"):
+            continue
+        out = Path(c["target_file"])
+        if out.exists() and out.read_text() != c["target_text"] and not args.force:
             err.print(f"{out} exists and differs from the new port: not overwritten (use --force, or "
                       f"`ksearch show {req.run_id} --json` to read the port)")
-            return 1
-        out.write_text(best["target_text"])
-        console.print(f"wrote {out} ({best['status']}: {escape(best.get('message') or '')})")
+            rc = 1
+            continue
+        out.write_text(c["target_text"])
+        wrote += 1
+        if not args.json:
+            console.print(f"wrote {out} ({c['status']}: {escape(c.get('message') or '')})")
+    report = done[0].report if done and done[0].report else None
+    if report is not None and not args.json:
+        console.print(escape(PortReport.model_validate(report).text()))
     return rc
 
 
-def _run(req: SearchRequest, args, title: str) -> int:
+def _run(req: SearchRequest, args, title: str, done_out: list | None = None) -> int:
     from .worker import run_job
 
     store = Store(req.store_path)
@@ -122,6 +141,8 @@ def _run(req: SearchRequest, args, title: str) -> int:
                                   backend=req.backend or "", proposer=req.proposer, config=req.model_dump(mode="json"))
     if args.json:
         done = run_job(req, emit=lambda e: print(e.model_dump_json(), flush=True))
+        if done_out is not None:
+            done_out.append(done)
         return 0 if done.status == "done" else 1
     console.print(f"[bold]ksearch[/] {title} · run {req.run_id} · proposer {req.proposer} · store {req.store_path}")
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -146,6 +167,8 @@ def _run(req: SearchRequest, args, title: str) -> int:
             elif e.type == "error" and req.kind == "optimize" and seen[0]:
                 prog.console.print(f"  [red]error[/] {escape(e.message)}")   # mid-search; a failure at start is said once, below
         done = run_job(req, emit=emit)
+    if done_out is not None:
+        done_out.append(done)
     if store.candidates(req.run_id):      # a job that failed before its first candidate has no table to show
         show_run(store, req.run_id, tree=False)
     if done.status != "done":
@@ -326,7 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     pt = sub.add_parser("port", parents=[common], help="translate a CUDA kernel to an MLX module and check it")
     pt.add_argument("file")
-    pt.add_argument("--kernel")
+    pt.add_argument("--kernel", help="port this kernel (default: the file's first)")
+    pt.add_argument("--all", action="store_true", help="port every kernel of the file and print a coverage report")
+    pt.add_argument("--arg", action="append", metavar="ARG",
+                    help="a command-line argument for the program whose launches are captured (repeat: --arg 64)")
+    pt.add_argument("-D", "--define", action="append", metavar="NAME=VALUE",
+                    help="a #define for the capture (a scaled-down run of a program sized by #defines)")
+    pt.add_argument("-I", "--include", action="append", metavar="DIR", help="an include folder, as for nvcc")
     pt.add_argument("--backend", choices=["mlx-metal", "mlx-cuda", "mlx-cpu", "sim"])
     pt.add_argument("--force", action="store_true", help="overwrite an existing, different port module")
     pt.set_defaults(fn=cmd_port)

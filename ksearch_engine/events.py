@@ -20,6 +20,10 @@ class SearchRequest(BaseModel):
     family: str | None = None          # or a built-in family's task (ksearch_engine.families)
     source_file: str | None = None     # the kernel's file (for ports and for edits)
     kernel: str | None = None
+    all_kernels: bool = False          # port: every kernel of the file, with a coverage report
+    argv: list[str] = []               # port: the program's command line for the launch capture
+    defines: dict[str, str] = {}       # port: -D NAME=VALUE for the capture (a scaled-down run)
+    include_dirs: list[str] = []       # port: -I folders for the capture and the simulator
     doc_version: int | None = None     # the editor's document version the job started from
     proposer: Literal["offline", "gemini", "openai"] = "offline"
     model: str | None = None
@@ -84,6 +88,7 @@ class DoneEvent(_E):
     best_candidate: str | None = None
     evals: int = 0
     message: str = ""
+    report: dict | None = None         # port: the per-kernel coverage report (portfile.PortReport as JSON)
 
 
 class ErrorEvent(_E):

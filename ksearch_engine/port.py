@@ -104,53 +104,74 @@ def pinned(module_text: str, kind: str) -> str:
 
 
 def run_port(req: SearchRequest, store: Store, emit) -> DoneEvent:
-    emit(StageEvent(stage="translate", message=f"translating {Path(req.source_file).name}"))
-    try:
-        parsed, k, tr = translate_file(req.source_file, req.kernel)
-    except PortError as e:
-        return DoneEvent(status="failed", message=str(e))
-    for issue in tr.report:
-        emit(LogEvent(level="warning" if issue.severity != "error" else "error",
-                      message=f"{Path(req.source_file).name}:{issue.line + 1 if isinstance(issue.line, int) else '?'}: "
-                              f"{issue.construct}: {issue.message}"))
-    task = port_task(parsed.source, k, tr, req.source_file)
-    store.update_run(req.run_id, task_name=task.name, family=task.family, kernel=k.name)
+    """Ports one kernel (req.kernel, else the file's first) or every kernel (req.all_kernels) of req.source_file:
+    each kernel's port is stored as its own candidate, its target its own module; kernels that cannot be ported
+    are logged with the construct and line. The run's best is the (first) verified port."""
+    from .portfile import port_file
+    from .source import find_kernels
 
-    best = backends.detect().name
-    check_backend = req.backend or ("sim" if best == "mlx-cpu" else best)
-    emit(StageEvent(stage="verify", message=f"checking the port against the original on {check_backend}"))
-    results: dict[str, EvalResult] = {}
-    with Evaluator(task, check_backend) as ev:
-        if check_backend == "sim":
-            for kind in ("metal", "cuda"):
-                results[kind] = ev.evaluate(pinned(tr.module_text, kind), timing=False)
+    name = Path(req.source_file).name
+    kernels = None
+    if not req.all_kernels:
+        if req.kernel:
+            kernels = [req.kernel]
         else:
-            results[check_backend] = ev.evaluate(tr.module_text, timing=True)
-    main = next(iter(results.values()))
-    ok = all(r.status == "passed" for r in results.values())
-    status = "passed" if ok else next(r.status for r in results.values() if r.status != "passed")
-    checked = ", ".join(f"{'Metal' if kd == 'metal' else 'CUDA-backend' if kd == 'cuda' else kd} port: {r.status}"
-                        for kd, r in results.items())
-    if ok and check_backend == "sim":
-        message = (f"the Metal port and the CUDA-backend port both match the original CUDA kernel in the CPU "
-                   f"simulator on {main.trials} trials (seeds {task.seeds}); not timed (no GPU here)")
-    elif ok:
-        message = f"matches the original CUDA kernel on {main.trials} trials on {main.device} ({main.backend})"
-    else:
-        bad = next(r for r in results.values() if r.status != "passed")
-        message = f"the port does NOT match the original yet ({checked}): {bad.message[:400]}"
-    result = main.model_dump(mode="json")
-    result["port_checks"] = {kd: {"status": r.status, "message": r.message[:500], "trials": r.trials}
-                             for kd, r in results.items()}
-    result["rules_applied"] = tr.rules_applied
-    result["issues"] = [i.model_dump(mode="json") if hasattr(i, "model_dump") else str(i) for i in tr.report]
-    cid = store.add_candidate(req.run_id, tr.module_text, plan=f"port: {len(tr.rules_applied)} translation rules",
-                              kind=backends.candidate_kind(tr.module_text), status=status, message=message,
-                              result=result, target_file=str(tr.module_path), target_text=tr.module_text)
-    emit(CandidateEvent(candidate_id=cid, status=status, summary=message, evals=len(results),
-                        median_ms=main.timing.median_ms if main.timing else None,
-                        speedup=main.timing.speedup if main.timing else None))
-    store.update_run(req.run_id, best_candidate=cid)
-    emit(BestEvent(candidate_id=cid, summary=message, median_ms=main.timing.median_ms if main.timing else None,
-                   speedup=main.timing.speedup if main.timing else None))
-    return DoneEvent(status="done", best_candidate=cid, evals=len(results), message=message)
+            try:
+                parsed = find_kernels(Path(req.source_file).read_text(errors="replace"), req.source_file)
+            except OSError as e:
+                return DoneEvent(status="failed", message=f"{req.source_file}: cannot read the file ({e.strerror})")
+            first = next((k.name for k in parsed.kernels if k.language == "cuda"), None)
+            kernels = [first] if first else None
+    emit(StageEvent(stage="capture", message=f"porting {name}: capturing its launches"))
+    report = port_file(req.source_file, kernels=kernels, argv=req.argv, defines=req.defines,
+                       include_dirs=req.include_dirs, write=False,
+                       progress=lambda m: emit(StageEvent(stage="port", message=m)))
+    if report.error and not report.kernels:
+        return DoneEvent(status="failed", message=report.error, report=report.model_dump(mode="json"))
+    cap = report.capture
+    if cap.program:
+        emit(LogEvent(level="info" if cap.status == "ok" else "warning",
+                      message=f"capture of {Path(cap.program).name}: {cap.status}, {cap.launches} launches"
+                              + (f": {cap.error}" if cap.error else "")))
+    for note in cap.notes:
+        emit(LogEvent(level="info", message=f"capture: {note}"))
+    first_id = best_id = None
+    for v in report.kernels:
+        for n in v.notes:
+            emit(LogEvent(level="info", message=f"{name}: {v.kernel}: {n}"))
+        if v.status == "not_ported" or v.module_text is None:
+            emit(LogEvent(level="error", message=f"{name}:{v.line}: {v.kernel}: not ported: {v.reason}"))
+            continue
+        ok = v.status == "verified"
+        checked = ", ".join(f"{'Metal' if d == 'metal' else 'CUDA-backend' if d == 'cuda' else d} port: {st}"
+                            for d, st in v.dialects.items())
+        how = "launches captured from the program" if v.workload == "captured" else "a workload found by running it"
+        if ok:
+            message = (f"{v.kernel}: the Metal and CUDA-backend ports reproduce the original on "
+                       f"{v.launches_checked} {how} in the CPU simulator; not timed (no GPU here)")
+        else:
+            message = f"{v.kernel}: ported, NOT verified: {v.reason or checked}"
+        result = {"status": "passed" if ok else "failed", "verified_by": "sim" if ok else None, "trials":
+                  v.launches_checked, "backend": "sim", "port_checks": v.dialects, "workload": v.workload,
+                  "kernel": v.kernel, "notes": v.notes}
+        cid = store.add_candidate(req.run_id, v.module_text, plan=f"port of {v.kernel} ({v.workload} workload)",
+                                  kind=backends.candidate_kind(v.module_text), status="passed" if ok else "failed",
+                                  message=message, result=result, target_file=v.module_path,
+                                  target_text=v.module_text)
+        emit(CandidateEvent(candidate_id=cid, status="passed" if ok else "failed", summary=message, evals=1))
+        first_id = first_id or cid
+        if ok and best_id is None:
+            best_id = cid
+            emit(BestEvent(candidate_id=cid, summary=message))
+    best = best_id or first_id
+    store.update_run(req.run_id, task_name=f"port:{name}", family="custom",
+                     kernel=req.kernel or (report.kernels[0].kernel if len(report.kernels) == 1 else ""),
+                     **({"best_candidate": best} if best else {}))
+    c = report.counts()
+    summary = (f"{c['verified']} of {c['kernels']} kernel(s) ported and verified, {c['unverified']} ported but "
+               f"unverified, {c['not_ported']} not ported")
+    if best is None:
+        why = next((v.reason for v in report.kernels if v.reason), report.error or "")
+        return DoneEvent(status="failed", message=f"{name}: {summary}: {why}", report=report.model_dump(mode="json"))
+    return DoneEvent(status="done", best_candidate=best, evals=len(report.kernels), message=summary,
+                     report=report.model_dump(mode="json"))

@@ -48,6 +48,8 @@ def register(ls: "KsearchServer") -> None:
                 out.append(_action("Next candidate", "ksearch.next", [rid]))
         if k.is_cuda:
             out.append(_action("Port to MLX", "ksearch.port", [uri, k.name]))
+            if entry is not None and sum(1 for x in entry.kernels if x.is_cuda) > 1:
+                out.append(_action("Port all kernels in file", "ksearch.portAll", [uri]))
         info = ls.tasks.find(path, k.name, entry.hash if entry else "")
         if info.has_task:
             out.append(_action("Optimize kernel", "ksearch.optimize", [uri, k.name]))

@@ -111,6 +111,32 @@ def register(ls: "KsearchServer") -> None:
     async def port(*args):
         return await run_command("port", args)
 
+    @ls.command("ksearch.portAll")
+    @guarded(ls, "Port all kernels in file")
+    async def port_all(*args):
+        """One Port job per CUDA kernel of the file (they share one capture of its program); answers when all
+        have ended, with each kernel's run."""
+        uri = _args(args, 1, "ksearch.portAll [uri]")[0]
+        documents.ensure_fresh(ls, uri)
+        path = ls.path_of(uri)
+        entry = ls.index.get(path) or ls.index.update_from_disk(path)[0]
+        kernels = [k.name for k in (entry.kernels if entry else []) if k.is_cuda]
+        if not kernels:
+            raise UserError(f"{Path(path).name}: no CUDA kernel to port")
+        jobs, skipped = [], []
+        for name in kernels:
+            if ls.jobs.active_for(path, name) is not None:
+                skipped.append(name)
+                continue
+            jobs.append(start_job(ls, "port", uri, name))
+        finals = [await asyncio.shield(j.done) for j in jobs]
+        ported = sum(1 for f in finals if f["status"] == "done")
+        ls.tell(f"{Path(path).name}: {ported} of {len(jobs)} kernel(s) ported"
+                + (f"; already running: {', '.join(skipped)}" if skipped else ""))
+        return {"runs": [{"kernel": j.kernel, "runId": j.run_id, "status": f["status"],
+                          "candidateId": f.get("best"), "message": f.get("message", "")}
+                         for j, f in zip(jobs, finals)], "skipped": skipped}
+
     @ls.command("ksearch.optimize")
     @guarded(ls, "Optimize kernel")
     async def optimize(*args):

@@ -1,0 +1,145 @@
+"""Port to MLX over directories of CUDA code: per kernel and in total, with the failure classes ranked.
+
+    python bench/port_corpus.py DIR [DIR...] [--json OUT.json] [--markdown OUT.md] [--jobs 2] [--timeout 300]
+
+Every `.cu`/`.cuh` file holding a `__global__` kernel is ported with `ksearch port FILE --all` semantics
+(portfile.port_file: the program's launches captured where a main() runs it, else a workload found by running the
+kernel), each file in its own process with a time limit, nothing written next to the sources. A file's include
+folders are found as nvcc -I would need them (the file's folder, and `Common/` or `common/` folders above it).
+Kernels counted: `__global__` functions found by ksearch's parser.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+_GLOBAL = re.compile(r"__global__")
+
+
+def cuda_files(dirs: list[str]) -> list[Path]:
+    out = []
+    for d in dirs:
+        p = Path(d)
+        files = [p] if p.is_file() else sorted(list(p.rglob("*.cu")) + list(p.rglob("*.cuh")))
+        for f in files:
+            try:
+                if _GLOBAL.search(f.read_text(errors="replace")):
+                    out.append(f)
+            except OSError:
+                pass
+    return out
+
+
+def include_dirs_for(f: Path) -> list[str]:
+    dirs = []
+    for parent in list(f.parents)[:5]:
+        for name in ("Common", "common", "include", "inc"):
+            c = parent / name
+            if c.is_dir():
+                dirs.append(str(c))
+    return dirs
+
+
+def _port_one(args: tuple[str, float]) -> dict:
+    path, timeout = args
+    from ksearch_engine.portfile import port_file
+
+    t0 = time.monotonic()
+    try:
+        rep = port_file(path, include_dirs=include_dirs_for(Path(path)), write=False,
+                        capture_timeout=min(60.0, timeout / 3))
+        d = rep.model_dump(mode="json")
+    except Exception as e:  # a crash of the tool itself is a finding, recorded as such
+        d = {"file": path, "kernels": [], "error": f"CRASH {type(e).__name__}: {e}", "capture": {}}
+    d["seconds"] = time.monotonic() - t0
+    return d
+
+
+def classify(reason: str | None) -> str:
+    """A failure's class: the construct or stage it names, without the file's particulars."""
+    if not reason:
+        return "unknown"
+    r = reason
+    for pat, cls in [
+        (r"wmma|mma\.sync|nvcuda", "tensor-core wmma/mma"), (r"\basm\b|inline PTX", "inline PTX"),
+        (r"texture|tex[123]D|surf", "textures/surfaces"), (r"grid\.sync|this_grid|grid_group", "grid-wide sync"),
+        (r"never launched", "program never launched it"), (r"program did not run", "program did not run"),
+        (r"template kernel that no launch", "template without a launch"),
+        (r"passed by value", "struct passed by value"), (r"points to .* struct", "struct buffer"),
+        (r"keeps growing|does not run on a made-up|no fault-free", "no workload found"),
+        (r"mismatch|does not match|differs|got .* expected", "port mismatch"),
+        (r"deadlock", "sim: deadlock"), (r"timeout|timed out", "sim: timeout"), (r"race", "sim: race"),
+        (r"compile|error:", "compile error"), (r"translator failed", "translator crash"),
+        (r"CRASH", "tool crash"),
+    ]:
+        if re.search(pat, r, re.I):
+            return cls
+    m = re.match(r"(?:line \d+: )?([^:]{1,40}):", r)
+    return m.group(1).strip() if m else r[:40]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("--json", help="write every file's report here")
+    ap.add_argument("--markdown", help="write the summary table here")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per file")
+    a = ap.parse_args(argv)
+    files = cuda_files(a.dirs)
+    print(f"{len(files)} files with __global__ kernels", flush=True)
+    t0 = time.monotonic()
+    reports = []
+    with mp.get_context("spawn").Pool(a.jobs, maxtasksperchild=1) as pool:
+        pending = {str(f): pool.apply_async(_port_one, ((str(f), a.timeout),)) for f in files}
+        for f, res in pending.items():
+            try:
+                d = res.get(timeout=a.timeout + 30)
+            except mp.TimeoutError:
+                d = {"file": f, "kernels": [], "error": f"file took over {a.timeout:.0f} s", "capture": {}}
+            reports.append(d)
+            c = Counter(k["status"] for k in d["kernels"])
+            print(f"  {c['verified']}/{len(d['kernels'])} verified  {d.get('seconds', 0):6.1f}s  {f}"
+                  + (f"  [{d['error'][:80]}]" if d.get("error") else ""), flush=True)
+    kernels = [(d["file"], k) for d in reports for k in d["kernels"]]
+    total = len(kernels)
+    status = Counter(k["status"] for _, k in kernels)
+    workload = Counter(k["workload"] for _, k in kernels if k["status"] == "verified")
+    classes = Counter(classify(k.get("reason")) for _, k in kernels if k["status"] != "verified")
+    file_errors = [d for d in reports if d.get("error") and not d["kernels"]]
+    lines = [f"# Port to MLX over {', '.join(a.dirs)}", "",
+             f"{len(files)} files, {total} kernels, {time.monotonic() - t0:.0f} s with {a.jobs} processes.", "",
+             "| result | kernels | share |", "|---|---|---|"]
+    for st, label in [("verified", "ported and verified (both ports, simulator)"),
+                      ("unverified", "ported, not verified"), ("not_ported", "not ported")]:
+        lines.append(f"| {label} | {status[st]} | {100 * status[st] / max(total, 1):.1f}% |")
+    lines += ["", "Verified on: " + ", ".join(f"{n} {w}" for w, n in workload.most_common()) + " workloads", "",
+              "| failure class | kernels |", "|---|---|"]
+    lines += [f"| {c} | {n} |" for c, n in classes.most_common()]
+    if file_errors:
+        lines += ["", "Files that could not be read as CUDA:", ""]
+        lines += [f"- {d['file']}: {d['error'][:160]}" for d in file_errors]
+    lines += ["", "| file | kernel | result | workload | reason |", "|---|---|---|---|---|"]
+    for f, k in kernels:
+        why = (k.get("reason") or "").replace("|", "\\|").replace("\n", " ")[:160]
+        lines.append(f"| {f} | {k['kernel']} | {k['status']} | {k['workload']} | {why} |")
+    text = "\n".join(lines) + "\n"
+    print(text[:6000])
+    if a.markdown:
+        Path(a.markdown).write_text(text)
+    if a.json:
+        Path(a.json).write_text(json.dumps(reports, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Checks one kernel's port on real launches: those captured from the user's program, or one found by running
+the kernel (portinfer). The comparison itself is translate.check.check_port (both dialects in the simulator, or
+the real backend where a GPU is); this module turns launches into its calls and the results into one verdict.
+
+What the port must reproduce is what the original left in memory: a captured launch's `after` contents where the
+capture recorded them (the program's own run), else the original kernel re-run in the simulator on the same
+inputs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel
+
+from .sim.capture_models import Capture, LaunchRecord
+
+
+class KernelCheck(BaseModel):
+    passed: bool = False
+    launches: int = 0                     # launches the port was checked on
+    dialects: dict[str, str] = {}         # "metal"/"cuda"/backend -> passed / mismatch / ...
+    reason: str | None = None
+
+
+def _args_of(capture: Capture, rec: LaunchRecord) -> tuple[dict, dict]:
+    """({param: numpy array | number}, {param: expected array after the launch}) of a captured launch."""
+    args, expected = {}, {}
+    for a in rec.args:
+        if a.kind == "buffer":
+            before = capture.load(a.before)
+            args[a.name] = before
+            if a.written and a.after:
+                expected[a.name] = capture.load(a.after)
+        elif a.kind == "scalar":
+            args[a.name] = a.value
+        elif a.kind == "struct":
+            args[a.name] = bytes.fromhex(a.raw_hex or "")
+        else:
+            raise ValueError(f"argument '{a.name}' ({a.ctype}) points to memory the capture does not know "
+                             f"({a.kind.replace('_', ' ')})")
+    for s in rec.symbols:
+        args[s.name] = capture.load(s.before)
+    return args, expected
+
+
+def _run_checks(module_text: str, source: str, k, path: Path, launches: list[tuple[LaunchRecord, dict, dict]],
+                include_dirs) -> KernelCheck:
+    from .translate.check import check_port
+
+    out = KernelCheck()
+    for rec, args, expected in launches:
+        res = check_port(module_text, source, k.name, {"args": args, "grid": tuple(rec.grid),
+                                                        "block": tuple(rec.block), "shared_mem": rec.shared_mem,
+                                                        "template_args": list(rec.template_args)},
+                         filename=path.name, include_dirs=list(include_dirs), expected=expected or None)
+        for d, st in res.dialects.items():
+            if out.dialects.get(d, "passed") == "passed":
+                out.dialects[d] = st
+        out.launches += 1
+        if not res.passed:
+            where = f"launch #{rec.index + 1}" + (f" (line {rec.line})" if rec.line else "") \
+                + f" grid {tuple(rec.grid)} block {tuple(rec.block)}"
+            out.reason = f"{where}: {res.message}"
+            return out
+    out.passed = out.launches > 0
+    return out
+
+
+def check_captured(module_text: str, source: str, k, path: Path, capture: Capture,
+                   launches: list[LaunchRecord], include_dirs=()) -> KernelCheck:
+    prepared = []
+    for rec in launches:
+        try:
+            args, expected = _args_of(capture, rec)
+        except (ValueError, OSError) as e:
+            return KernelCheck(reason=f"launch #{rec.index + 1}: {e}")
+        prepared.append((rec, args, expected))
+    return _run_checks(module_text, source, k, path, prepared, include_dirs)
+
+
+def check_inferred(module_text: str, source: str, k, path: Path, define_ints: dict[str, int],
+                   include_dirs=()) -> KernelCheck:
+    from .portinfer import InferError, infer_launch
+
+    targs = None
+    if k.template_params:
+        site = next((s for s in k.launches if s.template_args), None)
+        targs = site.template_args if site else [tp.default for tp in k.template_params]
+        if not targs or any(t is None for t in targs):
+            return KernelCheck(reason="a template kernel that no launch instantiates: run its program, or give the "
+                                      "template arguments in a task file")
+    try:
+        rec, args = infer_launch(source, k, define_ints, filename=path.name, template_args=targs)
+    except InferError as e:
+        return KernelCheck(reason=str(e))
+    except Exception as e:  # the simulator's own failures name the line; anything else is ours
+        return KernelCheck(reason=f"no workload could be found ({str(e)[:300]})")
+    return _run_checks(module_text, source, k, path, [(rec, {n: (v.copy() if isinstance(v, np.ndarray) else v)
+                                                             for n, v in args.items()}, {})], include_dirs)

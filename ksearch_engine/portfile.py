@@ -1,0 +1,312 @@
+"""Port a whole CUDA file: capture its program's launches, translate every kernel, check every port, report.
+
+For each `__global__` kernel the verdict is one of
+* `verified` — the Metal port and the CUDA-backend port both reproduce what the original left in memory on the
+  launches checked (captured from the user's program, or found by running the kernel: `workload` says which);
+* `ported, unverified` — a port was written but could not be checked, or did not match (the reason says where);
+* `not ported` — the translator stopped on a construct (named, with its line).
+One kernel's failure never stops the others. The report is what `ksearch port FILE --all` prints, as HIPIFY prints
+its statistics, and what `--json` gives per kernel.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Literal
+
+from pydantic import BaseModel, Field
+
+from .sim.capture_models import Capture, LaunchRecord
+
+Status = Literal["verified", "unverified", "not_ported"]
+Workload = Literal["captured", "inferred", "none"]
+MAX_CHECKED_LAUNCHES = 3
+_MAIN = re.compile(r"\bint\s+main\s*\(")
+_SOURCE_EXT = (".cu", ".cpp", ".cc", ".cxx")
+
+
+class KernelVerdict(BaseModel):
+    kernel: str
+    line: int                                   # 1-based line of the kernel's definition
+    status: Status
+    workload: Workload = "none"
+    launches_checked: int = 0
+    reason: str | None = None                   # one line: the construct and its line, or why unverified
+    module_path: str | None = None
+    dialects: dict[str, str] = {}               # "metal"/"cuda" -> passed / mismatch / sim_error / ...
+    notes: list[str] = []                       # translation notes (dropped printf, ...)
+    module_text: str | None = Field(default=None, exclude=True)   # the port module (not in the JSON report)
+
+    @property
+    def label(self) -> str:
+        if self.status == "verified":
+            return f"verified ({self.workload})"
+        return "ported, unverified" if self.status == "unverified" else "not ported"
+
+
+class CaptureSummary(BaseModel):
+    program: str | None = None                  # the file whose main() ran
+    status: str = "none"                        # ok / partial / failed / none (no program)
+    launches: int = 0
+    error: str | None = None
+    notes: list[str] = []
+    seconds: float = 0.0
+
+
+class PortReport(BaseModel):
+    file: str
+    kernels: list[KernelVerdict] = []
+    capture: CaptureSummary = CaptureSummary()
+    seconds: float = 0.0
+    error: str | None = None                    # the file could not be ported at all
+
+    def counts(self) -> dict[str, int]:
+        c = {"kernels": len(self.kernels), "verified": 0, "unverified": 0, "not_ported": 0}
+        for k in self.kernels:
+            c[k.status] += 1
+        return c
+
+    def text(self) -> str:
+        """The coverage table a person reads."""
+        lines = [f"{self.file}"]
+        cap = self.capture
+        if cap.program:
+            lines.append(f"  program: {cap.program} ({cap.status}, {cap.launches} launches recorded, "
+                         f"{cap.seconds:.1f} s)" + (f": {cap.error}" if cap.error else ""))
+        else:
+            lines.append("  program: none (no main() here or including this file): workloads are found by "
+                         "running each kernel")
+        for n in cap.notes[:8]:
+            lines.append(f"  note: {n}")
+        if self.error:
+            lines.append(f"  {self.error}")
+        w = max([len(k.kernel) for k in self.kernels] + [6])
+        for k in self.kernels:
+            why = f"  {k.reason}" if k.reason else ""
+            checked = f"  {k.launches_checked} launch{'es' if k.launches_checked != 1 else ''}" \
+                if k.status == "verified" else ""
+            lines.append(f"  {k.kernel:<{w}}  line {k.line:<5} {k.label}{checked}{why}")
+        c = self.counts()
+        n = max(c["kernels"], 1)
+        lines.append(f"  total: {c['kernels']} kernels: {c['verified']} verified ({100 * c['verified'] // n}%), "
+                     f"{c['unverified']} ported but unverified, {c['not_ported']} not ported")
+        return "\n".join(lines)
+
+
+def module_path_for(source: str | Path, kernel: str, n_kernels: int) -> Path:
+    """Each kernel's port has its own module: `x_mlx.py` for a one-kernel file, else `x_<kernel>_mlx.py`."""
+    p = Path(source)
+    return p.with_name(f"{p.stem}_mlx.py" if n_kernels <= 1 else f"{p.stem}_{kernel}_mlx.py")
+
+
+def find_program(path: Path) -> Path | None:
+    """The file whose main() launches this file's kernels: the file itself, or a source in the same folder (or
+    its parent) that #includes it."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    if _MAIN.search(text):
+        return path
+    inc = re.compile(r'#\s*include\s*["<]([^">]*\b' + re.escape(path.name) + r')[">]')
+    for folder in (path.parent, path.parent.parent):
+        for cand in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if cand == path or cand.suffix not in _SOURCE_EXT or not cand.is_file():
+                continue
+            try:
+                t = cand.read_text(errors="replace")
+            except OSError:
+                continue
+            if inc.search(t) and _MAIN.search(t):
+                return cand
+    return None
+
+
+def _first_error(tr) -> str | None:
+    errs = [i for i in tr.report if i.severity == "error"]
+    if not errs:
+        return None
+    e = errs[0]
+    line = f"line {e.line + 1}: " if isinstance(e.line, int) else ""
+    return f"{line}{e.construct}: {e.message}"
+
+
+def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[str] | tuple = (),
+              defines: dict[str, str] | None = None, include_dirs: list[str] | tuple = (),
+              capture_timeout: float = 60.0, write: bool = True, overwrite: bool = True,
+              progress: Callable[[str], None] | None = None) -> PortReport:
+    """Ports every kernel of `path` (or those named in `kernels`) and checks each port. Never raises for a
+    kernel's failure: each gets its verdict."""
+    from .source import find_kernels
+    from .translate import TranslateError, translate_kernel
+
+    say = progress or (lambda _m: None)
+    t0 = time.monotonic()
+    p = Path(path)
+    report = PortReport(file=str(p))
+    try:
+        source = p.read_text(errors="replace")
+    except OSError as e:
+        report.error = f"{p}: cannot read the file ({e.strerror})"
+        return report
+    parsed = find_kernels(source, str(p))
+    errors = [d for d in parsed.diagnostics if d.severity == "error"]
+    cuda = [k for k in parsed.kernels if k.language == "cuda"]
+    if errors and not cuda:
+        d = errors[0]
+        report.error = f"{p}:{d.line + 1}: {d.message} — fix the syntax error; ports need a file that parses"
+        return report
+    if not cuda:
+        report.error = f"{p}: nothing to port: no __global__ kernel here"
+        return report
+    chosen = [k for k in cuda if kernels is None or k.name in kernels]
+    missing = [n for n in (kernels or []) if n not in {k.name for k in cuda}]
+    if missing:
+        report.error = f"{p}: no CUDA kernel named {', '.join(missing)} (found: {', '.join(k.name for k in cuda)})"
+        if not chosen:
+            return report
+
+    capture = _capture(p, argv, defines or {}, include_dirs, capture_timeout, report, say)
+    define_ints = _int_defines(parsed.preamble, defines or {})
+    for k in chosen:
+        say(f"{k.name}: translating")
+        v = KernelVerdict(kernel=k.name, line=k.range.start.line + 1, status="not_ported")
+        report.kernels.append(v)
+        try:
+            tr = translate_kernel(parsed, k.name, str(p))
+        except TranslateError as e:
+            v.reason = str(e)
+            continue
+        except Exception as e:  # a translator bug must not stop the other kernels
+            v.reason = f"the translator failed on this kernel ({type(e).__name__}: {str(e)[:200]}); please report it"
+            continue
+        v.notes = [f"line {i.line + 1 if isinstance(i.line, int) else '?'}: {i.construct}: {i.message}"
+                   for i in tr.report if i.severity != "error"][:12]
+        err = _first_error(tr)
+        if err:
+            v.reason = err
+            continue
+        mpath = module_path_for(p, k.name, len(cuda))
+        v.module_path = str(mpath)
+        v.status = "unverified"
+        launches = _launches_for(capture, k.name)
+        say(f"{k.name}: checking the port on {len(launches) or 'a found'} launch(es)")
+        _check_kernel(v, tr, source, k, p, capture, launches, define_ints, include_dirs)
+        v.module_text = tr.module_text
+        if write and (overwrite or not mpath.exists()):
+            mpath.write_text(tr.module_text)
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, say) -> Capture | None:
+    prog = find_program(p)
+    if prog is None:
+        return None
+    report.capture.program = str(prog)
+    try:
+        from .sim.capture import capture_program
+    except ImportError:
+        report.capture.status = "failed"
+        report.capture.error = "launch capture is not available in this version"
+        return None
+    key = _capture_key(prog, p, argv, defines, include_dirs)
+    cached = _capture_cache() / key
+    cap = None
+    if (cached / "capture.json").is_file():
+        try:
+            cap = Capture.read(cached)
+            say(f"using the capture of {prog.name} made earlier (same program, arguments and headers)")
+        except ValueError:
+            cap = None
+    if cap is None:
+        say(f"running {prog.name}'s main() on the CPU to capture its launches")
+        tmp = cached.with_name(key + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        cap = capture_program(prog, argv=list(argv), defines=dict(defines), include_dirs=list(include_dirs),
+                              timeout_s=timeout, workdir=str(tmp))
+        if cap.status != "failed":   # a failure may be the machine's (a busy CPU): try again next time
+            cap.dir = str(cached)
+            shutil.rmtree(cached, ignore_errors=True)
+            try:
+                tmp.rename(cached)
+                cap.save()
+            except OSError:
+                cap.dir = str(tmp)
+    report.capture.status = cap.status
+    report.capture.launches = len(cap.launches)
+    report.capture.error = cap.error
+    report.capture.seconds = cap.seconds
+    report.capture.notes = [n.message for n in cap.notes][:20]
+    return cap
+
+
+def _capture_cache() -> Path:
+    root = os.environ.get("KSEARCH_CAPTURE_CACHE") or str(Path(tempfile.gettempdir()) / f"ksearch-capture-{os.getuid()}")
+    return Path(root)
+
+
+def _capture_key(prog: Path, target: Path, argv, defines, include_dirs) -> str:
+    """Same program text, headers next to it, arguments and defines: the same capture."""
+    h = hashlib.sha256()
+    for f in sorted({prog, target} | {x for x in prog.parent.iterdir() if x.suffix in (".h", ".cuh", ".hpp")}):
+        try:
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        except OSError:
+            pass
+    h.update(json.dumps([str(prog), list(argv), dict(defines), list(include_dirs)], sort_keys=True).encode())
+    return h.hexdigest()[:24]
+
+
+def _launches_for(capture: Capture | None, kernel: str) -> list[LaunchRecord]:
+    if capture is None:
+        return []
+    usable = [ln for ln in capture.launches_of(kernel) if not ln.too_large and not ln.sim_error]
+    # distinct geometries first: they exercise the port more than repeats of one launch
+    seen, first, rest = set(), [], []
+    for ln in usable:
+        key = (ln.grid, ln.block, ln.shared_mem, tuple(a.value for a in ln.args if a.kind == "scalar"))
+        (rest if key in seen else first).append(ln)
+        seen.add(key)
+    return (first + rest)[:MAX_CHECKED_LAUNCHES]
+
+
+def _int_defines(preamble: list[str], given: dict[str, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in preamble:
+        m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+\(?\s*(\d+)\s*\)?\s*$", line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    for n, v in given.items():
+        if str(v).isdigit():
+            out[n] = int(v)
+    return out
+
+
+def _check_kernel(v: KernelVerdict, tr, source: str, k, p: Path, capture: Capture | None,
+                  launches: list[LaunchRecord], define_ints: dict[str, int], include_dirs) -> None:
+    from .portcheck import check_captured, check_inferred
+
+    if launches:
+        v.workload = "captured"
+        res = check_captured(tr.module_text, source, k, p, capture, launches, include_dirs)
+    else:
+        why_none = "the program never launched it" if capture is not None and capture.status != "failed" \
+            else ("its program did not run" if capture is not None else None)
+        res = check_inferred(tr.module_text, source, k, p, define_ints, include_dirs)
+        v.workload = "inferred" if res.launches else "none"
+        if not res.launches and why_none:
+            res.reason = f"{why_none}; {res.reason}" if res.reason else why_none
+    v.dialects = res.dialects
+    v.launches_checked = res.launches
+    if res.passed:
+        v.status = "verified"
+    else:
+        v.reason = res.reason

@@ -1,0 +1,152 @@
+"""A workload for a kernel that no program launched: sizes found by running the kernel, never guessed blindly.
+
+Used where a file has no `main()` (a header, a kernel-only file) or the program never reached a kernel. The
+launch geometry comes from the file's own launch site where its expressions evaluate (with the file's
+`#define`s), else from the kernel's use of 2-D indices. Scalar sizes start from the grid's thread count; every
+buffer starts at a size that covers the grid and grows each time the simulator reports a fault past its end
+(its guard page names the array), so the extents come from the kernel's own accesses.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .sim import SimError, run_cuda_source
+from .sim.capture_models import ArgRecord, LaunchRecord
+
+MAX_BUFFER_BYTES = 64 << 20
+_PAST_END = re.compile(r"past the end of '([A-Za-z_]\w*)'")
+_C_DTYPE = {
+    "float": "float32", "double": "float64", "__half": "float16", "half": "float16", "__nv_bfloat16": "uint16",
+    "int": "int32", "int32_t": "int32", "unsigned": "uint32", "unsigned int": "uint32", "uint32_t": "uint32",
+    "uint": "uint32", "long": "int64", "long long": "int64", "int64_t": "int64", "unsigned long long": "uint64",
+    "uint64_t": "uint64", "size_t": "uint64", "char": "int8", "signed char": "int8", "int8_t": "int8",
+    "unsigned char": "uint8", "uchar": "uint8", "uint8_t": "uint8", "short": "int16", "int16_t": "int16",
+    "unsigned short": "uint16", "uint16_t": "uint16", "bool": "bool",
+    "float2": "float32", "float3": "float32", "float4": "float32", "int2": "int32", "int4": "int32",
+    "uint2": "uint32", "uint4": "uint32", "half2": "float16", "__half2": "float16", "uchar4": "uint8",
+    "double2": "float64",
+}
+_LANES = {"2": 2, "3": 3, "4": 4}
+
+
+class InferError(Exception):
+    """No workload could be found; the message says why in the user's terms."""
+
+
+def pointee(ctype: str) -> tuple[str, int] | None:
+    """(numpy dtype name, elements per C element) of a pointer parameter's base type; None for structs."""
+    words = [w for w in re.findall(r"[A-Za-z_]\w*", ctype)
+             if w not in ("const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "signed")]
+    base = " ".join(words)
+    if base in _C_DTYPE:
+        lanes = _LANES.get(base[-1], 1) if base[-1].isdigit() else 1
+        return _C_DTYPE[base], lanes
+    return None
+
+
+def _eval_int(expr: str | None, env: dict[str, int]) -> tuple[int, ...] | None:
+    if not expr:
+        return None
+    e = expr.strip()
+    e = re.sub(r"\bdim3\b", "", e)
+    e = re.sub(r"\(\s*(?:unsigned\s+)?(?:int|size_t|long)\s*\)", "", e)
+    try:
+        v = eval(e.replace("/", "//"), {"__builtins__": {}}, dict(env))
+    except Exception:
+        return None
+    vals = v if isinstance(v, tuple) else (v,)
+    if not vals or not all(isinstance(x, int) and 0 < x <= 1 << 20 for x in vals):
+        return None
+    return tuple(vals)
+
+
+def _geometry(k, defines: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    two_d = re.search(r"(threadIdx|blockIdx|blockDim)\s*\.\s*y", k.body) is not None
+    block = None
+    for site in k.launches:
+        block = _eval_int(site.block, defines)
+        if block:
+            break
+    if block is None:
+        block = (16, 16) if two_d else (128,)
+    block = tuple(list(block) + [1, 1])[:3]
+    if block[0] * block[1] * block[2] > 1024:
+        block = (16, 16, 1) if two_d else (128, 1, 1)
+    grid = (2, 2, 1) if two_d or block[1] > 1 else (2, 1, 1)
+    return grid, block
+
+
+def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, template_args=None,
+                 max_tries: int = 12, timeout_s: float = 20.0) -> tuple[LaunchRecord, dict]:
+    """A launch of `k` that runs in the simulator without faults: (its record, {param: numpy array or number}).
+
+    Raises InferError when the kernel keeps faulting, hangs, or takes a parameter no workload can be made for.
+    """
+    grid, block = _geometry(k, defines)
+    smem = 0
+    if any(sh.dynamic for sh in k.shared):
+        given = next((v for v in (_eval_int(s.shared_mem, defines) for s in k.launches) if v), None)
+        smem = given[0] if given else block[0] * block[1] * block[2] * 8
+    threads = grid[0] * block[0] * grid[1] * block[1] * grid[2] * block[2]
+    side = max(grid[0] * block[0], grid[1] * block[1])
+    rng = np.random.default_rng(0)
+    sizes: dict[str, int] = {}
+    args: dict[str, object] = {}
+    records: list[ArgRecord] = []
+    for p in k.params:
+        if p.pointer:
+            info = pointee(p.type)
+            if info is None:
+                raise InferError(f"parameter '{p.name}' points to {p.type}: a workload for a struct buffer needs "
+                                 f"the program that fills it (run the file's main(), or write a task file)")
+            sizes[p.name] = max(4096, threads * 4) * info[1]
+        elif pointee(p.type) is None and p.type not in ("bool",):
+            raise InferError(f"parameter '{p.name}' ({p.type}) is passed by value: give the program that launches "
+                             f"the kernel, or a task file")
+
+    def make(p):
+        dt, lanes = pointee(p.type)
+        n = sizes[p.name]
+        if dt.startswith("float"):
+            return rng.uniform(0.0, 1.0, n).astype(dt)
+        if dt == "bool":
+            return rng.integers(0, 2, n).astype(np.bool_)
+        return rng.integers(0, 16, n).astype(dt)
+
+    last = ""
+    for _ in range(max_tries):
+        args = {}
+        for p in k.params:
+            if p.pointer:
+                args[p.name] = make(p)
+            else:
+                dt = pointee(p.type)[0]
+                args[p.name] = 0.5 if dt.startswith("float") else (True if dt == "bool" else side)
+        try:
+            run_cuda_source(source, k.name, grid, block, dict(args), smem, template_args=template_args,
+                            filename=filename, timeout_s=timeout_s, check_races=False, strict_barriers=False)
+            break
+        except SimError as e:
+            last = str(e)
+            m = _PAST_END.search(e.message)
+            if e.kind != "fault" or not m or m.group(1) not in sizes:
+                raise InferError(f"the kernel does not run on a made-up workload ({last[:300]})") from None
+            sizes[m.group(1)] *= 4
+            if sizes[m.group(1)] * 8 > MAX_BUFFER_BYTES:
+                raise InferError(f"'{m.group(1)}' keeps growing past {MAX_BUFFER_BYTES >> 20} MB on a made-up "
+                                 f"workload: give the program that launches the kernel") from None
+    else:
+        raise InferError(f"no fault-free workload after {max_tries} tries ({last[:300]})")
+    for p in k.params:
+        v = args[p.name]
+        if p.pointer:
+            dt, lanes = pointee(p.type)
+            records.append(ArgRecord(name=p.name, ctype=p.text or p.type, kind="buffer", dtype=dt,
+                                     elem_bytes=np.dtype(dt).itemsize * lanes, nbytes=v.nbytes))
+        else:
+            records.append(ArgRecord(name=p.name, ctype=p.text or p.type, kind="scalar", value=v))
+    rec = LaunchRecord(index=0, kernel=k.name, template_args=list(template_args or []), grid=grid, block=block,
+                       shared_mem=smem, args=records)
+    return rec, args
