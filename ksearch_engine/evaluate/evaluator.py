@@ -604,7 +604,7 @@ class Evaluator:
         name = wl.name
         ov = self._overhead(name)
         stop = time.perf_counter() + self.timing_max_s
-        fixed = _RNG.randrange(1 << 31) if "fresh_inputs" in self.off else None
+        fixed = 1234 if "fresh_inputs" in self.off else None   # the fixed seed timing used to use
         check_all = "check_timed" not in self.off and "recheck" not in self.off
         if not check_all:
             seen = {}

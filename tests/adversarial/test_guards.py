@@ -41,12 +41,12 @@ def test_garbage_while_timed_is_caught_by_the_recheck_alone():
     assert r.status == "passed" and r.timing is not None, "without the re-check it passes with a time"
 
 
-def test_without_the_audit_hook_reading_the_reference_through_frames_still_fails_its_first_call():
-    """Defence in depth: the stolen reference output only exists after the reference ran, i.e. for the
-    candidate's second call; the first call of every trial is compared too."""
+def test_without_the_audit_hook_reading_the_reference_through_frames_finds_nothing():
+    """The reference never runs in the candidate's process: the frame walk finds no reference output and
+    its fallback (zeros) fails."""
     with make_evaluator(softmax_task(), disable_guards=["audit"]) as ev:
         r = ev.evaluate(attack("reference_buffer_via_frames"))
-    assert r.status == "failed" and r.worst.call == "first", r.message
+    assert r.status in ("failed", "cheating") and r.timing is None, r.message
 
 
 # -- network ----------------------------------------------------------------------------------------------
