@@ -33,10 +33,11 @@ _HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h")
 class CaptureFailed(Exception):
     """Internal: a step failed; message is the Capture's error."""
 
-    def __init__(self, error: str, notes: list[CaptureNote] | None = None):
+    def __init__(self, error: str, notes: list[CaptureNote] | None = None, undefined: list[str] | None = None):
         super().__init__(error)
         self.error = error
         self.notes = notes or []
+        self.undefined = undefined or []  # functions the link did not find
 
 
 def _flags() -> list[str]:
@@ -127,7 +128,8 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
         tmp.unlink(missing_ok=True)
         srcs[0].unlink(missing_ok=True)
         err, notes = _explain_compile(r.stderr, prog)
-        raise CaptureFailed(err, notes)
+        undefined = sorted(set(re.findall(r"undefined reference to [`']([^'`(]+)", r.stderr)))
+        raise CaptureFailed(err, notes, undefined)
     os.replace(tmp, exe)
     os.replace(srcs[0], d / f"cap{key}.cpp")
     return exe
@@ -233,6 +235,30 @@ def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[di
     return running, stop
 
 
+_SOURCE_EXT = (".cu", ".cpp", ".cc", ".cxx", ".c")
+
+
+def _defining_siblings(path: Path, prog: Program, extra: list[Program], undefined: list[str]) -> list[Path]:
+    """Source files next to the program's files (not inlined, without a main) that define `undefined`."""
+    used = {f.resolve() for f in prog.files} | {f.resolve() for p in extra for f in p.files}
+    dirs = {f.parent for f in used}
+    names = [u.split("::")[-1].strip() for u in undefined]
+    found = []
+    for d in sorted(dirs):
+        for f in sorted(d.iterdir()):
+            if f.suffix not in _SOURCE_EXT or f.resolve() in used or not f.is_file():
+                continue
+            try:
+                text = f.read_text(errors="replace")
+            except OSError:
+                continue
+            if re.search(r"^\s*(?:int|void)\s+main\s*\(", text, re.M):
+                continue
+            if any(re.search(rf"\b{re.escape(n)}\s*\([^;{{}}]*\)\s*(?:const\s*)?\{{", text) for n in names if n):
+                found.append(f)
+    return found[:8]
+
+
 def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: float = 60.0,
                     byte_budget: int = 64 << 20, max_per_kernel: int = 4, workdir=None, entry: str = "main",
                     sources=()) -> Capture:
@@ -286,14 +312,21 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
                                       "template <class F> int ksim_host_call_entry(F f, int c, char** v) {\n"
                                       "  if constexpr (std::is_invocable<F, int, char**>::value) return (int)(f(c, v), 0);\n"
                                       "  else return (f(), 0); }\n", 1)
-    try:
-        exe = _compile(prog, defines, extra)
-    except CaptureFailed as e:
-        if "ksim-launch" in e.error or "ksim_symreg" in e.error:
-            prog.text = re.sub(r"^static ksim_host::SymReg .*$", "", prog.text, flags=re.M)
+    for attempt in range(3):
+        try:
             exe = _compile(prog, defines, extra)
-        else:
-            raise
+            break
+        except CaptureFailed as e:
+            if attempt < 2 and ("ksim-launch" in e.error or "ksim_symreg" in e.error):
+                prog.text = re.sub(r"^static ksim_host::SymReg .*$", "", prog.text, flags=re.M)
+                continue
+            more = _defining_siblings(path, prog, extra, e.undefined) if e.undefined and attempt < 2 else []
+            if not more:
+                raise
+            cap.notes.append(CaptureNote(kind="include", message="linked with " + ", ".join(
+                os.path.relpath(m, path.parent) for m in more) + " (they define " + ", ".join(e.undefined[:4]) +
+                "); pass sources=[...] to choose", file=prog.display.get(path.name, path.name)))
+            extra += [build_program(m, include_dirs) for m in more]
     for f in wd.glob("*.npy"):
         f.unlink()
     env = dict(os.environ, KSIM_CAPTURE_DIR=str(wd.resolve()), KSIM_CAPTURE_BUDGET=str(int(byte_budget)),
@@ -382,6 +415,10 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
     if error is not None:
         cap.error = error
         cap.status = "partial" if any(ln.sim_error is None for ln in cap.launches) else "failed"
+    elif rc == 0 and not cap.launches:
+        cap.status = "failed"
+        cap.error = (f"{path.name}: the program finished without launching a kernel — it may need arguments or "
+                     f"input files (argv=...); its output: " + " ".join((cap.stdout_tail or "").split())[-300:])
     elif rc != 0:
         cap.notes.append(CaptureNote(kind="program", message=f"the program exited with status {rc}"
                                      + (" (it may need input files or arguments: see stdout_tail)" if not cap.launches else "")))

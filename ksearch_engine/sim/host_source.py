@@ -136,7 +136,14 @@ def rewrite_launches(text: str, kernels: dict[str, object]) -> str:
     """``k<<<cfg>>>(args)`` -> ``ksim_host::launch(site, ksim_host::cfg(cfg), &k, args)``; lines are kept."""
     code = mask_comments(text)
     out, pos = [], 0
-    i = code.find("<<<")
+    opens = re.compile(r"<\s*<\s*<")
+    closes = re.compile(r">\s*>\s*>")
+
+    def find_open(at: int) -> tuple[int, int]:
+        m = opens.search(code, at)
+        return (m.start(), m.end()) if m else (-1, -1)
+
+    i, iend = find_open(0)
     while i >= 0:
         # the kernel expression before <<<: name, optional ::, optional <template args>
         j = i - 1
@@ -146,7 +153,7 @@ def rewrite_launches(text: str, kernels: dict[str, object]) -> str:
         if j >= 0 and code[j] == ">":
             k = _match_back(code, j, "<", ">")
             if k < 0:
-                i = code.find("<<<", i + 3)
+                i, iend = find_open(iend)
                 continue
             targs = text[k + 1:j]
             j = k - 1
@@ -157,16 +164,17 @@ def rewrite_launches(text: str, kernels: dict[str, object]) -> str:
             j -= 1
         start = j + 1
         name = text[start:e].strip()
-        close = code.find(">>>", i + 3)
-        if not name or close < 0 or start < pos:
-            i = code.find("<<<", i + 3)
+        cm = closes.search(code, iend)
+        if not name or cm is None or start < pos:
+            i, iend = find_open(iend)
             continue
-        cfg = text[i + 3:close]
-        p = close + 3
+        close, close_end = cm.start(), cm.end()
+        cfg = text[iend:close]
+        p = close_end
         while p < len(code) and code[p] in " \t\n":
             p += 1
         if p >= len(code) or code[p] != "(":
-            i = code.find("<<<", close + 3)
+            i, iend = find_open(close_end)
             continue
         q = _match_fwd(code, p, "(", ")")
         if q < 0:
@@ -180,18 +188,19 @@ def rewrite_launches(text: str, kernels: dict[str, object]) -> str:
         nparams = len(info.params) if info is not None else -1
         nargs = 0 if not args.strip() else len(_split_top(args))
         typed = info is not None and (not info.is_template or targs) and nparams == nargs
-        if typed:
-            fn = f"&{kexpr}"
+        generic = f"[&](auto&&... ksim_a) {{ {kexpr}(ksim_a...); }}"
+        if typed:  # the kernel's own parameter types when the arguments convert to them, else generic
+            fn = f"&{kexpr}, {generic}"
             call = "ksim_host::launch"
         else:
-            fn = f"[&](auto&&... ksim_a) {{ {kexpr}(ksim_a...); }}"
+            fn = generic
             call = "ksim_host::launch_g"
-        ws = text[close + 3:p]
+        ws = text[close_end:p]
         rest = (", " + args) if args.strip() else args
         out.append(text[pos:start])
         out.append(f"{call}({site}, ksim_host::cfg({cfg}), {fn}{ws}{rest})")
         pos = q + 1
-        i = code.find("<<<", pos)
+        i, iend = find_open(pos)
     out.append(text[pos:])
     return "".join(out)
 

@@ -33,7 +33,27 @@ constexpr int warpSize = 32;
 #define CUDA_VERSION 12040
 #define __CUDACC_VER_MAJOR__ 12
 #define __CUDACC_VER_MINOR__ 4
+#define CUDART_CB
+#define CUDARTAPI
+#define CUDAAPI
 enum cudaError {
+  cudaErrorProfilerNotInitialized = 6, cudaErrorProfilerAlreadyStarted = 7, cudaErrorProfilerAlreadyStopped = 8,
+  cudaErrorMapBufferObjectFailed = 14, cudaErrorUnmapBufferObjectFailed = 15, cudaErrorInvalidTextureBinding = 19,
+  cudaErrorInvalidChannelDescriptor = 20, cudaErrorAddressOfConstant = 22, cudaErrorTextureFetchFailed = 23,
+  cudaErrorTextureNotBound = 24, cudaErrorSynchronizationError = 25, cudaErrorInvalidFilterSetting = 26,
+  cudaErrorInvalidNormSetting = 27, cudaErrorMixedDeviceExecution = 28, cudaErrorNotYetImplemented = 31,
+  cudaErrorMemoryValueTooLarge = 32, cudaErrorSetOnActiveProcess = 36, cudaErrorInvalidSurface = 37,
+  cudaErrorDuplicateVariableName = 43, cudaErrorDuplicateTextureName = 44, cudaErrorDuplicateSurfaceName = 45,
+  cudaErrorDevicesUnavailable = 46, cudaErrorIncompatibleDriverContext = 49, cudaErrorPriorLaunchFailure = 53,
+  cudaErrorLaunchMaxDepthExceeded = 65, cudaErrorLaunchFileScopedTex = 66, cudaErrorLaunchFileScopedSurf = 67,
+  cudaErrorSyncDepthExceeded = 68, cudaErrorLaunchPendingCountExceeded = 69, cudaErrorStartupFailure = 127,
+  cudaErrorECCUncorrectable = 214, cudaErrorUnsupportedLimit = 215, cudaErrorDeviceAlreadyInUse = 216,
+  cudaErrorPeerAccessUnsupported = 217, cudaErrorInvalidPtx = 218, cudaErrorInvalidGraphicsContext = 219,
+  cudaErrorNvlinkUncorrectable = 220, cudaErrorJitCompilerNotFound = 221, cudaErrorSharedObjectSymbolNotFound = 302,
+  cudaErrorSharedObjectInitFailed = 303, cudaErrorOperatingSystem = 304, cudaErrorAssert = 710,
+  cudaErrorTooManyPeers = 711, cudaErrorHardwareStackError = 714, cudaErrorIllegalInstruction = 715,
+  cudaErrorMisalignedAddress = 716, cudaErrorInvalidAddressSpace = 717, cudaErrorInvalidPc = 718,
+  cudaErrorNotPermitted = 800, cudaErrorApiFailureBase = 10000,
   cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInitializationError = 3,
   cudaErrorCudartUnloading = 4, cudaErrorProfilerDisabled = 5, cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidPitchValue = 12, cudaErrorInvalidSymbol = 13, cudaErrorInvalidHostPointer = 16,
@@ -116,6 +136,7 @@ enum cudaDeviceAttr {
 #define cudaDeviceScheduleBlockingSync 0x04
 #define cudaDeviceMapHost 0x08
 #define cudaDeviceLmemResizeToMax 0x10
+#define cudaDeviceBlockingSync 0x04
 #define cudaCpuDeviceId (-1)
 #define cudaInvalidDeviceId (-2)
 
@@ -223,6 +244,16 @@ struct CUgraphNode_st;
 typedef CUgraphNode_st* cudaGraphNode_t;
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
                              cudaStreamCaptureModeRelaxed = 2 };
+enum cudaSurfaceBoundaryMode { cudaBoundaryModeZero = 0, cudaBoundaryModeClamp = 1, cudaBoundaryModeTrap = 2 };
+struct cudaMemcpy3DParms {
+  cudaArray_t srcArray; cudaPos srcPos; cudaPitchedPtr srcPtr; cudaArray_t dstArray; cudaPos dstPos;
+  cudaPitchedPtr dstPtr; cudaExtent extent; cudaMemcpyKind kind;
+};
+enum cudaAccessProperty { cudaAccessPropertyNormal = 0, cudaAccessPropertyStreaming = 1, cudaAccessPropertyPersisting = 2 };
+struct cudaAccessPolicyWindow { void* base_ptr; size_t num_bytes; float hitRatio; cudaAccessProperty hitProp, missProp; };
+union cudaStreamAttrValue { cudaAccessPolicyWindow accessPolicyWindow; int syncPolicy; };
+typedef cudaStreamAttrValue cudaKernelNodeAttrValue;
+enum cudaStreamAttrID { cudaStreamAttributeAccessPolicyWindow = 1, cudaStreamAttributeSynchronizationPolicy = 3 };
 struct cudaIpcMemHandle_t { char reserved[64]; };
 struct cudaIpcEventHandle_t { char reserved[64]; };
 
@@ -742,12 +773,18 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   log_line("{\"ev\":\"end\",\"launch\":" + launch_json(index, s, c, infos, true, too_large, syms) + "}");
 }
 
-// k<<<...>>>(args) with k's parameter types known: arguments convert to them, as in CUDA.
-template <class... P, class... A>
-inline void launch(const Site& s, const Cfg& c, void (*k)(P...), A&&... a) {
-  std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
-  auto inv = [k, &args]() { std::apply(k, args); };
-  run_launch(s, c, args, inv);
+template <class F, class... A> inline void launch_g(const Site& s, const Cfg& c, F f, A&&... a);
+// k<<<...>>>(args) with k's parameter types known: arguments convert to them, as in CUDA (when they
+// do not, e.g. an overload or default arguments, the generic path runs the call as written).
+template <class... P, class G, class... A>
+inline void launch(const Site& s, const Cfg& c, void (*k)(P...), G generic, A&&... a) {
+  if constexpr (sizeof...(P) == sizeof...(A) && std::is_constructible<std::tuple<std::decay_t<P>...>, A&&...>::value) {
+    std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
+    auto inv = [k, &args]() { std::apply(k, args); };
+    run_launch(s, c, args, inv);
+  } else {
+    launch_g(s, c, generic, std::forward<A>(a)...);
+  }
 }
 // a kernel whose parameter types are not known here (deduced template arguments, overloads): the
 // arguments are recorded with their own types.
@@ -1133,6 +1170,12 @@ template <class... P> inline cudaError_t ksim_launch_kernel(const char* name, co
 #define cudaIpcGetMemHandle(...) KSIM_GPU_ONLY("inter-process memory (cudaIpcGetMemHandle)")
 #define cudaIpcOpenMemHandle(...) KSIM_GPU_ONLY("inter-process memory (cudaIpcOpenMemHandle)")
 #define cudaIpcGetEventHandle(...) KSIM_GPU_ONLY("inter-process events (cudaIpcGetEventHandle)")
+#define cudaIpcOpenEventHandle(...) KSIM_GPU_ONLY("inter-process events (cudaIpcOpenEventHandle)")
+#define cudaIpcCloseMemHandle(...) cudaSuccess
+#define cudaStreamSetAttribute(...) cudaSuccess
+#define cudaStreamGetAttribute(...) cudaSuccess
+#define cudaCtxResetPersistingL2Cache() cudaSuccess
+#define cudaMemcpy3DAsync(...) KSIM_GPU_ONLY("3D copies (cudaMemcpy3DAsync)")
 #define cudaGraphicsGLRegisterBuffer(...) KSIM_GPU_ONLY("OpenGL interop (cudaGraphicsGLRegisterBuffer)")
 #define cudaGraphicsGLRegisterImage(...) KSIM_GPU_ONLY("OpenGL interop (cudaGraphicsGLRegisterImage)")
 #define cudaGLSetGLDevice(...) KSIM_GPU_ONLY("OpenGL interop (cudaGLSetGLDevice)")
@@ -1154,9 +1197,84 @@ template <class T, int D, cudaTextureReadMode M, class... A> inline T tex1Dfetch
 template <class T, int D, cudaTextureReadMode M, class... A> inline T tex1D(texture<T, D, M>, A...) { ksim_host::tex_in_kernel("tex1D"); }
 template <class T, int D, cudaTextureReadMode M, class... A> inline T tex2D(texture<T, D, M>, A...) { ksim_host::tex_in_kernel("tex2D"); }
 template <class T, int D, cudaTextureReadMode M, class... A> inline T tex3D(texture<T, D, M>, A...) { ksim_host::tex_in_kernel("tex3D"); }
+template <class T, class... A> inline T texCubemap(cudaTextureObject_t, A...) { ksim_host::tex_in_kernel("texCubemap"); }
+template <class T, class... A> inline T tex1DLayered(cudaTextureObject_t, A...) { ksim_host::tex_in_kernel("tex1DLayered"); }
+template <class T, class... A> inline T texCubemapLayered(cudaTextureObject_t, A...) { ksim_host::tex_in_kernel("texCubemapLayered"); }
+template <class T, class... A> inline void surf1Dwrite(T, cudaSurfaceObject_t, A...) { ksim_host::tex_in_kernel("surf1Dwrite"); }
+template <class T, class... A> inline void surf3Dwrite(T, cudaSurfaceObject_t, A...) { ksim_host::tex_in_kernel("surf3Dwrite"); }
 template <class T, class... A> inline void surf2Dwrite(T, cudaSurfaceObject_t, A...) { ksim_host::tex_in_kernel("surf2Dwrite"); }
 template <class T, class... A> inline void surf2Dread(T*, cudaSurfaceObject_t, A...) { ksim_host::tex_in_kernel("surf2Dread"); }
 
 // device-side helpers host programs' kernels use
 inline long long clock64() { return (long long)(ksim_host::now_s() * 1e9); }
 inline unsigned long long __globaltimer() { return (unsigned long long)(ksim_host::now_s() * 1e9); }
+
+// system- and block-scoped atomics are the plain ones on one device
+#define atomicSub_system atomicSub
+#define atomicExch_system atomicExch
+#define atomicMin_system atomicMin
+#define atomicMax_system atomicMax
+#define atomicInc_system atomicInc
+#define atomicDec_system atomicDec
+#define atomicCAS_system atomicCAS
+#define atomicAnd_system atomicAnd
+#define atomicOr_system atomicOr
+#define atomicXor_system atomicXor
+#define atomicSub_block atomicSub
+#define atomicExch_block atomicExch
+#define atomicMin_block atomicMin
+#define atomicMax_block atomicMax
+#define atomicCAS_block atomicCAS
+#define atomicAnd_block atomicAnd
+#define atomicOr_block atomicOr
+#define atomicXor_block atomicXor
+#define atomicInc_block atomicInc
+
+// blockIdx / blockDim / gridDim as objects rather than macros, so host code may name a variable gridDim
+namespace ksim_host {
+struct DimRef {
+  const unsigned &x, &y, &z;
+  operator dim3() const { return dim3(x, y, z); }
+  operator ksim::u3() const { return ksim::u3(x, y, z); }
+};
+}  // namespace ksim_host
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+inline const ksim_host::DimRef blockIdx{ksim::g.block.x, ksim::g.block.y, ksim::g.block.z};
+inline const ksim_host::DimRef blockDim{ksim::g.bdim.x, ksim::g.bdim.y, ksim::g.bdim.z};
+inline const ksim_host::DimRef gridDim{ksim::g.nblocks.x, ksim::g.nblocks.y, ksim::g.nblocks.z};
+
+// cooperative groups beyond ksim.h's: generic groups, coalesced groups, cg::sync
+namespace cooperative_groups {
+template <class G> inline void sync(const G& g) { g.sync(); }
+struct thread_group {
+  unsigned n;  // 0: the whole block; else a tile of n threads
+  thread_group(const thread_block&) : n(0) {}
+  template <unsigned N> thread_group(const thread_block_tile<N>&) : n(N) {}
+  explicit thread_group(unsigned tile) : n(tile) {}
+  unsigned long long thread_rank() const { return n ? ksim::cur->lin % n : ksim::cur->lin; }
+  unsigned long long size() const { return n ? n : (unsigned long long)ksim::g.n; }
+  unsigned long long num_threads() const { return size(); }
+  void sync() const { if (n) ksim::warp_sync(); else ksim::barrier(0, KSIM_SITE); }
+};
+inline thread_group tiled_partition(const thread_group&, unsigned n) { return thread_group(n); }
+inline thread_group tiled_partition(const thread_block&, unsigned n) { return thread_group(n); }
+struct coalesced_group {
+  unsigned mask;
+  coalesced_group() : mask(__activemask()) {}
+  unsigned long long size() const { return (unsigned long long)__builtin_popcount(mask); }
+  unsigned long long num_threads() const { return size(); }
+  unsigned long long thread_rank() const { return (unsigned long long)__builtin_popcount(mask & ((1u << ksim::cur->lane) - 1)); }
+  void sync() const { ksim::warp_sync(); }
+  template <class T> T shfl(T v, int rank) const {
+    unsigned m = mask;
+    for (int r = 0; r < rank && m; r++) m &= m - 1;
+    return __shfl_sync(mask, v, m ? __builtin_ctz(m) : 0);
+  }
+  unsigned ballot(int p) const { return __ballot_sync(mask, p); }
+  int any(int p) const { return __any_sync(mask, p); }
+  int all(int p) const { return __all_sync(mask, p); }
+};
+inline coalesced_group coalesced_threads() { return coalesced_group(); }
+}  // namespace cooperative_groups
