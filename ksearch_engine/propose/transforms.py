@@ -247,7 +247,7 @@ def _check_stride(text: str) -> str | None:
     for name, body in bodies(text).items():
         c = find_canonical(body, _dialect(name))
         if c is None:
-            return "no `i = blockIdx.x*blockDim.x + threadIdx.x; if (i < n) {...}` form"
+            return "no canonical `i = blockIdx.x*blockDim.x + threadIdx.x; if (i < n) {...}` form"
         why = _loop_safe(c)
         if why:
             return why

@@ -26,7 +26,7 @@ static void run(int n, float a) {
 }
 
 int main() {
-    run(1000, 2.0f);
+    run(1001, 2.0f);
     run(4096, -0.5f);
     run(1 << 16, 1.5f);
     return 0;

@@ -1,0 +1,75 @@
+"""Source transformations of the user's kernel (ksearch_engine/propose/transforms.py): each keeps the kernel's
+contract (checked in the real simulator against the original), edits both dialects, and says why it does not
+apply instead of guessing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ksearch_engine.captask import build_captured_task, launches_from_capture
+from ksearch_engine.evaluate import Evaluator
+from ksearch_engine.portfile import port_file
+from ksearch_engine.propose import transforms as T
+from ksearch_engine.sim.capture import capture_program
+
+DATA = Path(__file__).parents[1] / "data" / "optimize"
+
+
+@pytest.fixture(scope="module")
+def saxpy():
+    path = DATA / "saxpy.cu"
+    r = port_file(path, kernels=["saxpy"], write=False)
+    cap = capture_program(path)
+    return build_captured_task(r.kernels[0].module_text, path.read_text(), "saxpy",
+                               launches_from_capture(cap, "saxpy"), source_file=str(path))
+
+
+def test_what_applies_to_an_elementwise_kernel_and_why_the_rest_does_not(saxpy):
+    ids = [t.id for t, _ in T.applicable(saxpy.root)]
+    assert ids == ["vectorize", "grid_stride", "block_size", "read_only"]
+    assert "no exp" in T.get("fast_math").applies(saxpy.root)
+    assert "constant trip" in T.get("unroll").applies(saxpy.root)
+    # a body without the canonical index: the loop transformations refuse
+    odd = T.set_const(saxpy.root, "LAUNCH_CUDA_SOURCE",
+                      T.get_const(saxpy.root, "LAUNCH_CUDA_SOURCE").replace("int i = blockIdx.x * blockDim.x + threadIdx.x;",
+                                                                            "int i = threadIdx.x;"))
+    assert "canonical" in T.get("grid_stride").applies(odd)
+
+
+def test_grid_stride_rewrites_both_dialects_and_shrinks_the_grid(saxpy):
+    out = T.apply_chain(saxpy.root, [("grid_stride", 4)])
+    for name, body in T.bodies(out).items():
+        assert "for (int i = " in body and "i += " in body and "if (i < n)" not in body, name
+    assert "threads_per_grid.x" in T.get_const(out, "LAUNCH_METAL_SOURCE")
+    assert "gridDim.x * blockDim.x" in T.get_const(out, "LAUNCH_CUDA_SOURCE")
+    assert T.get_const(out, "KS_GRID_DIV") == 4
+    with pytest.raises(T.TransformError, match="does not apply"):
+        T.apply_chain(out, [("grid_stride", 2)])      # already a loop
+
+
+def test_fast_math_and_unroll_edit_the_text_they_name():
+    body = "    float s = 0;\n    for (int j = 0; j < 8; ++j) s += expf(x[j]);\n    y[0] = logf(s);\n"
+    assert "__expf(x[j])" in T._fast_rewrite(body, "cuda") and "__logf(s)" in T._fast_rewrite(body, "cuda")
+    metal = body.replace("expf", "metal::exp").replace("logf", "log")
+    assert "fast::exp(" in T._fast_rewrite(metal, "metal") and "fast::log(s)" in T._fast_rewrite(metal, "metal")
+    assert "    #pragma unroll\n    for (int j = 0; j < 8" in T._unroll_rewrite(body, "cuda")
+    assert T._unroll_rewrite("for (int j = 0; j < n; ++j) {}", "cuda") == "for (int j = 0; j < n; ++j) {}"
+
+
+@pytest.mark.parametrize("steps", [[("vectorize", 4)], [("grid_stride", 4), ("block_size", 128), ("read_only", True)]])
+def test_transformed_kernels_still_match_the_original(saxpy, steps):
+    src = T.apply_chain(saxpy.root, steps)
+    assert src != saxpy.root
+    with Evaluator(saxpy.task, backend="sim") as ev:
+        res = ev.evaluate(src, timing=False)
+    assert res.status == "passed", res.message
+
+
+def test_a_broken_rewrite_is_caught_by_the_check(saxpy):
+    src = T.apply_chain(saxpy.root, [("vectorize", 4)])
+    body = T.get_const(src, "LAUNCH_METAL_SOURCE")
+    assert "ks_y.y = a * ks_x.y + ks_y.y" in body
+    broken = T.set_const(src, "LAUNCH_METAL_SOURCE", body.replace("ks_y.y = a * ks_x.y", "ks_y.y = a * ks_x.x"))
+    with Evaluator(saxpy.task, backend="sim") as ev:
+        assert ev.evaluate(broken, timing=False).status == "failed"
