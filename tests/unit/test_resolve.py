@@ -1,0 +1,66 @@
+"""One resolver for "which task is this kernel" (ksearch_engine/resolve.py), as the CLI, the server and the
+search ask it: task file first, then the user's CUDA kernel itself (captured task), then a family recognised
+from specs/families.yaml, else a prefilled task file for the user to edit."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ksearch_engine.resolve import ResolveError, optimizable, recognize_family, resolve
+from ksearch_engine.task import KernelTask
+
+DATA = Path(__file__).parents[1] / "data" / "optimize"
+
+
+@pytest.mark.parametrize("names,family", [
+    (("softmax_kernel", "x"), "softmax"), (("rms_norm_fwd", "k"), "rmsnorm"), (("layer_norm", "ln"), "layernorm"),
+    (("flash_attention_fwd", "a"), "attention"), (("paged_decode", "p"), "paged_decode"),
+    (("selective_scan", "mamba"), "scan"), (("topk_routing", "router"), "moe_gating"),
+    (("saxpy", "saxpy"), None), (("histogram", "hist"), None)])
+def test_one_family_recognizer_reads_the_ids_and_aliases_of_specs(names, family):
+    assert recognize_family(*names) == family
+
+
+def test_a_cuda_kernel_with_a_program_becomes_its_own_captured_task(tmp_path):
+    src = tmp_path / "saxpy.cu"
+    shutil.copy(DATA / "saxpy.cu", src)
+    r = resolve(str(src), "saxpy")
+    assert r.task.origin == "captured" and r.family is None and r.kernel == "saxpy"
+    assert r.task.outputs == ["y"] and "captured launch" in r.how
+    assert [w.dims["x_len"] for w in r.task.bench_workloads] == [65536]
+    assert not list(tmp_path.glob("*.task.toml"))
+    assert optimizable(src, "saxpy") == (True, None)
+
+
+def test_a_task_file_next_to_the_kernel_wins(tmp_path):
+    src = tmp_path / "saxpy.cu"
+    shutil.copy(DATA / "saxpy.cu", src)
+    (tmp_path / "saxpy.saxpy.task.toml").write_text(
+        'name = "mine"\noutputs = ["y"]\nreference = """\nimport mlx.core as mx\ndef reference(x):\n    return x\n"""\n'
+        '[[inputs]]\nname = "x"\nshape = ["n"]\n[[workloads]]\nname = "s"\ndims = { n = 8 }\n')
+    r = resolve(str(src), "saxpy")
+    assert r.task.name == "mine" and r.task.origin == "task" and "task file" in r.how
+
+
+def test_nothing_to_infer_writes_a_prefilled_task_file_with_named_dims(tmp_path):
+    metal = tmp_path / "blend.metal"
+    metal.write_text("#include <metal_stdlib>\nusing namespace metal;\n"
+                     "kernel void blend(device const float* a [[buffer(0)]], device float* out [[buffer(1)]],\n"
+                     "                  constant uint& n [[buffer(2)]], uint i [[thread_position_in_grid]]) {\n"
+                     "    if (i < n) out[i] = 0.5f * a[i];\n}\n")
+    with pytest.raises(ResolveError, match="prefilled task file") as e:
+        resolve(str(metal), "blend")
+    tf = e.value.task_file
+    assert tf == tmp_path / "blend.blend.task.toml" and tf.exists()
+    text = tf.read_text()
+    assert "shape = [" in text and "*" not in text.split("[[inputs]]", 1)[1]
+    with pytest.raises(Exception, match="write the reference"):    # the user must fill in the reference
+        KernelTask.load(tf) and exec(KernelTask.load(tf).reference + "\nreference(None)", {})
+
+
+def test_a_family_name_and_an_unknown_target(tmp_path):
+    assert resolve("softmax").task.name.startswith("softmax") or resolve("softmax").family is not None
+    with pytest.raises(ResolveError, match="not a family name"):
+        resolve(str(tmp_path / "nope.cu"))
