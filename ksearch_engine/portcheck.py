@@ -91,7 +91,8 @@ def check_inferred(module_text: str, source: str, k, path: Path, define_ints: di
             return KernelCheck(reason="a template kernel that no launch instantiates: run its program, or give the "
                                       "template arguments in a task file")
     try:
-        rec, args = infer_launch(source, k, define_ints, filename=path.name, template_args=targs)
+        rec, args = infer_launch(source, k, define_ints, filename=path.name, template_args=targs,
+                                 include_dirs=include_dirs)
     except InferError as e:
         return KernelCheck(reason=str(e))
     except Exception as e:  # the simulator's own failures name the line; anything else is ours

@@ -128,8 +128,20 @@ def find_program(path: Path) -> Path | None:
     return None
 
 
+def program_prefix(prog: Path | None, target: Path) -> str:
+    """The program's text before the line that #includes `target` (what the kernels of `target` see first)."""
+    if prog is None or prog == target:
+        return ""
+    try:
+        text = prog.read_text(errors="replace")
+    except OSError:
+        return ""
+    m = re.search(r'^[ \t]*#\s*include\s*["<][^">]*\b' + re.escape(target.name) + r'[">]', text, re.M)
+    return text[:m.start()] if m else ""
+
+
 def _first_error(tr) -> str | None:
-    errs = [i for i in tr.report if i.severity == "error"]
+    errs = [i for i in tr.report if i.severity == "error" and getattr(i, "scope", "kernel") == "kernel"]
     if not errs:
         return None
     e = errs[0]
@@ -172,7 +184,12 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
         if not chosen:
             return report
 
+    include_dirs = [str(p.parent)] + [str(d) for d in include_dirs if str(d) != str(p.parent)]
     capture = _capture(p, argv, defines or {}, include_dirs, capture_timeout, report, say)
+    prefix = program_prefix(find_program(p), p)
+    if prefix:   # a kernel file included by its program sees the program's #defines and types first
+        parsed.preamble = find_kernels(prefix, str(p)).preamble + parsed.preamble
+        source = prefix + f'\n#line 1 "{p.name}"\n' + source
     define_ints = _int_defines(parsed.preamble, defines or {})
     for k in chosen:
         say(f"{k.name}: translating")

@@ -79,7 +79,7 @@ def _geometry(k, defines: dict[str, int]) -> tuple[tuple[int, int, int], tuple[i
 
 
 def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, template_args=None,
-                 max_tries: int = 12, timeout_s: float = 20.0) -> tuple[LaunchRecord, dict]:
+                 max_tries: int = 12, timeout_s: float = 20.0, include_dirs=()) -> tuple[LaunchRecord, dict]:
     """A launch of `k` that runs in the simulator without faults: (its record, {param: numpy array or number}).
 
     Raises InferError when the kernel keeps faulting, hangs, or takes a parameter no workload can be made for.
@@ -126,7 +126,8 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
                 args[p.name] = 0.5 if dt.startswith("float") else (True if dt == "bool" else side)
         try:
             run_cuda_source(source, k.name, grid, block, dict(args), smem, template_args=template_args,
-                            filename=filename, timeout_s=timeout_s, check_races=False, strict_barriers=False)
+                            filename=filename, timeout_s=timeout_s, check_races=False, strict_barriers=False,
+                            include_dirs=list(include_dirs) or None)
             break
         except SimError as e:
             last = str(e)

@@ -1597,6 +1597,9 @@ template <class T, int N> inline bool any(const ksim::vec<T, N>& a) { for (int i
 inline bool all(bool b) { return b; }
 inline bool any(bool b) { return b; }
 template <class T> inline unsigned popcount(T x) { return (unsigned)__builtin_popcountll((unsigned long long)x); }
+template <class T> inline T mul24(T a, T b) { return a * b; }   // exact while both fit in 24 bits, as on the GPU
+inline int mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+inline unsigned mulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 inline unsigned clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 inline unsigned reverse_bits(unsigned x) {
   unsigned r = 0;

@@ -206,6 +206,12 @@ def inline_local_includes(text: str, include_dirs, seen: set | None = None, dept
             continue
         found = next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))), None)
         if found is None:
+            if not _system_header(path):
+                # a host-side header that is not here (a timer, a file reader): kernels rarely need it, and when
+                # one does the compiler names the missing identifier instead of the header
+                out.append(text[pos:m.start()] + f"/* ksearch: header {path} not found: left out */")
+                line_no += text.count("\n", pos, m.start())
+                pos = m.end()
             continue
         real = os.path.realpath(found)
         out.append(text[pos:m.start()])
@@ -225,6 +231,18 @@ def inline_local_includes(text: str, include_dirs, seen: set | None = None, dept
 
 
 _CURRENT = "__KSIM_CURRENT_FILE__"
+
+
+def _system_header(path: str) -> bool:
+    """Whether the C/C++ compiler finds `path` by itself (a standard or system header)."""
+    import glob
+    import os
+
+    if "." not in os.path.basename(path):       # <vector>, <cstdio>: the C++ standard library
+        return True
+    roots = ["/usr/include", "/usr/local/include", *glob.glob("/usr/include/*-linux-gnu"),
+             *glob.glob("/usr/lib/gcc/*/*/include"), "/Library/Developer/CommandLineTools/usr/include"]
+    return any(os.path.isfile(os.path.join(r, path)) for r in roots)
 
 
 def strip_host_code(source: str, keep_kernel: str | None = None) -> str:

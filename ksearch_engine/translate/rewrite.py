@@ -33,9 +33,13 @@ class Issue:
     line: int
     message: str
     severity: str = "error"   # error: the port is wrong or will not compile; warning: check it; info
+    # "kernel": the kernel's code; "launch_config": only the sizes that `kernel(*inputs)` infers from host code
+    # (the CUDA-convention `launch()` takes the launch as given, so these never block a checked port)
+    scope: str = "kernel"
 
-    def model_dump(self) -> dict:
-        return {"construct": self.construct, "line": self.line, "message": self.message, "severity": self.severity}
+    def model_dump(self, **_) -> dict:
+        return {"construct": self.construct, "line": self.line, "message": self.message, "severity": self.severity,
+                "scope": self.scope}
 
 
 @dataclass

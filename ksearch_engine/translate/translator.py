@@ -149,7 +149,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             template_types[tp.name] = dt
             template_values[tp.name] = f"mx.{dt}"
         elif arg is None:
-            issues.append(Issue(construct=f"template <{tp.text}>", line=line0, severity="error",
+            issues.append(Issue(construct=f"template <{tp.text}>", line=line0, severity="error", scope="launch_config",
                                 message=f"no value for template parameter {tp.name}: no launch site gives one; "
                                         f"set it in the port's template list"))
             template_values[tp.name] = "0"
@@ -157,7 +157,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             try:
                 template_values[tp.name] = expr_to_py(arg, launch.line if launch else line0, fnames)
             except HostExprError as e:
-                issues.append(Issue(construct=arg, line=launch.line if launch else line0, message=str(e)))
+                issues.append(Issue(construct=arg, line=launch.line if launch else line0, message=str(e),
+                                    scope="launch_config"))
                 template_values[tp.name] = "0"
 
     written = analysis.written_pointers(k)
@@ -298,7 +299,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         elem = analysis.MX_SIZE.get(analysis.C_TO_MX.get(s.type, "float32"), 4)
         dyn_templates.append((const, f"max(1, int(shared_mem) // {elem})"))
         if plan.smem in ("0", ""):
-            issues.append(Issue(construct=s.text, line=s.line, severity="error",
+            issues.append(Issue(construct=s.text, line=s.line, severity="error", scope="launch_config",
                                 message=f"extern __shared__ '{s.name}' needs a size: no launch site gives the "
                                         f"shared-memory bytes; set shared_mem in launch_config()"))
 
@@ -409,7 +410,7 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
         else (profile.kernel_scalars if profile is not None else [])
     use_profile = profile is not None and len(profile.arrays) == len(plan.arrays) and len(specs) == len(bind_to)
     if profile is not None and not use_profile:
-        issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+        issues.append(Issue(scope="launch_config", construct=k.name, line=k.range.start.line, severity="warning",
                             message=f"looks like a {profile.family} kernel but its parameters do not match the "
                                     f"{profile.family} profile ({len(profile.arrays)} arrays, "
                                     f"{len(specs)} sizes): shapes are guessed, check launch_config()"))
@@ -434,7 +435,7 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
             else:
                 d = rename.get(spec, spec)
                 if d not in known:
-                    issues.append(Issue(construct=p.name, line=k.range.start.line, severity="warning",
+                    issues.append(Issue(scope="launch_config", construct=p.name, line=k.range.start.line, severity="warning",
                                         message=f"size '{p.name}' is not readable from the input shapes"))
                     plan.kwargs.append((py_name(p.name), "None"))
                 elif py_name(p.name) != d:
@@ -449,7 +450,7 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
             for a in plan.arrays:
                 a.shape = [n]
             plan.dims = {n: 1024}
-            issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+            issues.append(Issue(scope="launch_config", construct=k.name, line=k.range.start.line, severity="warning",
                                 message=f"kernel family not recognized: every array is taken as 1-D of length "
                                         f"{ints[0].name} (= the first input's size); check launch_config()"))
         else:
@@ -458,7 +459,7 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
             first = py_name(inputs[0].name) if inputs else None
             for a in plan.arrays:
                 a.shape = None if first is None else [f"*{first}.shape"]
-            issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+            issues.append(Issue(scope="launch_config", construct=k.name, line=k.range.start.line, severity="warning",
                                 message="kernel family not recognized: pass the sizes ("
                                         + ", ".join(p.name for p in ints) + ") as keyword arguments to kernel(); "
                                         "outputs are shaped like the first input: check launch_config()"))
@@ -474,29 +475,29 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
                                             _line_of_byte(source_bytes, launch.host_byte_range[0]), fnames)
             lines += prelude
             for line, why in skipped:
-                issues.append(Issue(construct="host code", line=line, severity="warning", message=why))
+                issues.append(Issue(scope="launch_config", construct="host code", line=line, severity="warning", message=why))
         try:
             plan.grid = f"_dim3({expr_to_py(launch.grid, launch.line, fnames)})"
             plan.block = f"_dim3({expr_to_py(launch.block, launch.line, fnames)})"
             plan.smem = expr_to_py(launch.shared_mem, launch.line, fnames) if launch.shared_mem else "0"
         except HostExprError as e:
-            issues.append(Issue(construct=f"<<<{launch.grid}, {launch.block}>>>", line=e.line, message=str(e)))
+            issues.append(Issue(scope="launch_config", construct=f"<<<{launch.grid}, {launch.block}>>>", line=e.line, message=str(e)))
         for s, arg in zip(plan.scalars, _kernel_args_for(k, launch)):
             try:
                 s.value = expr_to_py(arg, launch.line, fnames) if arg is not None else "0"
             except HostExprError as e:
-                issues.append(Issue(construct=arg, line=e.line, message=str(e)))
+                issues.append(Issue(scope="launch_config", construct=arg, line=e.line, message=str(e)))
                 s.value = "0"
         for p, arg in zip(k.params, launch.args):
             if p.pointer and arg.strip() != p.name and not arg.strip().isidentifier():
-                issues.append(Issue(construct=arg, line=launch.line, severity="warning",
+                issues.append(Issue(scope="launch_config", construct=arg, line=launch.line, severity="warning",
                                     message=f"'{p.name}' receives `{arg}` (an offset pointer?); the port passes "
                                             "the whole array"))
     elif use_profile and profile.launch is not None:
         plan.grid, plan.block, plan.smem = (_rename_dims(e, rename) for e in profile.launch)
         for s in plan.scalars:
             s.value = py_name(s.name)
-        issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+        issues.append(Issue(scope="launch_config", construct=k.name, line=k.range.start.line, severity="warning",
                             message=f"no launch site in this file: the port uses the usual {profile.family} launch "
                                     f"(grid {plan.grid}, block {plan.block}); check launch_config()"))
     else:
@@ -508,7 +509,7 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
         plan.block = "_dim3(256)"
         for s in plan.scalars:
             s.value = py_name(s.name)
-        issues.append(Issue(construct=k.name, line=k.range.start.line, severity="warning",
+        issues.append(Issue(scope="launch_config", construct=k.name, line=k.range.start.line, severity="warning",
                             message="no launch site in this file: the port launches 1-D blocks of 256 threads over "
                                     "the first output; check launch_config()"))
     plan.config_lines = lines
