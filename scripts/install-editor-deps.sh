@@ -45,8 +45,20 @@ if [ ${#missing[@]} -eq 0 ]; then
 else
   echo "    installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
+  if [ "$(id -u)" = 0 ]; then
+    apt=(apt-get)
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    apt=(sudo -n apt-get)
+  else
+    echo "install-editor-deps.sh: cannot install the Debian packages ${missing[*]} (not root, no passwordless sudo)" >&2
+    exit 3
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-editor-deps.sh: no apt-get here to install ${missing[*]} (the editor tests need Debian's packages)" >&2
+    exit 3
+  fi
+  "${apt[@]}" update -q
+  "${apt[@]}" install -y -q --no-install-recommends "${missing[@]}"
 fi
 CHROMIUM="$(command -v chromium || true)"
 [ -x "$CHROMIUM" ] || { echo "ERROR: chromium is not on PATH after apt-get install chromium" >&2; exit 1; }

@@ -4,6 +4,7 @@ workspace holding a CUDA kernel, and the ksearch language server installed in th
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ from editor_helpers import ARTIFACTS, DEPS, FALLBACK_KERNEL, INSTALL_HINT, KERNE
 
 
 def _require(paths: dict[str, Path]) -> None:
+    if os.environ.get("KSEARCH_EDITOR_SKIP"):     # scripts/test.sh could not install them here, and says why
+        pytest.skip(f"editor tests skipped: {os.environ['KSEARCH_EDITOR_SKIP']}")
     missing = [f"{what} ({path})" for what, path in paths.items() if not path.exists()]
     if missing:
         pytest.skip(f"editor test tools missing: {', '.join(missing)}; {INSTALL_HINT}")
