@@ -22,7 +22,8 @@ from ._src import header, kernel_ctor, tag
 def flash_mma_valid(k: dict) -> bool:
     nth, bkv = 32 * k["warps"], k["block_kv"]
     # K and V staging registers at Dh=128: BKV*16/NTH 16-byte chunks each (<= 4)
-    return bkv % 16 == 0 and (bkv * 16) % nth == 0 and bkv * 16 // nth <= 4
+    # (and at least one chunk each at Dh=64: BKV*8 >= NTH)
+    return bkv % 16 == 0 and (bkv * 8) % nth == 0 and bkv * 16 // nth <= 4
 
 
 def _source(k: dict) -> str:

@@ -40,7 +40,9 @@ def baseline(x, w, route):
     return mx.take(y[:, 0, :], inv, axis=0).reshape(T, K, -1).astype(x.dtype)
 '''
 SMALL = [Workload(name="t9_e4_k2_d64_o48", dims={"T": 9, "E": 4, "K": 2, "D": 64, "O": 48}),
-         Workload(name="t5_e6_k3_d40_o20", dims={"T": 5, "E": 6, "K": 3, "D": 40, "O": 20})]
+         Workload(name="t5_e6_k3_d40_o20", dims={"T": 5, "E": 6, "K": 3, "D": 40, "O": 20}),
+         # 40 rows per expert: fills more than one 16-row MMA fragment (rows g + 8 of the fragment layout)
+         Workload(name="t40_e2_k2_d32_o24", dims={"T": 40, "E": 2, "K": 2, "D": 32, "O": 24})]
 BENCH = [Workload(name="mixtral_t4096_e8_k2_d4096_o14336", dims={"T": 4096, "E": 8, "K": 2, "D": 4096, "O": 14336}),
          Workload(name="qwen15moe_t4096_e60_k4_d2048_o1408", dims={"T": 4096, "E": 60, "K": 4, "D": 2048, "O": 1408})]
 
