@@ -23,6 +23,7 @@ search makes the same decisions however the devices finish.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Callable
@@ -464,10 +465,26 @@ def run_search(req: SearchRequest, store: Store, emit: Callable, *, proposer: Pr
         except (PoolError, ValueError) as e:
             raise SearchError(str(e)) from None
         kinds = candidate_kinds(info.name, task)
+        fallback_note = None
+        if task.origin == "captured" and kinds == ["ops"]:
+            # the user's kernel is a GPU kernel and this backend runs MLX ops only (mlx-cpu): its recognised
+            # family's task (in ops) is what can run here; without one the run reports the root not runnable
+            from .resolve import recognize_family
+            fam_name = recognize_family(task.kernel_name or task.name, Path(task.source_file or "").stem)
+            if fam_name:
+                family = _family(fam_name)
+                task = family.make_task()
+                fallback_note = (f"{info.name} runs MLX operations only, not the user's GPU kernel: optimizing the "
+                                 f"{fam_name} family's task in MLX ops instead (use --backend sim to check edits of "
+                                 f"the kernel itself)")
         if proposer is None:
             proposer = make_proposer(req, family=family, cache_dir=str(_cache_dir(req)))
         store.update_run(req.run_id, task_name=task.name, family=task.family, backend=info.name, proposer=proposer.name)
+        if not req.task or fallback_note:   # the task was resolved here: the run's record keeps it (labels, resume)
+            store.update_run(req.run_id, config={**req.model_dump(mode="json"), "task": task.model_dump(mode="json")})
         run = _Run(req, store, emit, proposer, task, pool, info, kinds, max_debug)
+        if fallback_note:
+            run.log(fallback_note, "warning")
         if req.cluster:
             run.log(f"evaluating on the Ray cluster {req.cluster}: {pool.slots(info.name)} {info.name} device(s), "
                     f"{info.device}")

@@ -74,8 +74,14 @@ async def test_diagnostics_on_unportable_and_oversized_kernels(editor: Editor, w
 
 
 async def test_create_benchmark_task_then_optimize_is_offered(editor: Editor, workspace: Path):
-    shutil.copy(EXAMPLES / "gelu" / "gelu.cu", workspace / "gelu.cu")
-    uri = editor.open(workspace / "gelu.cu")
+    # A CUDA kernel is optimizable as it is (its program's launches make the task); a Metal kernel of no
+    # family, with no program to capture, needs a task the user writes.
+    (workspace / "gelu.metal").write_text(
+        "#include <metal_stdlib>\nusing namespace metal;\n"
+        "kernel void gelu_kernel(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
+        "                        constant uint& n [[buffer(2)]], uint i [[thread_position_in_grid]]) {\n"
+        "    if (i < n) y[i] = 0.5f * x[i] * (1.0f + precise::tanh(0.79788456f * x[i]));\n}\n")
+    uri = editor.open(workspace / "gelu.metal", language="metal")
     hint = await diagnostics_for(editor, uri, lambda ds: [d for d in ds if d.code == "no-task"])
     assert "Create benchmark task" in hint[0].message
     titles = await lens_titles(editor, uri)
@@ -85,7 +91,7 @@ async def test_create_benchmark_task_then_optimize_is_offered(editor: Editor, wo
     assert refused is None
     told = await editor.wait_for(lambda: [m for m in editor.client.messages if "no benchmark task" in m.message],
                                  what="the reason Optimize cannot start")
-    assert "gelu.cu" in told[0].message and "Create benchmark task" in told[0].message
+    assert "gelu.metal" in told[0].message and "Create benchmark task" in told[0].message
     assert told[0].type == types.MessageType.Error and "Traceback" not in told[0].message
 
     actions = await editor.client.text_document_code_action_async(types.CodeActionParams(
