@@ -111,6 +111,20 @@ class GpuTimer:
         return CUPTI_METHOD if self.kind == "cupti" else WALL_METHOD
 
     # -- timing --------------------------------------------------------------------------------------
+    def call_ms(self, thunk: Callable[[], None]) -> tuple[float, str]:
+        """(ms, method) of ONE call: `thunk` must run the call and evaluate + synchronize it itself (the
+        evaluator's per-call step). GPU time of its kernels under CUPTI, else the wall time around it."""
+        if self.kind == "cupti":
+            session = _session(self._module)
+            session.begin()
+            thunk()
+            ms, n = session.end()
+            if n:
+                return ms, CUPTI_METHOD
+        t0 = time.perf_counter()
+        thunk()
+        return (time.perf_counter() - t0) * 1e3, WALL_METHOD
+
     def time(self, fn: Callable, repeats: int = 20, rotate_inputs: Sequence[Sequence] | None = None
              ) -> tuple[float, float, str]:
         """(median ms, interquartile range ms, method) over `repeats` calls of `fn(*inputs)`, each evaluated

@@ -77,3 +77,11 @@ def test_without_cupti_the_timer_falls_back_to_wall_time_named_as_such():
         GpuTimer("cupti")
     with pytest.raises(ValueError):
         t.time(lambda: None, repeats=0)
+
+
+def test_one_call_at_a_time_for_the_evaluators_per_call_step():
+    cupti = fake_cupti([40_000])
+    ms, method = GpuTimer("cupti", cupti_module=cupti).call_ms(cupti.launch)
+    assert ms == pytest.approx(0.04) and method == CUPTI_METHOD
+    ms, method = GpuTimer("wall").call_ms(lambda: mx.eval(mx.ones((4,)) + 1))
+    assert ms > 0 and method == WALL_METHOD
