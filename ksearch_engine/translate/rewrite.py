@@ -34,7 +34,8 @@ class Issue:
     message: str
     severity: str = "error"   # error: the port is wrong or will not compile; warning: check it; info
     # "kernel": the kernel's code; "launch_config": only the sizes that `kernel(*inputs)` infers from host code
-    # (the CUDA-convention `launch()` takes the launch as given, so these never block a checked port)
+    # (the CUDA-convention `launch()` takes the launch as given, so these never block a checked port);
+    # "inputs": only the `kernel(*inputs)` wrapper's translation has it (launch() translates without it)
     scope: str = "kernel"
 
     def model_dump(self, **_) -> dict:

@@ -184,8 +184,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             plan.order.append(("scalar", len(plan.scalars)))
             plan.scalars.append(_Scalar(p.name, p.type, _ctype_dtype(p.type, template_types)))
     if not any(a.output for a in plan.arrays):
-        issues.append(Issue(construct=k.name, line=line0, severity="error",
-                            message="the kernel writes no pointer parameter: MLX kernels need at least one output"))
+        issues.append(Issue(construct=k.name, line=line0, severity="error", scope="inputs",
+                            message="kernel(*inputs) found no pointer parameter the kernel writes: MLX kernels need "
+                                    "at least one output (launch() takes every non-const pointer as in-out)"))
 
     # -- Metal body and header ----------------------------------------------------------------
     shared_names = {s.name for s in k.shared}
@@ -214,6 +215,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                         "to the kernel: pass them in as parameters"))
     # MLX glues its generated signature straight onto the header: end it with a newline
     metal_header = "\n\n".join(header_parts) + "\n" if header_parts else ""
+    rw_issues = list(rw.issues)
     for i in rw.issues:
         issues.append(i)
     dyn = [s for s in k.shared if s.dynamic]
@@ -239,12 +241,23 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     lrw = Rewriter(table, line_offset=line0, context=lctx)
     _, launch_metal_body = lrw.rewrite_function(k.text, helper=False)
     lheader_parts = []
+    launch_issues = list(lrw.issues)
     if preamble:
-        lheader_parts.append(Rewriter(table, line_offset=0, context=lctx).rewrite_snippet(
-            _metal_align("\n".join(preamble))))
+        lpre = Rewriter(table, line_offset=0, context=lctx)
+        lheader_parts.append(lpre.rewrite_snippet(_metal_align("\n".join(preamble))))
+        launch_issues += lpre.issues
     for h in helpers:
-        whole, _ = Rewriter(table, line_offset=h.range.start.line, context=lctx).rewrite_function(h.text, helper=True)
+        lhr = Rewriter(table, line_offset=h.range.start.line, context=lctx)
+        whole, _ = lhr.rewrite_function(h.text, helper=True)
         lheader_parts.append(whole)
+        launch_issues += lhr.issues
+    # problems only the `kernel(*inputs)` wrapper has (outputs as fresh arrays, atomic<T> outputs): launch()
+    # translates the same code without them, so they never block a port checked through launch()
+    launch_keys = {(i.construct, i.line, i.message) for i in launch_issues}
+    for i in issues:
+        if i.severity == "error" and i.scope == "kernel" and any(i is r for r in rw_issues) \
+                and (i.construct, i.line, i.message) not in launch_keys:
+            i.scope = "inputs"
     uses_atomics = any("ks_atomic_" in x for x in [launch_metal_body] + lheader_parts)
     launch_metal_header = (lp.metal_atomic_helpers() if uses_atomics else "") + "\n\n".join(lheader_parts) + "\n"
     type_rules = table.by_kind("type")

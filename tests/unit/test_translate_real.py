@@ -202,3 +202,24 @@ def test_the_simulator_writes_back_an_input_marked_writable_and_only_that_one():
         run_mlx_kernel("metal", "r", ["a"], ["done"], "uint i = thread_position_in_grid.x;\n"
                        "device float* p = (device float*)a;\np[i] = 1.0f;\n", "", [np.zeros(8, np.float32)],
                        grid=(8, 1, 1), threadgroup=(8, 1, 1), output_shapes=[(1,)], output_dtypes=["uint32"])
+
+
+def test_stores_through_a_helper_and_shared_atomics_port_through_launch():
+    """The kernel(*inputs) wrapper sees no output and cannot do shared atomics; launch() can: the port is not
+    blocked and both ports reproduce the original."""
+    from ksearch_engine.portfile import _first_error
+    src = """
+__device__ void put(float* p, int i, float v) { p[i] = v; }
+__global__ void k(float* out, const float* x, int n) {
+    __shared__ int cnt[4];
+    if (threadIdx.x < 4) cnt[threadIdx.x] = 0;
+    __syncthreads();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&cnt[i % 4], 1);
+    __syncthreads();
+    if (i < n) put(out, i, x[i] + cnt[i % 4]);
+}"""
+    tr, res = port(src, "k", {"out": np.zeros(128, np.float32), "x": rng.random(128, dtype=np.float32), "n": 100})
+    assert _first_error(tr) is None
+    assert any(i.severity == "error" and i.scope == "inputs" for i in tr.report)   # still said, for kernel()
+    assert_ported(res)
