@@ -655,7 +655,7 @@ class Evaluator:
                 break
         if not (small and check_all):
             self._check_sample(child, name, rows, deadline, seen, fetch_t, fetch_c, check_all)
-        if "idle" not in self.off and idle_cpu > 0.05 + 0.25 * idle_wall:
+        if "idle" not in self.off and idle_cpu > 0.015 + 0.1 * idle_wall:
             raise Verdict("cheating", f"its worker used {idle_cpu * 1e3:.0f} ms of CPU while the baseline was timed "
                                       f"({idle_wall * 1e3:.0f} ms): it must be idle then (work hidden in the background, "
                                       f"or slowing the baseline down)")
