@@ -7,12 +7,11 @@ against the family's MLX baseline when there is one; on a CPU-only machine the r
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from . import backend as backends
 from .events import BestEvent, CandidateEvent, DoneEvent, LogEvent, SearchRequest, StageEvent
-from .evaluate import Evaluator, EvalResult
+
 from .store import Store
 from .task import InputSpec, KernelTask, Workload
 

@@ -17,18 +17,6 @@ from .sim.capture_models import ArgRecord, LaunchRecord
 
 MAX_BUFFER_BYTES = 64 << 20
 _PAST_END = re.compile(r"past the end of '([A-Za-z_]\w*)'")
-_C_DTYPE = {
-    "float": "float32", "double": "float64", "__half": "float16", "half": "float16", "__nv_bfloat16": "uint16",
-    "int": "int32", "int32_t": "int32", "unsigned": "uint32", "unsigned int": "uint32", "uint32_t": "uint32",
-    "uint": "uint32", "long": "int64", "long long": "int64", "int64_t": "int64", "unsigned long long": "uint64",
-    "uint64_t": "uint64", "size_t": "uint64", "char": "int8", "signed char": "int8", "int8_t": "int8",
-    "unsigned char": "uint8", "uchar": "uint8", "uint8_t": "uint8", "short": "int16", "int16_t": "int16",
-    "unsigned short": "uint16", "uint16_t": "uint16", "bool": "bool",
-    "float2": "float32", "float3": "float32", "float4": "float32", "int2": "int32", "int4": "int32",
-    "uint2": "uint32", "uint4": "uint32", "half2": "float16", "__half2": "float16", "uchar4": "uint8",
-    "double2": "float64",
-}
-_LANES = {"2": 2, "3": 3, "4": 4}
 
 
 class InferError(Exception):
@@ -37,13 +25,13 @@ class InferError(Exception):
 
 def pointee(ctype: str) -> tuple[str, int] | None:
     """(numpy dtype name, elements per C element) of a pointer parameter's base type; None for structs."""
-    words = [w for w in re.findall(r"[A-Za-z_]\w*", ctype)
-             if w not in ("const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "signed")]
-    base = " ".join(words)
-    if base in _C_DTYPE:
-        lanes = _LANES.get(base[-1], 1) if base[-1].isdigit() else 1
-        return _C_DTYPE[base], lanes
-    return None
+    from .translate.launch import ELEM_BYTES, POINTEE, norm_type
+
+    base = norm_type(ctype)
+    if base not in POINTEE:
+        return None
+    dt, size = POINTEE[base]
+    return ("uint16" if dt == "bfloat16" else dt), max(1, size // ELEM_BYTES[dt])
 
 
 def _eval_int(expr: str | None, env: dict[str, int]) -> tuple[int, ...] | None:

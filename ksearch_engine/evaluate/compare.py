@@ -25,6 +25,19 @@ class Worst:
     max_abs_err: float   # largest finite |got - expected| over the array
 
 
+def excess(got: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> np.ndarray:
+    """Per element, how far outside `atol + rtol * |expected|` it is (> 0: outside); specials exactly: a NaN
+    or an infinity that does not sit where the expected output has the same one is +inf, never NaN."""
+    g, e = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    fin_g, fin_e = np.isfinite(g), np.isfinite(e)
+    both = fin_g & fin_e
+    special_ok = ~fin_g & ~fin_e & ((np.isnan(g) & np.isnan(e)) | (g == e))  # NaN~NaN, +inf~+inf, -inf~-inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(both, np.abs(np.where(both, g, 0.0) - np.where(both, e, 0.0)), np.where(special_ok, 0.0, np.inf))
+        allowed = np.where(fin_e, atol + rtol * np.abs(np.where(fin_e, e, 0.0)), 0.0)
+        return err - allowed
+
+
 def compare(got: np.ndarray, expected: np.ndarray, atol: float, rtol: float, *, exact_specials: bool = True) -> Worst | None:
     """The worst element of `got` against `expected` (same shape), or None for empty arrays.
     `exact_specials=False` is the old arithmetic, kept only so a test can show what it let through."""
