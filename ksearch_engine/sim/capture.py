@@ -116,7 +116,9 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
     tmp = d / f"cap{key}.{os.getpid()}.tmp"
     pch = _pch(cxx)
     cmd = [cxx, *_flags(), *([f"-I{pch}"] if pch else []), f"-I{_build.HEADER.parent}", "-isystem", str(inc),
-           *dflags, *map(str, srcs), "-o", str(tmp), "-lm", "-lpthread"]
+           *dflags, *map(str, srcs), "-o", str(tmp), "-lm", "-lpthread",
+           # several translation units each carry ksim.h's context-switch routine (identical copies)
+           *(["-Wl,--allow-multiple-definition"] if extra else [])]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:

@@ -136,8 +136,9 @@ def rewrite_launches(text: str, kernels: dict[str, object]) -> str:
     """``k<<<cfg>>>(args)`` -> ``ksim_host::launch(site, ksim_host::cfg(cfg), &k, args)``; lines are kept."""
     code = mask_comments(text)
     out, pos = [], 0
-    opens = re.compile(r"<\s*<\s*<")
-    closes = re.compile(r">\s*>\s*>")
+    # <<< and >>> (nvcc also takes "<< <" / ">> >"), but not two shift operators around a masked string
+    opens = re.compile(r"(?<!<)(?:<<[ \t]*<|<[ \t]*<<)(?!<)")
+    closes = re.compile(r"(?<!>)(?:>>[ \t]*>|>[ \t]*>>)(?!>)")
 
     def find_open(at: int) -> tuple[int, int]:
         m = opens.search(code, at)
