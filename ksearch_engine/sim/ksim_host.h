@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <tuple>
@@ -682,8 +683,11 @@ inline std::string launch_json(long long index, const Site& s, const Cfg& c, std
 template <class Tup, class Invoke>
 inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   State& S = st();
-  if (S.in_kernel)
+  static thread_local bool this_thread_in_kernel = false;
+  if (this_thread_in_kernel)
     gpu_only((std::string("dynamic parallelism (a launch of ") + s.kernel + " inside a kernel)").c_str(), s.file, s.line);
+  static std::mutex one_launch_at_a_time;  // host threads launching at once: launches run one after another
+  std::lock_guard<std::mutex> hold(one_launch_at_a_time);
   if (c.stream == cudaStreamPerThread || c.stream == cudaStreamLegacy || c.stream) {}  // serialised: no-op
   unsigned long long nt = (unsigned long long)c.block.x * c.block.y * c.block.z;
   if (nt == 0 || nt > 1024 || c.block.z > 64 || c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 ||
@@ -746,7 +750,9 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   S.kernel_name = s.kernel;
   S.thunk = (void*)&inv;
   S.invoke = [](void* p) { (*(Invoke*)p)(); };
+  this_thread_in_kernel = true;
   run_grid_here(c.grid, c.block, c.smem);
+  this_thread_in_kernel = false;
   if (S.current) S.current[0] = 0;
   if (!record) return;
   for (size_t i = 0; i < infos.size(); i++) {
