@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .defaults import EVALUATIONS
 from .events import SearchRequest
 from .store import Store, default_path
 from .task import KernelTask, TaskError
@@ -185,8 +186,11 @@ def cmd_eval(args) -> int:
         source = Path(args.candidate).read_text()
     except OSError as e:
         raise UserError(f"{args.candidate}: cannot read the candidate ({e.strerror})") from None
-    with Evaluator(task, args.backend, limits=Limits(wall_s=args.timeout)) as ev:
-        r = ev.evaluate(source)
+    try:
+        with Evaluator(task, args.backend, limits=Limits(wall_s=args.timeout)) as ev:
+            r = ev.evaluate(source)
+    except (OSError, EOFError) as e:   # never the silent exit 0 of main()'s BrokenPipeError (stdout's reader left)
+        raise UserError(f"the evaluation did not finish: {type(e).__name__}: {e}") from None
     if args.json:
         print(r.model_dump_json(indent=2))
     else:
@@ -336,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--model", help="LLM model name (gemini / openai proposers)")
     o.add_argument("--base-url", help="OpenAI-compatible endpoint (mlx_lm.server, Ollama, vLLM)")
     o.add_argument("--backend", choices=["mlx-metal", "mlx-cuda", "mlx-cpu", "sim"], help="default: best present")
-    o.add_argument("--budget", type=int, default=16, help="candidate evaluations (default 16)")
+    o.add_argument("--budget", type=int, default=EVALUATIONS, help=f"candidate evaluations (default {EVALUATIONS})")
     o.add_argument("--max-seconds", type=float, default=900.0)
     o.add_argument("--seed", type=int, default=0)
     o.add_argument("--cluster", default=None, metavar="ADDRESS",
@@ -389,6 +393,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has left (the only BrokenPipeError that is not an error)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, 0)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -399,7 +416,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
-    except BrokenPipeError:      # `ksearch runs --json | head`: the reader left; not an error of ours
+    except BrokenPipeError as e:   # `ksearch runs --json | head`: the reader left; not an error of ours
+        if not _stdout_gone():     # another pipe broke (a worker's): an error, never a silent exit 0
+            err.print(f"[red]error:[/] {escape(f'{type(e).__name__}: {e}')}")
+            return 1
         try:
             sys.stdout = open(os.devnull, "w")
         except OSError:

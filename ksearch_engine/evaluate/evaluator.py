@@ -26,7 +26,6 @@ import json
 import math
 import os
 import secrets
-import select
 import shutil
 import signal
 import sys
@@ -41,6 +40,7 @@ from .. import backend as backends
 from ..task import KernelTask
 from .compare import compare
 from .models import EvalResult, Limits, Mismatch, Timing
+from . import sandbox as _sb   # its Channel, tail_text and clean: looked up at call time (tests switch them)
 from .sandbox import kill_group, scratch_usage, spawn, sweep_stale
 
 SUSPECT_SPEEDUP = 10.0
@@ -81,16 +81,29 @@ class _Child:
         self.proc, self.applied, self.cgroup = spawn(
             cmd, scratch, limits, backend=backend, stderr_path=self.stderr,
             env_extra={"PYTHONPATH": os.pathsep.join(filter(None, [pkg_root, os.environ.get("PYTHONPATH")]))})
-        self.buf = b""
-        self.events: list[dict] = []   # guard events streamed by the worker since the last request
+        # every byte the worker sends comes through the channel: bounded lines, at most 64 events kept (each
+        # cut), control characters stripped from every string, and a closed pipe is the worker's error
+        self.channel = _sb.Channel(self.proc, ProtocolError)
         self.hello: dict | None = None
         self.base_pids = 0
 
+    @property
+    def events(self) -> list[dict]:
+        """Guard events streamed by the worker since the last request (bounded; see sandbox.Channel)."""
+        return self.channel.events
+
     def start(self) -> dict:
-        """Wait for the worker's hello (once)."""
+        """Wait for the worker's hello (once). A worker that dies, garbles or closes its channel before it
+        says hello is a worker that did not start (its message says why), never an exception."""
         if self.hello is None:
-            self.hello = self.read(timeout=120) or {"ready": False, "message": self.log_tail()}
-            self.applied["user"] = self.hello.get("user", "")
+            try:
+                hello = self.read(timeout=120)
+            except (EOFError, ProtocolError, OSError) as e:
+                hello = {"ready": False, "message": f"{_what(e)}: {self.log_tail()}"}
+            if not isinstance(hello, dict) or not isinstance(hello.get("ready"), bool):
+                hello = {"ready": False, "message": f"no hello within 120 s: {self.log_tail()}"}
+            self.hello = hello
+            self.applied["user"] = str(self.hello.get("user", ""))
             self.base_pids = len(self.cgroup.pids())
         return self.hello
 
@@ -99,77 +112,32 @@ class _Child:
 
     def request(self, obj: dict, timeout: float, max_bytes: int = 0) -> tuple[dict, bytes, float]:
         """Send one request; its reply, the bytes after it, and the round trip as this process's clock saw it
-        (seconds). Raises TimeoutError, EOFError (the worker died), ProtocolError, QuotaError."""
+        (seconds). Raises TimeoutError, EOFError (the worker died), ProtocolError (anything else wrong with
+        its pipes or what came through them), QuotaError; nothing else."""
         obj["nonce"] = nonce = os.urandom(8).hex()
-        self.events = []
-        line = (json.dumps(obj) + "\n").encode()
         t0 = time.perf_counter()
         try:
-            self.proc.stdin.write(line)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            self._died()
-        rep = self.read(timeout, watch_scratch=self.role == "candidate")
-        rtt = time.perf_counter() - t0
-        if rep is None:
-            raise TimeoutError(timeout)
-        if rep.get("nonce") != nonce:
-            raise ProtocolError("a reply that does not answer the request (forged or out of order)")
-        n = rep.get("bytes", 0)
-        if not isinstance(n, int) or n < 0 or n > max_bytes:
-            raise ProtocolError(f"a reply carrying {n!r} bytes where at most {max_bytes} were asked for")
-        return rep, self.read_bytes(n, timeout), rtt
-
-    def _died(self):
-        try:
-            self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001
-            pass
-        raise EOFError(self.proc.returncode)
-
-    def _fill(self, deadline: float, watch_scratch: bool) -> bool:
-        fd = self.proc.stdout.fileno()
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        r, _, _ = select.select([fd], [], [], min(left, 0.5))
-        if watch_scratch and not r:   # only while it is quiet: never inside a quick, timed round trip
-            self.check_scratch()
-        if r:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                self._died()
-            self.buf += chunk
-        return True
+            self.channel.send(obj)
+            rep = self.read(timeout, watch_scratch=self.role == "candidate")
+            rtt = time.perf_counter() - t0
+            if rep is None:
+                raise TimeoutError(timeout)
+            if rep.get("nonce") != nonce:
+                raise ProtocolError("a reply that does not answer the request (forged or out of order)")
+            n = rep.get("bytes", 0)
+            if not isinstance(n, int) or n < 0 or n > max_bytes:
+                raise ProtocolError(f"a reply carrying {n!r} bytes where at most {max_bytes} were asked for")
+            return rep, self.channel.read_bytes(n, timeout), rtt
+        except (TimeoutError, EOFError, ProtocolError, QuotaError):
+            raise
+        except OSError as e:   # a pipe error of any other kind: the worker broke its channel
+            raise ProtocolError(f"its pipe failed ({_what(e)})") from None
 
     def read(self, timeout: float, watch_scratch: bool = False) -> dict | None:
-        """The next reply line, or None on timeout; guard events on the way are collected."""
-        deadline = time.monotonic() + timeout
-        while True:
-            while b"\n" not in self.buf:
-                if len(self.buf) > 1 << 20:
-                    raise ProtocolError("the worker sent an over-long reply line")
-                if not self._fill(deadline, watch_scratch):
-                    return None
-            line, self.buf = self.buf.split(b"\n", 1)
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                raise ProtocolError(f"the worker sent a line that is not JSON: {line[:80]!r}") from None
-            if not isinstance(msg, dict):
-                raise ProtocolError("the worker sent a reply that is not an object")
-            if "event" in msg:
-                self.events.append(msg)
-                continue
-            return msg
-
-    def read_bytes(self, n: int, timeout: float) -> bytes:
-        deadline = time.monotonic() + timeout
-        while len(self.buf) < n:
-            if not self._fill(deadline, False):
-                raise TimeoutError(timeout)
-        data, self.buf = self.buf[:n], self.buf[n:]
-        return data
+        """The next reply, or None on timeout; guard events on the way are collected (see sandbox.Channel).
+        The scratch quota is checked only once the worker has been quiet a while (never inside a quick,
+        timed round trip)."""
+        return self.channel.read(timeout, self.check_scratch if watch_scratch else None)
 
     def check_scratch(self) -> None:
         used, files = scratch_usage(self.scratch, self.limits.scratch_files)
@@ -196,10 +164,8 @@ class _Child:
         return total / _HZ
 
     def log_tail(self, n: int = 15) -> str:
-        try:
-            return "\n".join(self.stderr.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        """The last lines of the worker's stderr: only its last 64 KB are read, control characters removed."""
+        return _sb.tail_text(self.stderr, n)
 
     def close(self) -> None:
         kill_group(self.proc, self.cgroup)
@@ -209,6 +175,10 @@ class _Child:
             self.stderr.unlink()
         except OSError:
             pass
+
+
+def _what(e: BaseException) -> str:
+    return f"{type(e).__name__}{': ' + str(e) if str(e) else ''}"
 
 
 _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -322,6 +292,11 @@ class Evaluator:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _base(self, **kw) -> EvalResult:
+        # a candidate's text reaches messages through the channel (cleaned there) and the stderr tail (cleaned
+        # there); cleaned once more here, whatever path it took
+        for k in ("message", "log_tail"):
+            if isinstance(kw.get(k), str):
+                kw[k] = _sb.clean(kw[k])
         return EvalResult(backend=self.backend, device=self.info.device, mlx_version=self.info.mlx_version, **kw)
 
     def _next_slot(self) -> int:
@@ -421,7 +396,9 @@ class Evaluator:
         return rep, data, rtt
 
     def _caught(self, child: _Child, then: str = "") -> None:
-        if child.events and "audit" not in self.off:
+        # An event line is the in-worker guard's report, or a line the candidate forged on the reply channel:
+        # cheating either way (with the audit guard off the worker sends none of its own).
+        if child.events:
             raise Verdict("cheating", str(child.events[0].get("detail", child.events[0].get("event", ""))) + then)
 
     def _audit(self, child: _Child, deadline: float) -> None:
@@ -429,7 +406,7 @@ class Evaluator:
         self._ask(child, {"op": "audit"}, deadline)
         try:
             pong, _, _ = child.request({"op": "ping"}, timeout=10)
-        except (TimeoutError, EOFError, ProtocolError):
+        except (TimeoutError, EOFError, ProtocolError, QuotaError):
             pong = None
         if not pong or pong.get("pong") is None:
             raise Verdict("cheating", "tampered with the evaluator's reply channel: extra or missing replies after its answer")
@@ -463,6 +440,11 @@ class Evaluator:
             return res
         except Verdict as v:
             return self._base(status=v.status, kind=kind, message=v.message, worst=v.worst,
+                              log_tail=child.log_tail(), sandbox=child.applied)
+        except (TimeoutError, EOFError, ProtocolError, QuotaError, OSError) as e:
+            # every request to the candidate's worker goes through _ask, which turns these into verdicts; one
+            # that slips through anyway is still the candidate's failure, never the evaluator's crash
+            return self._base(status="crashed", kind=kind, message=f"its worker's channel failed ({_what(e)})",
                               log_tail=child.log_tail(), sandbox=child.applied)
         finally:
             self._release(child, clean)

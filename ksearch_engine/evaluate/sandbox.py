@@ -684,6 +684,7 @@ class Channel:
         self.scanned = 0
         self.events: list[dict] = []
         self.dropped = 0
+        self.ticked = 0.0
 
     def send(self, obj: dict) -> None:
         self.events.clear()
@@ -711,36 +712,62 @@ class Channel:
         self.scanned = 0
         return line
 
+    def _fill(self, deadline: float, tick=None, since: float = 0.0) -> bool:
+        """Read what the child sent (one chunk, up to 64 KB) into the buffer; False once `deadline` passed.
+        `tick()` runs once the read began 0.5 s ago (`since`) and at most every 0.5 s (a quick round trip is
+        never slowed down by it, a flood does not run it per chunk)."""
+        import select
+
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        fd = self.proc.stdout.fileno()
+        try:
+            r, _, _ = select.select([fd], [], [], min(left, 0.5))
+        except (OSError, ValueError) as e:
+            raise self.error(f"the worker's reply channel cannot be read ({type(e).__name__})") from None
+        now = time.monotonic()
+        if tick is not None and now - since >= 0.5 and now - self.ticked >= 0.5:
+            self.ticked = now
+            tick()
+        if not r:
+            return True
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                raise self.error("the worker closed its reply channel and kept running") from None
+            raise EOFError(self.proc.returncode)
+        self.buf += chunk
+        return True
+
+    def read_bytes(self, n: int, timeout: float) -> bytes:
+        """The `n` raw bytes that follow a reply line (the caller bounds `n` before asking); TimeoutError when
+        they do not all come within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while len(self.buf) < n:
+            if not self._fill(deadline):
+                raise TimeoutError(timeout)
+        data = bytes(self.buf[:n])
+        del self.buf[:n]
+        self.scanned = 0
+        return data
+
     def read(self, timeout: float, tick=None) -> dict | None:
         """The next reply, or None on timeout; EOFError(returncode) when the child died; `error` on a line
         that is not a JSON object, an over-long line, or a closed reply channel of a child still running.
-        `tick()` runs at least every 0.5 s while waiting."""
-        import select
-
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
+        `tick()` runs every 0.5 s or so once the read has waited 0.5 s (see `_fill`)."""
+        since = time.monotonic()
+        deadline = since + timeout
         while True:
             line = self._line()
             while line is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if not self._fill(deadline, tick, since):
                     return None
-                r, _, _ = select.select([fd], [], [], min(left, 0.5))
-                if tick is not None:
-                    tick()
-                if not r:
-                    continue
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    try:
-                        self.proc.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        raise self.error("the worker closed its reply channel and kept running") from None
-                    raise EOFError(self.proc.returncode)
-                self.buf += chunk
                 line = self._line()
             try:
                 msg = json.loads(line)

@@ -115,8 +115,11 @@ def test_event_flood_keeps_the_evaluators_memory_bounded(monkeypatch):
         r, peak = _peak_during(lambda: ev.evaluate(EVENT_FLOOD.replace("$N", "1500"), timing=False))
         assert r.status == "cheating", (r.status, r.message)   # forged events on the reply channel
         assert peak < 40 << 20, f"the evaluator's memory peaked at {peak >> 20} MB"
-        # Guard off: events kept whole and without a cap
-        monkeypatch.setattr(sandbox.Channel, "__init__", _unbounded_init)
+    # Guard off: events kept whole and without a cap (a new evaluator: its workers, started ahead, get the
+    # unbounded channel)
+    monkeypatch.setattr(sandbox.Channel, "__init__", _unbounded_init)
+    with make_evaluator(softmax_task(), disable_guards=["audit"]) as ev:
+        ev.evaluate("import mlx.core as mx\ndef kernel(x):\n" + GOOD_BODY, timing=False)
         _, peak_off = _peak_during(lambda: ev.evaluate(EVENT_FLOOD.replace("$N", "150"), timing=False))
     assert peak_off > 100 << 20, f"guard off, the peak was only {peak_off >> 20} MB"
 
