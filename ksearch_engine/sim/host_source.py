@@ -116,6 +116,43 @@ def _match_fwd(code: str, start: int, open_c: str, close_c: str) -> int:
     return -1
 
 
+_UNRUNNABLE = [(re.compile(r"\basm\s*(?:volatile\s*)?\("), "inline PTX (asm)"),
+               (re.compile(r"\bwmma::|\bnvcuda::"), "tensor-core wmma"),
+               (re.compile(r"\b__nv_[a-z0-9_]*tma|\bcp\.async"), "Hopper async copies")]
+_GLOBAL_HEAD = re.compile(r"__global__[^;{]*?\b([A-Za-z_]\w*)\s*\(")
+
+
+def stub_unrunnable_kernels(text: str, shown: str) -> str:
+    """Kernels whose code only a GPU runs (inline PTX, wmma) get a body that stops the capture when launched,
+    naming the construct and its line; the rest of the program (and its other kernels) still compiles and runs.
+    Line numbers are kept: the removed body's newlines stay."""
+    code = mask_comments(text)
+    out, pos = [], 0
+    for m in _GLOBAL_HEAD.finditer(code):
+        paren = m.end() - 1
+        close = _match_fwd(code, paren, "(", ")")
+        if close < 0:
+            continue
+        brace = code.find("{", close)
+        if brace < 0 or code[close + 1:brace].strip(" \t\n\r").endswith(";") or ";" in code[close + 1:brace]:
+            continue
+        end = _match_fwd(code, brace, "{", "}")
+        if end < 0 or brace < pos:
+            continue
+        body = code[brace:end]
+        hit = next(((rx.search(body), what) for rx, what in _UNRUNNABLE if rx.search(body)), None)
+        if hit is None:
+            continue
+        line = text.count("\n", 0, brace + hit[0].start()) + 1
+        msg = f"kernel {m.group(1)}: {hit[1]}"
+        out.append(text[pos:brace + 1])
+        out.append(f' ksim_host::gpu_only("{_escape(msg)}", "{_escape(shown)}", {line}); '
+                   + "\n" * text.count("\n", brace, end))
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def _split_top(s: str) -> list[str]:
     parts, depth, cur = [], 0, ""
     for c in s:
@@ -251,10 +288,10 @@ def build_program(path: Path, include_dirs: list[Path]) -> Program:
         return rel if not rel.startswith("../../../") else str(p)
 
     def expand(p: Path, stack: tuple[Path, ...]) -> str:
-        text = read(p)
+        name = shown(p)
+        text = stub_unrunnable_kernels(read(p), name)
         if p not in prog.files:
             prog.files.append(p)
-        name = shown(p)
         prog.display[os.path.basename(name)] = name
         code = mask_comments(text)
         out, pos = [], 0

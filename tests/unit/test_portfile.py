@@ -70,7 +70,7 @@ def test_a_wrong_port_is_caught_against_the_capture(program):
     launches = cap.launches_of("axpy_inplace")
     good = check_captured(tr.module_text, src, parsed.kernel("axpy_inplace"), program, cap, launches)
     assert good.passed, good.reason
-    wrong = tr.module_text.replace("a * x[i] + y[i]", "a * x[i] + 1.0001f * y[i]")
+    wrong = tr.module_text.replace("a * x[i] + y[i]", "a * x[i] + 1.01f * y[i]")
     assert wrong != tr.module_text
     bad = check_captured(wrong, src, parsed.kernel("axpy_inplace"), program, cap, launches)
     assert not bad.passed and "y" in (bad.reason or "")
