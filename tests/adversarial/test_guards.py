@@ -17,7 +17,22 @@ from attacks import assert_carries_on, attack, make_evaluator, softmax_task
 from ksearch_engine.evaluate import sandbox
 
 LINUX_NS = bool(sandbox._unshare_prefix())
+HAS_BWRAP = bool(sandbox.bwrap_path())
 needs_ns = pytest.mark.skipif(not LINUX_NS, reason="needs Linux namespaces (unshare) for the child")
+needs_bwrap = pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (`bwrap`) is not installed or not usable here")
+
+
+@pytest.fixture
+def unshare_sandbox(monkeypatch):
+    """The fallback where bubblewrap is missing: namespaces with covers over the hidden folders (its own
+    guards, the covers and the way they are held, are what these tests check)."""
+    monkeypatch.setenv("KSEARCH_SANDBOX", "unshare")
+
+
+@pytest.fixture
+def bwrap_sandbox(monkeypatch):
+    monkeypatch.setenv("KSEARCH_SANDBOX", "bwrap")
+    return monkeypatch
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to a uid of its own needs root")
 
 
@@ -147,12 +162,72 @@ def test_ssh_key_is_hidden_and_the_attempt_reported(fake_home):
 
 
 @needs_ns
-def test_with_nothing_hidden_the_key_leaks(fake_home):
-    """Shows the hide list is what protects it."""
+def test_with_nothing_hidden_the_key_leaks_under_the_namespace_fallback(fake_home, unshare_sandbox):
+    """Shows the hide list is what protects it where the child sees the host's files (unshare fallback)."""
     home, key = fake_home
     with make_evaluator(softmax_task(), hide=[], disable_guards=["audit"]) as ev:
         r = ev.evaluate(attack("reads_ssh_key", KEY=key))
+    assert r.sandbox_kind == "namespaces (unshare)", r.sandbox
     assert r.status == "runtime_error" and "ksearch-test-secret" in r.message
+
+
+@needs_bwrap
+def test_bubblewrap_shows_no_key_even_with_nothing_hidden_and_the_view_is_what_keeps_it_out(fake_home, bwrap_sandbox,
+                                                                                             monkeypatch):
+    """Under bubblewrap the hide list does not matter: the view holds only what the run needs. Guard off: put
+    the key's folder into the view (a PYTHONPATH entry is part of it) and the same candidate reads the key."""
+    home, key = fake_home
+    src = attack("reads_ssh_key", KEY=key)
+    with make_evaluator(softmax_task(), hide=[], disable_guards=["audit"]) as ev:
+        r = ev.evaluate(src)
+        assert r.sandbox_kind == "bubblewrap", r.sandbox
+        assert r.status == "passed", f"the key was visible: {r.message}"
+        assert str(home) not in r.sandbox["view"]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(home), os.environ.get("PYTHONPATH")])))
+    with make_evaluator(softmax_task(), hide=[], disable_guards=["audit"]) as ev:
+        r = ev.evaluate(src)
+    assert r.status == "runtime_error" and "ksearch-test-secret" in r.message, (r.status, r.message)
+
+
+@needs_bwrap
+def test_bubblewrap_mounts_no_secret_folder_of_the_home(bwrap_sandbox):
+    """The real home's secret folders (.ssh, .config, ...) and the home itself are not in the view at all, and
+    nothing of the view can be unmounted or written (no capabilities, read-only binds)."""
+    home = Path.home().resolve()
+    probe = ("import ctypes, json, os, mlx.core as mx\n"
+             "libc = ctypes.CDLL(None, use_errno=True)\n"
+             "def kernel(x):\n"
+             f"    home = {str(home)!r}\n"
+             f"    secrets = [os.path.join(home, p) for p in {list(sandbox.SECRET_PATHS)!r}]\n"
+             "    mounts = open('/proc/self/mounts').read()\n"
+             "    seen = {'secrets': [p for p in secrets if os.path.lexists(p)],\n"
+             "            'mounted': [p for p in secrets if (' ' + p + ' ') in mounts],\n"
+             "            'umount': libc.umount2(b'/usr', 2), 'umount_errno': ctypes.get_errno()}\n"
+             "    try:\n"
+             "        open('/usr/zz-ksearch-probe', 'w')\n"
+             "        seen['wrote'] = True\n"
+             "    except OSError:\n"
+             "        seen['wrote'] = False\n"
+             "    raise RuntimeError('SEEN ' + json.dumps(seen))\n")
+    import json
+
+    def run() -> dict:
+        with make_evaluator(softmax_task(), disable_guards=["audit"]) as ev:
+            r = ev.evaluate(probe, timing=False)
+        assert "SEEN " in r.message, r.message
+        return r.sandbox_kind, json.loads(r.message.split("SEEN ", 1)[1].splitlines()[0])
+
+    kind, seen = run()
+    assert kind == "bubblewrap"
+    assert seen["secrets"] == [] and seen["mounted"] == [], seen
+    assert seen["umount"] == -1 and seen["wrote"] is False, seen
+    assert not os.path.exists("/usr/zz-ksearch-probe")
+    # Guard off: without a sandbox the same probe sees the home's secret folders this machine has
+    on_host = [str(home / p) for p in sandbox.SECRET_PATHS if (home / p).exists()]
+    if on_host:
+        bwrap_sandbox.setenv("KSEARCH_SANDBOX", "none")
+        kind, seen = run()
+        assert kind == "rlimits + process group" and set(on_host) <= set(seen["secrets"]), (on_host, seen)
 
 
 def _unmount_attempt(home: Path, key: Path, **limits) -> str:
@@ -167,7 +242,7 @@ def _unmount_attempt(home: Path, key: Path, **limits) -> str:
 
 @needs_ns
 @needs_root
-def test_root_worker_cannot_unmount_the_cover_after_dropping_to_its_own_uid(fake_home):
+def test_root_worker_cannot_unmount_the_cover_after_dropping_to_its_own_uid(fake_home, unshare_sandbox):
     home, key = fake_home
     msg = _unmount_attempt(home, key)
     assert "rc=-1" in msg and "ksearch-test-secret" not in msg
@@ -176,7 +251,7 @@ def test_root_worker_cannot_unmount_the_cover_after_dropping_to_its_own_uid(fake
 
 
 @needs_ns
-def test_user_namespace_worker_locks_its_covers(fake_home, monkeypatch):
+def test_user_namespace_worker_locks_its_covers(fake_home, monkeypatch, unshare_sandbox):
     """How a non-root user's worker runs (unshare --user --map-root-user): it cannot drop to another uid, so
     it locks its mounts in a nested user namespace. Forced here with the same unshare flags."""
     home, key = fake_home
