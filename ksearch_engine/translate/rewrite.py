@@ -17,6 +17,7 @@ from ..source.cfamily import parse_bytes
 from .rules import Rule, RuleTable
 
 from .launch import CUDA_ATOMICS as _CUDA_ATOMICS  # noqa: E402
+from .metal_support import THIS_THREAD_BLOCK, THREAD_ATTRIBUTES  # noqa: E402
 
 _ADDRESS_SPACES = {"device", "threadgroup", "constant", "thread"}
 _HELPER_WORDS = {"__device__", "__host__", "__forceinline__", "__noinline__"}
@@ -53,6 +54,8 @@ class RewriteContext:
     helper_pointer_spaces: dict[str, dict[int, str]] = field(default_factory=dict)  # helper -> {param idx: space}
     # launch() path: atomics become ks_atomic_* helpers that cast the address to atomic<T> (launch.py)
     cast_atomics: bool = False
+    # Metal: helpers that read thread attributes take them as trailing parameters (metal_support.py)
+    helper_attrs: dict[str, list[str]] = field(default_factory=dict)
 
 
 class Rewriter:
@@ -71,6 +74,7 @@ class Rewriter:
         self.applied: list[str] = []
         self.data = b""
         self.grid_objects: set[str] = set()
+        self.nested_replace: dict[int, str] = {}
 
     # -- entry points ---------------------------------------------------------------------------
     def rewrite_function(self, text: str, helper: bool) -> tuple[str, str]:
@@ -167,6 +171,8 @@ class Rewriter:
         return "".join(out)
 
     def _emit(self, node) -> str:
+        if node.id in self.nested_replace:   # set by _emit_helper for nodes below the function's children
+            return self.nested_replace.pop(node.id)
         t = node.type
         if node.child_count == 0 or t in ("identifier", "type_identifier", "primitive_type", "sized_type_specifier",
                                           "field_identifier"):
@@ -245,6 +251,9 @@ class Rewriter:
                 self._report("grid.sync()" if short != "this_grid" else "this_grid()", node,
                              rule.reason or "grid-wide synchronization is not available in Metal")
             return self._emit_children(node)
+        if short == "this_thread_block" and not (args_node is not None and args_node.named_children):
+            self._apply_special("cg.this_thread_block")
+            return THIS_THREAD_BLOCK
         if self.ctx.cast_atomics and name in _CUDA_ATOMICS:
             args = [a for a in (args_node.named_children if args_node is not None else []) if a.type != "comment"]
             idents = {self._text(x) for x in _walk(args[0]) if x.type == "identifier"} if args else set()
@@ -272,6 +281,13 @@ class Rewriter:
             if required <= len(args) <= len(pattern):
                 bound = {pname: self._emit(a) for (pname, _), a in zip(pattern, args)}
                 raw = {pname: self._text(a).strip() for (pname, _), a in zip(pattern, args)}
+                if rule.check is not None and rule.check.arg in raw and raw[rule.check.arg] not in rule.check.allowed \
+                        and rule.id.startswith("warp.shfl") and rule.check.arg == "width":
+                    # a shuffle within sub-groups of `width` lanes: Metal's 32-lane shuffle with CUDA's lane rules
+                    kind = rule.id.split(".", 1)[1].replace("_legacy", "").replace("shfl", "")
+                    value, other = (bound.get(n, "") for n, _ in (pattern[-3], pattern[-2]))
+                    self._apply_special("warp.shfl_width")
+                    return f"ks_shfl{kind}_w({value}, {other}, {bound['width']}, thread_index_in_simdgroup)"
                 if rule.check is not None and rule.check.arg in raw and raw[rule.check.arg] not in rule.check.allowed:
                     self._report(f"{name}(..., {rule.check.arg}={raw[rule.check.arg]})", node,
                                  f"{rule.check.message} (width {raw[rule.check.arg]}; only "
@@ -288,7 +304,17 @@ class Rewriter:
             self._apply(rule)
             return self._emit_children(node, replace={fn.id: rule.metal or ""})
         # helper calls: pointer arguments to shared arrays decide the helper's parameter address space
-        return self._emit_children(node)
+        out = self._emit_children(node)
+        attrs = self.ctx.helper_attrs.get(short)
+        if attrs and out.endswith(")"):
+            inner = out[:-1]
+            sep = "" if inner.rstrip().endswith("(") else ", "
+            out = inner + sep + ", ".join(attrs) + ")"
+        return out
+
+    def _apply_special(self, rule_id: str) -> None:
+        if rule_id not in self.applied:
+            self.applied.append(rule_id)
 
     # -- special rules --------------------------------------------------------------------------
     def _emit_declaration(self, node) -> str:
@@ -391,7 +417,20 @@ class Rewriter:
                     if not (words & _ADDRESS_SPACES):
                         replace[tnode.id] = f"{spaces.get(idx, 'device')} " + self._emit(tnode)
                 idx += 1
-        return self._emit_children(fn, replace=replace)
+            attrs = self.ctx.helper_attrs.get(fname)
+            if attrs and plist is not None:
+                self.nested_replace.update(replace)
+                replace = {}
+                text = self._emit(plist)
+                inner = text[:text.rfind(")")]
+                empty = inner.strip() in ("(", "(void")
+                inner = "(" if empty else inner
+                extra = ", ".join(f"{THREAD_ATTRIBUTES[a]} {a}" for a in attrs)
+                replace[plist.id] = inner + ("" if empty else ", ") + extra + ")"
+                self._apply_special("fn.helper_thread_attributes")
+        top = {c.id for c in fn.children}
+        self.nested_replace.update({i: v for i, v in replace.items() if i not in top})
+        return self._emit_children(fn, replace={i: v for i, v in replace.items() if i in top})
 
 
 def _depth(root) -> int:

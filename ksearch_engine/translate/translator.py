@@ -12,6 +12,7 @@ Conventions of the ports (documented in the module they emit):
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -22,6 +23,7 @@ from ..source.cfamily import param_from_node, parse_bytes
 from ..source.models import KernelInfo, Param, ParseResult
 from . import analysis
 from .hostexpr import HostExprError, expr_to_py, host_functions, host_prelude, py_name
+from .metal_support import THREAD_ATTRIBUTES, metal_support
 from .profiles import Profile, find_profile
 from .rewrite import Issue
 from .rewrite import RewriteContext, Rewriter
@@ -195,10 +197,13 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                          helper_pointer_spaces=analysis.helper_pointer_spaces(k, helpers, shared_names))
     atomic_callees = {r.callee for r in table.rules if r.requires == "atomic_outputs"}
     ctx.atomic = bool(atomic_callees & set(_identifiers(k.body)))
+    ctx.helper_attrs = _helper_attributes(table, helpers, shared_names)
     rw = Rewriter(table, line_offset=line0, context=ctx)
     _, metal_body = rw.rewrite_function(k.text, helper=False)
     header_parts = []
     preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers])
+    preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
+        + preamble
     if preamble:
         pre = Rewriter(table, line_offset=0, context=ctx)
         header_parts.append(pre.rewrite_snippet(_metal_align("\n".join(preamble))))
@@ -209,12 +214,11 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         header_parts.append(whole)
         rw.issues += hr.issues
         rw.applied += [a for a in hr.applied if a not in rw.applied]
-        if any(w in h.body for w in ("threadIdx", "blockIdx", "blockDim", "gridDim")):
-            issues.append(Issue(construct=h.name, line=h.range.start.line, severity="error",
-                                message=f"helper '{h.name}' reads CUDA thread indices; Metal exposes them only "
-                                        "to the kernel: pass them in as parameters"))
     # MLX glues its generated signature straight onto the header: end it with a newline
     metal_header = "\n\n".join(header_parts) + "\n" if header_parts else ""
+    support = metal_support("\n".join(header_parts) + metal_body)
+    if support:
+        metal_header = support + "\n" + metal_header
     rw_issues = list(rw.issues)
     for i in rw.issues:
         issues.append(i)
@@ -226,6 +230,11 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
 
     # -- CUDA-backend body ----------------------------------------------------------------------
     cuda_header_parts = ["#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif"]
+    if "cooperative_groups" in "\n".join(preamble) or "cooperative_groups::" in k.text \
+            or any("cooperative_groups::" in h.text for h in helpers):
+        cuda_header_parts.append("#include <cooperative_groups.h>")
+        if re.search(r"::reduce\s*\(", k.text + "".join(h.text for h in helpers)):
+            cuda_header_parts.append("#include <cooperative_groups/reduce.h>")
     cuda_header_parts += preamble
     cuda_header_parts += [h.text for h in helpers]
     cuda_header = "\n\n".join(cuda_header_parts) + "\n"
@@ -237,7 +246,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     from . import launch as lp
     params_table = lp.param_table(k, written, set(template_types), parse_result.preamble, issues)
     lctx = RewriteContext(shared_names=set(shared_names), outputs=set(), cast_atomics=True,
-                          helper_pointer_spaces=ctx.helper_pointer_spaces)
+                          helper_pointer_spaces=ctx.helper_pointer_spaces, helper_attrs=ctx.helper_attrs)
     lrw = Rewriter(table, line_offset=line0, context=lctx)
     _, launch_metal_body = lrw.rewrite_function(k.text, helper=False)
     lheader_parts = []
@@ -259,7 +268,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                 and (i.construct, i.line, i.message) not in launch_keys:
             i.scope = "inputs"
     uses_atomics = any("ks_atomic_" in x for x in [launch_metal_body] + lheader_parts)
-    launch_metal_header = (lp.metal_atomic_helpers() if uses_atomics else "") + "\n\n".join(lheader_parts) + "\n"
+    support = metal_support("\n".join(lheader_parts) + launch_metal_body)
+    launch_metal_header = (lp.metal_atomic_helpers() if uses_atomics else "") + (support + "\n" if support else "") \
+        + "\n\n".join(lheader_parts) + "\n"
     type_rules = table.by_kind("type")
 
     def metal_type(t: str) -> str:
@@ -339,6 +350,44 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         tr.task_hint["reference"] = "import math\n\nimport mlx.core as mx\n\n\n" + ref
     tr.module_text = emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes, k)
     return tr
+
+
+def _namespace_aliases(source: str, texts: list[str], preamble: list[str]) -> list[str]:
+    """File-scope `namespace cg = cooperative_groups;` / `using namespace cooperative_groups;` lines the code
+    relies on (both ports' headers need them; Metal's header defines the namespace, metal_support.py)."""
+    import re
+    used = set(_identifiers("\n".join(texts)))
+    out = []
+    for m in re.finditer(r"^[ \t]*(?:namespace\s+(\w+)\s*=\s*(?:::)?([\w:]+)|using\s+namespace\s+((?:::)?"
+                         r"cooperative_groups[\w:]*))\s*;", source, re.M):
+        line = m.group(0).strip()
+        if line in preamble or line in out:
+            continue
+        if m.group(3) or (m.group(1) in used and m.group(2).startswith("cooperative_groups")):
+            out.append(line)
+    return out
+
+
+def _helper_attributes(table: RuleTable, helpers: list[KernelInfo], shared_names: set[str]) -> dict[str, list[str]]:
+    """{helper: Metal thread attributes it reads, directly or through the helpers it calls}: Metal gives them to
+    the kernel only, so such helpers take them as trailing parameters (metal_support.py)."""
+    import re
+    direct: dict[str, set[str]] = {}
+    for h in helpers:
+        scratch = Rewriter(table, line_offset=h.range.start.line,
+                           context=RewriteContext(shared_names=set(shared_names)))
+        whole, _ = scratch.rewrite_function(h.text, helper=True)
+        direct[h.name] = {a for a in THREAD_ATTRIBUTES if re.search(r"\b" + a + r"\b", whole)}
+    calls = {h.name: set(_identifiers(h.body)) & set(direct) - {h.name} for h in helpers}
+    changed = True
+    while changed:
+        changed = False
+        for n in direct:
+            more = set().union(*(direct[c] for c in calls[n])) - direct[n] if calls[n] else set()
+            if more:
+                direct[n] |= more
+                changed = True
+    return {n: [a for a in THREAD_ATTRIBUTES if a in v] for n, v in direct.items() if v}
 
 
 @lru_cache(maxsize=16)

@@ -223,3 +223,43 @@ __global__ void k(float* out, const float* x, int n) {
     assert _first_error(tr) is None
     assert any(i.severity == "error" and i.scope == "inputs" for i in tr.report)   # still said, for kernel()
     assert_ported(res)
+
+
+def test_helpers_reading_thread_indices_cooperative_groups_and_width_limited_shuffles():
+    """Metal gives thread indices to the kernel only: helpers take them as parameters; cg::thread_block,
+    thread_block_tile<32>, cg::reduce and shuffles within 4/8/16 lanes keep CUDA's semantics."""
+    src = """
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__device__ float blockSum(float* s, float v) {
+    cg::thread_block cta = cg::this_thread_block();
+    s[threadIdx.x] = v;
+    cg::sync(cta);
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+        cta.sync();
+    }
+    return s[0];
+}
+__device__ float tileSum(float v) {
+    cg::thread_block_tile<32> t = cg::tiled_partition<32>(cg::this_thread_block());
+    for (int o = t.size() / 2; o > 0; o /= 2) v += t.shfl_down(v, o);
+    return cg::reduce(t, v, cg::plus<float>()) * 0.0f + v;
+}
+__global__ void k(const float* x, float* out, float* out2, float* out3) {
+    __shared__ float s[64];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float total = blockSum(s, x[i]);
+    if (threadIdx.x == 0) out[blockIdx.x] = total;
+    float w = tileSum(x[i]);
+    if (threadIdx.x % 32 == 0) out2[i / 32] = w;
+    float p = x[i];
+    for (int d = 1; d < 8; d *= 2) { float q = __shfl_up_sync(0xffffffff, p, d, 8); if (threadIdx.x % 8 >= d) p += q; }
+    out3[i] = p + __shfl_xor_sync(0xffffffff, p, 1, 4) + __shfl_sync(0xffffffff, p, 3, 16) + __shfl_down_sync(0xffffffff, p, 2, 8);
+}"""
+    tr, res = port(src, "k", {"x": rng.random(128, dtype=np.float32), "out": np.zeros(2, np.float32),
+                              "out2": np.zeros(4, np.float32), "out3": np.zeros(128, np.float32)})
+    assert not [i for i in tr.report if i.severity == "error"]
+    assert "uint3 thread_position_in_threadgroup" in tr.launch_metal_header
+    assert "ks_shfl_up_w(" in tr.launch_metal_source
+    assert_ported(res)

@@ -15,6 +15,13 @@ WITH_EXAMPLES = [r for r in TABLE.rules if r.example is not None]
 
 @pytest.mark.parametrize("rule", WITH_EXAMPLES, ids=[r.id for r in WITH_EXAMPLES])
 def test_rule_example_translates_as_listed(rule: Rule):
+    if rule.id == "fn.helper_thread_attributes":   # needs a kernel that calls the helper
+        from ksearch_engine.source import find_kernels
+        from ksearch_engine.translate import translate_kernel
+        src = rule.example.cuda + "\n__global__ void k(int* y) { y[0] = lane(); }\n"
+        tr = translate_kernel(find_kernels(src, "t.cu"), "k", "t.cu")
+        assert rule.example.metal in tr.header and "lane(thread_position_in_threadgroup)" in tr.metal_source
+        return
     if rule.id == "fn.device_helper":
         got = translate_helper(rule.example.cuda)
         assert got == rule.example.metal
@@ -60,11 +67,10 @@ def test_removing_a_rule_leaves_the_cuda_text():
     assert got == "float e = __expf(x);" and "math.__expf" not in applied
 
 
-def test_shuffle_width_other_than_32_is_reported_with_its_line():
-    got, issues, _ = translate_snippet("float a = 1;\nv += __shfl_xor_sync(0xffffffff, v, 4, 16);")
-    assert got.endswith("v += simd_shuffle_xor(v, 4);")
-    assert [(i.line, i.severity) for i in issues] == [(1, "error")]
-    assert "width 16" in issues[0].message
+def test_shuffle_width_other_than_32_keeps_cuda_lane_rules():
+    got, issues, applied = translate_snippet("float a = 1;\nv += __shfl_xor_sync(0xffffffff, v, 4, 16);")
+    assert got.endswith("v += ks_shfl_xor_w(v, 4, 16, thread_index_in_simdgroup);")
+    assert issues == [] and "warp.shfl_width" in applied
     _, ok, _ = translate_snippet("v += __shfl_xor_sync(0xffffffff, v, 4, 32);")
     assert ok == []
 

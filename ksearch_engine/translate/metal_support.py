@@ -1,0 +1,102 @@
+"""Metal text the translator adds to a port's header when the CUDA code needs it.
+
+* `thread attributes`: Metal gives a kernel's thread indices (thread_position_in_threadgroup, ...) to the kernel
+  function only. A `__device__` helper that reads threadIdx/blockIdx/... (directly, through cooperative groups, or
+  through a width-limited shuffle) gets the attributes it uses as extra trailing parameters of the same names, and
+  every call passes them on (rewrite.py); the kernel's own body names them, so MLX declares them.
+* `ks_shfl_*_w`: CUDA shuffles confined to sub-groups of `width` lanes, on Metal's 32-lane SIMD-groups, with
+  CUDA's rules for lanes whose source is outside their sub-group (they read their own value).
+* `cooperative_groups`: the part of CUDA's cooperative groups that lives inside one block (thread_block,
+  thread_block_tile<N> for N <= 32, tiled_partition, sync, reduce and its operators), built from the thread
+  attributes: `this_thread_block()` becomes a thread_block constructed from them.
+"""
+from __future__ import annotations
+
+# Metal attribute -> its type, in the order helpers take them
+THREAD_ATTRIBUTES = {
+    "thread_position_in_threadgroup": "uint3",
+    "threadgroup_position_in_grid": "uint3",
+    "threads_per_threadgroup": "uint3",
+    "threadgroups_per_grid": "uint3",
+    "thread_position_in_grid": "uint3",
+    "threads_per_grid": "uint3",
+    "thread_index_in_threadgroup": "uint",
+    "thread_index_in_simdgroup": "uint",
+    "simdgroup_index_in_threadgroup": "uint",
+}
+
+THIS_THREAD_BLOCK = ("cooperative_groups::thread_block(thread_position_in_threadgroup, threads_per_threadgroup, "
+                     "threadgroup_position_in_grid)")
+
+SHUFFLE_WIDTH = """// ksearch: CUDA shuffles within sub-groups of `w` lanes (a source outside the caller's sub-group: own value)
+template <typename T> inline T ks_shfl_w(T v, int src, int w, uint lane) {
+  return simd_shuffle(v, ushort((lane / uint(w)) * uint(w) + uint((src % w + w) % w))); }
+template <typename T> inline T ks_shfl_xor_w(T v, int m, int w, uint lane) {
+  uint s = (lane ^ uint(m)) & 31u; return simd_shuffle(v, ushort(s / uint(w) > lane / uint(w) ? lane : s)); }
+template <typename T> inline T ks_shfl_down_w(T v, uint d, int w, uint lane) {
+  uint s = lane + d; return simd_shuffle(v, ushort(s / uint(w) != lane / uint(w) || s > 31u ? lane : s)); }
+template <typename T> inline T ks_shfl_up_w(T v, uint d, int w, uint lane) {
+  int s = int(lane) - int(d); return simd_shuffle(v, ushort(s < int((lane / uint(w)) * uint(w)) ? lane : uint(s))); }
+"""
+
+COOPERATIVE_GROUPS = """// ksearch: CUDA cooperative groups within one threadgroup, for Metal
+namespace cooperative_groups {
+struct thread_block {
+  uint3 tid, dim, gid;
+  thread_block(uint3 t, uint3 d, uint3 g) : tid(t), dim(d), gid(g) {}
+  void sync() const { threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device); }
+  uint thread_rank() const { return (tid.z * dim.y + tid.y) * dim.x + tid.x; }
+  uint size() const { return dim.x * dim.y * dim.z; }
+  uint num_threads() const { return size(); }
+  uint3 thread_index() const { return tid; }
+  uint3 group_index() const { return gid; }
+  uint3 group_dim() const { return dim; }
+  uint3 dim_threads() const { return dim; }
+};
+template <uint N> struct thread_block_tile {
+  uint rank, block_size;
+  thread_block_tile(uint r, uint s) : rank(r), block_size(s) {}
+  uint lane() const { return rank % 32u; }
+  void sync() const { if (N <= 32u) simdgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device);
+                      else threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device); }
+  uint thread_rank() const { return rank % N; }
+  uint size() const { return N; }
+  uint num_threads() const { return N; }
+  uint meta_group_rank() const { return rank / N; }
+  uint meta_group_size() const { return (block_size + N - 1u) / N; }
+  template <typename T> T shfl(T v, int src) const { return ks_shfl_w(v, src, int(N), lane()); }
+  template <typename T> T shfl_xor(T v, uint m) const { return ks_shfl_xor_w(v, int(m), int(N), lane()); }
+  template <typename T> T shfl_down(T v, uint d) const { return ks_shfl_down_w(v, d, int(N), lane()); }
+  template <typename T> T shfl_up(T v, uint d) const { return ks_shfl_up_w(v, d, int(N), lane()); }
+  uint ballot(bool p) const {
+    uint b = uint(static_cast<simd_vote::vote_t>(simd_ballot(p)));
+    uint mask = N >= 32u ? 0xffffffffu : ((1u << N) - 1u);
+    return (b >> ((lane() / N) * N)) & mask; }
+  bool any(bool p) const { return ballot(p) != 0u; }
+  bool all(bool p) const { return ballot(p) == (N >= 32u ? 0xffffffffu : ((1u << N) - 1u)); }
+};
+template <uint N> inline thread_block_tile<N> tiled_partition(const thread_block b) {
+  return thread_block_tile<N>(b.thread_rank(), b.size()); }
+inline void sync(const thread_block b) { b.sync(); }
+template <uint N> inline void sync(const thread_block_tile<N> t) { t.sync(); }
+template <typename T> struct plus { T operator()(T a, T b) const { return a + b; } };
+template <typename T> struct less { T operator()(T a, T b) const { return b < a ? b : a; } };
+template <typename T> struct greater { T operator()(T a, T b) const { return a < b ? b : a; } };
+template <typename T> struct bit_and { T operator()(T a, T b) const { return a & b; } };
+template <typename T> struct bit_or { T operator()(T a, T b) const { return a | b; } };
+template <typename T> struct bit_xor { T operator()(T a, T b) const { return a ^ b; } };
+template <uint N, typename T, typename Op> inline T reduce(const thread_block_tile<N> t, T v, Op op) {
+  for (uint o = N / 2u; o > 0u; o /= 2u) v = op(v, t.shfl_xor(v, o));
+  return v; }
+}  // namespace cooperative_groups
+"""
+
+
+def metal_support(text: str) -> str:
+    """The support code `text` (a rewritten Metal header + body) calls, to put first in its header."""
+    out = []
+    if "ks_shfl_" in text or "cooperative_groups" in text:
+        out.append(SHUFFLE_WIDTH)
+    if "cooperative_groups" in text:
+        out.append(COOPERATIVE_GROUPS)
+    return "\n".join(out)
