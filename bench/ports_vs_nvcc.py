@@ -1,0 +1,267 @@
+"""On an NVIDIA GPU: the CUDA-backend ports of verified kernels against their originals compiled by nvcc.
+
+Two steps, because the GPU machine sees only what is carried to it:
+
+    python bench/ports_vs_nvcc.py prepare DIR... --out .portgpu    # here: port every kernel, keep the verified
+                                                                   # ports with the launch each was checked on
+    python bench/ports_vs_nvcc.py run .portgpu [--json OUT]        # there: nvcc + cupy for the original,
+                                                                   # mx.fast.cuda_kernel for the port
+
+`prepare` writes, per verified kernel, its port module, the launch (grid, block, shared memory, template
+arguments, every argument's contents before the launch) and a copy of the original source with the headers it
+includes (so nvcc finds them there). `run` compiles each original file to a cubin for sm_90 (the file as it is,
+else with its host code blanked), launches the kernel through cupy on the same arguments, runs the port's
+`launch()` on MLX's CUDA backend, and compares every buffer the kernel writes with translate.check.compare.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+MAX_LAUNCH_BYTES = 4 << 20
+
+
+# ------------------------------------------------------------------------------------------- prepare (CPU)
+def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str]) -> list[str]:
+    """The source file and every local header it includes, copied under dest; returns the -I folders there."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src, dest / src.name)
+    incs = []
+    for i, d in enumerate(include_dirs):
+        dd = Path(d)
+        if dd.resolve() == src.parent.resolve():
+            headers = [h for h in dd.iterdir() if h.suffix in (".h", ".cuh", ".hpp", ".cu", ".inc") and h.is_file()]
+            for h in headers:
+                shutil.copy(h, dest / h.name)
+            continue
+        target = dest / f"inc{i}"
+        if not target.exists() and dd.is_dir():
+            shutil.copytree(dd, target, ignore=shutil.ignore_patterns("*.o", "*.a", "*.so", "*.png", "*.ppm",
+                                                                          "*.pgm", "*.dat", "*.bin", "*.raw"))
+        incs.append(target.name)
+    return incs
+
+
+def prepare(dirs: list[str], out: Path, jobs: int) -> None:
+    from bench.port_corpus import cuda_files, include_dirs_for
+    from ksearch_engine.portcheck import _args_of
+    from ksearch_engine.portfile import _launches_for, port_file
+    from ksearch_engine.portinfer import infer_launch
+    from ksearch_engine.source import find_kernels
+
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = []
+    for f in cuda_files(dirs):
+        incs = include_dirs_for(f)
+        rep = port_file(f, include_dirs=incs, write=False, capture_timeout=30)
+        verified = [v for v in rep.kernels if v.status == "verified"]
+        if not verified:
+            continue
+        slug = re.sub(r"[^A-Za-z0-9_]+", "_", str(f.relative_to(f.parents[2])))[:80]
+        src_dir = out / slug
+        rel_incs = _copy_tree_for(f, src_dir / "src", [str(f.parent)] + incs)
+        parsed = find_kernels(f.read_text(errors="replace"), str(f))
+        cap = None
+        if rep.capture.program and rep.capture.status != "failed":
+            from ksearch_engine.portfile import _capture_cache, _capture_key
+            from ksearch_engine.sim.capture_models import Capture
+            prog = Path(rep.capture.program)
+            key = _capture_key(prog, f, (), {}, [str(f.parent)] + incs)
+            try:
+                cap = Capture.read(_capture_cache() / key)
+            except (OSError, ValueError):
+                cap = None
+        for v in verified:
+            k = parsed.kernel(v.kernel)
+            entry = {"file": str(f), "dir": slug, "src": f"{slug}/src/{f.name}", "includes": rel_incs,
+                     "kernel": v.kernel, "workload": v.workload, "module": f"{slug}/{v.kernel}_port.py"}
+            if v.workload == "captured" and cap is not None:
+                rec = _launches_for(cap, v.kernel)[0]
+                args, _ = _args_of(cap, rec)
+                grid, block, smem, targs = rec.grid, rec.block, rec.shared_mem, rec.template_args
+                ctypes = {a.name: a.ctype for a in rec.args}
+            else:
+                targs = None
+                if k.template_params:
+                    site = next((s for s in k.launches if s.template_args), None)
+                    targs = site.template_args if site else [tp.default for tp in k.template_params]
+                from ksearch_engine.portfile import _int_defines
+                rec, args = infer_launch(f.read_text(errors="replace"), k, _int_defines(parsed.preamble, {}),
+                                         filename=f.name, template_args=targs, include_dirs=[str(f.parent)] + incs)
+                grid, block, smem, targs = rec.grid, rec.block, rec.shared_mem, rec.template_args
+                ctypes = {a.name: a.ctype for a in rec.args}
+            total = sum(a.nbytes for a in args.values() if isinstance(a, np.ndarray))
+            if total > MAX_LAUNCH_BYTES:
+                entry["skipped"] = f"launch of {total >> 20} MB: over what is carried"
+                manifest.append(entry)
+                continue
+            (out / entry["module"]).write_text(v.module_text)
+            arg_meta = []
+            for p in k.params:
+                val = args[p.name]
+                if isinstance(val, np.ndarray):
+                    name = f"{slug}/{v.kernel}.{p.name}.npy"
+                    np.save(out / name, val)
+                    arg_meta.append({"name": p.name, "kind": "buffer", "npy": name, "ctype": ctypes.get(p.name, p.type)})
+                elif isinstance(val, bytes):
+                    arg_meta.append({"name": p.name, "kind": "struct", "hex": val.hex(), "ctype": ctypes.get(p.name)})
+                else:
+                    arg_meta.append({"name": p.name, "kind": "scalar", "value": val, "ctype": ctypes.get(p.name, p.type)})
+            entry.update(grid=list(grid), block=list(block), shared_mem=smem, template_args=list(targs or []),
+                         args=arg_meta)
+            manifest.append(entry)
+        print(f"{len(verified)} verified  {f}", flush=True)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    print(f"{len(manifest)} kernels prepared in {out}")
+
+
+# ----------------------------------------------------------------------------------------------- run (GPU)
+_SCALAR = {"int": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32, "uint": np.uint32, "float": np.float32,
+           "double": np.float64, "size_t": np.uint64, "long": np.int64, "long long": np.int64, "bool": np.bool_,
+           "unsigned long long": np.uint64, "int64_t": np.int64, "uint64_t": np.uint64, "int32_t": np.int32,
+           "uint32_t": np.uint32, "char": np.int8, "unsigned char": np.uint8, "short": np.int16}
+
+
+def _scalar(ctype: str, value):
+    from ksearch_engine.translate.launch import norm_type
+    t = norm_type(ctype or "int")
+    return _SCALAR.get(t, np.float32 if isinstance(value, float) else np.int32)(value)
+
+
+def _cubin(entry: dict, root: Path, tmp: Path) -> tuple[Path | None, str]:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    src = root / entry["src"]
+    incs = [f"-I{src.parent}", *[f"-I{src.parent.parent / 'src' / i}" for i in entry["includes"]],
+            *[f"-I{root / entry['dir'] / 'src' / i}" for i in entry["includes"]]]
+    text = src.read_text(errors="replace")
+    targs = entry.get("template_args") or []
+    inst = f"\nvoid* ksearch_instantiate_{entry['kernel']} = (void*)&{entry['kernel']}<{', '.join(targs)}>;\n" \
+        if targs else ""
+    cubin = tmp / (src.stem + "_" + entry["kernel"] + ".cubin")
+    errs = []
+    from ksearch_engine.sim.preprocess import strip_host_code
+    for variant, body in (("as is", text + inst), ("host code blanked", strip_host_code(text) + inst)):
+        cu = tmp / f"{src.stem}_{entry['kernel']}.cu"
+        cu.write_text(body)
+        r = subprocess.run([nvcc, "-cubin", "-arch=sm_90", "-O2", "-w", *incs, "-o", str(cubin), str(cu)],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            return cubin, variant
+        errs.append(f"{variant}: " + " ".join(r.stderr.split())[:300])
+    return None, " | ".join(errs)
+
+
+def run(root: Path, out_json: Path | None) -> int:
+    import cupy as cp
+    import mlx.core as mx
+
+    from ksearch_engine.translate.check import compare
+
+    manifest = json.loads((root / "manifest.json").read_text())
+    tmp = root / "_build"
+    tmp.mkdir(exist_ok=True)
+    rows = []
+    for e in manifest:
+        row = {"file": e["file"], "kernel": e["kernel"], "workload": e["workload"]}
+        rows.append(row)
+        if e.get("skipped"):
+            row.update(status="skipped", why=e["skipped"])
+            continue
+        try:
+            cubin, how = _cubin(e, root, tmp)
+            if cubin is None:
+                row.update(status="nvcc_failed", why=how)
+                continue
+            syms = subprocess.run(["cuobjdump", "-symbols", str(cubin)], capture_output=True, text=True).stdout
+            names = [m for m in re.findall(r"(_Z\w+)", syms) if e["kernel"] in m and "ksearch" not in m]
+            names = names or ([e["kernel"]] if re.search(rf"\b{e['kernel']}\b", syms) else [])
+            if not names:
+                row.update(status="nvcc_failed", why="kernel symbol not found in the cubin")
+                continue
+            fn = cp.RawModule(path=str(cubin)).get_function(names[0])
+            host, dev, cargs = {}, {}, []
+            for a in e["args"]:
+                if a["kind"] == "buffer":
+                    host[a["name"]] = np.load(root / a["npy"])
+                    dev[a["name"]] = cp.asarray(host[a["name"]])
+                    cargs.append(dev[a["name"]])
+                elif a["kind"] == "scalar":
+                    cargs.append(_scalar(a["ctype"], a["value"]))
+                else:
+                    row.update(status="skipped", why="struct passed by value")
+                    break
+            if row.get("status"):
+                continue
+            if e["shared_mem"]:
+                fn.max_dynamic_shared_size_bytes = int(e["shared_mem"])
+            fn(tuple(e["grid"]), tuple(e["block"]), tuple(cargs), shared_mem=int(e["shared_mem"]))
+            cp.cuda.runtime.deviceSynchronize()
+            orig = {n: cp.asnumpy(d) for n, d in dev.items()}
+            ns: dict = {}
+            exec(compile((root / e["module"]).read_text(), e["module"], "exec"), ns)
+            margs = []
+            for a in e["args"]:
+                margs.append(mx.array(host[a["name"]]) if a["kind"] == "buffer" else a["value"])
+            got = ns["launch"](*margs, grid=tuple(e["grid"]), block=tuple(e["block"]),
+                               shared_mem=int(e["shared_mem"]), template=e["template_args"] or None)
+            mx.eval(list(got.values()))
+            bad = None
+            for name, arr in got.items():
+                msg = compare(name, np.array(arr).reshape(-1), orig[name].reshape(-1))
+                if msg:
+                    bad = msg
+                    break
+            row.update(status="match" if bad is None else "mismatch", why=bad or how)
+        except Exception as ex:  # one kernel's failure is a row, not the end of the run
+            row.update(status="error", why=f"{type(ex).__name__}: {str(ex)[:300]}")
+        print(f"{row['status']:<12} {row['kernel']:<32} {Path(row['file']).name}  {row.get('why') or ''}"[:220],
+              flush=True)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    print("totals:", json.dumps(counts))
+    if out_json:
+        out_json.write_text(json.dumps({"device": _device(), "counts": counts, "rows": rows}, indent=1))
+    return 0
+
+
+def _device() -> str:
+    try:
+        import mlx.core as mx
+        return str(mx.device_info().get("device_name", "gpu"))
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("dirs", nargs="+")
+    p.add_argument("--out", default=".portgpu")
+    p.add_argument("--jobs", type=int, default=1)
+    r = sub.add_parser("run")
+    r.add_argument("root")
+    r.add_argument("--json")
+    a = ap.parse_args(argv)
+    t0 = time.monotonic()
+    if a.cmd == "prepare":
+        prepare(a.dirs, Path(a.out), a.jobs)
+    else:
+        run(Path(a.root), Path(a.json) if a.json else None)
+    print(f"{time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
