@@ -425,11 +425,16 @@ def bwrap_args(scratch: Path, limits: Limits, *, root_uid: int | None) -> tuple[
     if gpu:  # the CUDA driver reads PCI topology
         a += ["--ro-bind-try", "/sys/devices", "/sys/devices", "--ro-bind-try", "/sys/bus", "/sys/bus",
               "--ro-bind-try", "/sys/module", "/sys/module"]
-    a += parents(str(scratch), "0711")
+    # 0511: passable, not writable, even by a user's own uid (bubblewrap's user namespace makes that uid the
+    # folders' owner): the evaluator's folder in the private /tmp holds nothing a candidate may add to
+    a += parents(str(scratch), "0511")
     inputs = scratch.parent / "inputs"
     if inputs.is_dir():
         a += ["--ro-bind", str(inputs), str(inputs)]
     a += ["--bind", str(scratch), str(scratch)]
+    # the root of the view (bubblewrap's tmpfs, where the folders above each bound path were made) read-only:
+    # for a user's own uid those folders would be writable (the home's place, the PYTHONPATH folder's place)
+    a += ["--remount-ro", "/"]
     if root_uid is None:  # else the launcher changes to it once it is `root_uid` (the folder is that uid's)
         a += ["--chdir", str(scratch)]
     return a, seen
