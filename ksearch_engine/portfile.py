@@ -190,6 +190,8 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     if prefix:   # a kernel file included by its program sees the program's #defines and types first
         parsed.preamble = find_kernels(prefix, str(p)).preamble + parsed.preamble
         source = prefix + f'\n#line 1 "{p.name}"\n' + source
+    from .translate.headers import header_preamble   # the local headers' macros and types reach both ports
+    parsed.preamble = [e for e in header_preamble(source, include_dirs) if e not in parsed.preamble] + parsed.preamble
     define_ints = _int_defines(parsed.preamble, defines or {})
     for k in chosen:
         say(f"{k.name}: translating")

@@ -282,6 +282,10 @@ def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
                     spans.append((c.start_byte, c.end_byte))
                 elif fn is not None:
                     other_kernel_body(fn)
+            elif t == "linkage_specification" and any(
+                    x.type == "function_definition" and not _is_device_fn(_head(x, src)) for x in c.children):
+                spans.append((c.start_byte, c.end_byte))   # `extern "C" void host() {...}`: all of it, or the
+                # `extern "C"` left behind would apply to whatever follows
             elif t in ("namespace_definition", "declaration_list", "linkage_specification",
                        "preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif",
                        "preproc_elifdef"):

@@ -365,9 +365,11 @@ class _FileScan:
 
     def preamble(self, root) -> list[str]:
         out = []
-        for c in root.children:
+        for c in _unguarded(root.children, self.orig):
             if c.type in ("preproc_def", "preproc_function_def"):
                 out.append(text(c, self.orig).rstrip())
+            elif c.type in ("preproc_if", "preproc_ifdef") and _only_directives(text(c, self.orig)):
+                out.append(text(c, self.orig).rstrip())   # #ifdef X / #define N 32 / #else / #define N 16 / #endif
             elif c.type in ("declaration", "function_definition") and re.match(
                     r"\s*(?:typedef\s+)?(struct|union|enum|class)\b[^(;]*\{|\s*(struct|union|class)\s+__align__",
                     text(c, self.orig)):
@@ -500,3 +502,29 @@ def scan_c_family(data: bytes, dialect: str, language_name: str, path: str | Non
     return ParseResult(language=language_name, kernels=kernels, helpers=helpers,  # type: ignore[arg-type]
                        diagnostics=scan.diagnostics, path=path,
                        source=data.decode("utf-8", errors="replace"), preamble=scan.preamble(root))
+
+
+def _unguarded(children, orig: bytes):
+    """File-scope nodes, looking inside an include guard (`#ifndef X_H` + `#define X_H` ... `#endif`): a header's
+    (or a .cuh kernel file's) macros, types and constants are all inside one."""
+    out = []
+    for c in children:
+        if c.type == "preproc_ifdef" and orig[c.start_byte:c.start_byte + 8].startswith(b"#ifndef"):
+            name = c.child_by_field_name("name")
+            inner = [x for x in c.children if x.is_named and (name is None or x.start_byte != name.start_byte)]
+            first = inner[0] if inner else None
+            fname = first.child_by_field_name("name") if first is not None and first.type == "preproc_def" else None
+            if name is not None and fname is not None and \
+                    orig[name.start_byte:name.end_byte] == orig[fname.start_byte:fname.end_byte] and \
+                    not any(x.type in ("preproc_else", "preproc_elif") for x in inner):
+                out.extend(_unguarded(inner[1:], orig))
+                continue
+        out.append(c)
+    return out
+
+
+def _only_directives(block: str) -> bool:
+    """A conditional block made of preprocessor lines only (defines chosen by #if/#ifdef)."""
+    code = re.sub(r"/\*.*?\*/|//[^\n]*", "", block, flags=re.S)
+    lines = [ln.strip() for ln in code.replace("\\\n", " ").splitlines() if ln.strip()]
+    return bool(lines) and all(ln.startswith("#") for ln in lines) and any("define" in ln for ln in lines)

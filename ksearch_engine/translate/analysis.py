@@ -197,6 +197,8 @@ def needed_preamble(preamble: list[str], texts: list[str]) -> list[str]:
         if re.match(r"\s*(?:typedef\s+)?enum\b", e2):   # an enum provides its enumerators
             body = e2[e2.find("{") + 1:e2.rfind("}")] if "{" in e2 else ""
             out |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:=|,|$)", body.strip()))
+        if re.match(r"\s*#\s*if", e2):   # a conditional block of #defines provides each of them
+            out |= set(re.findall(r"^\s*#\s*define\s+([A-Za-z_]\w*)", e2, re.M))
         m = re.search(r"\}\s*([A-Za-z_]\w*)\s*;?\s*$", e2)   # typedef struct {...} Name;
         if m:
             out.add(m.group(1))

@@ -124,6 +124,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     if k.language != "cuda":
         raise TranslateError(f"{where}: '{kernel_name}' is a {k.language} kernel; Port to MLX translates CUDA "
                              "kernels (Metal and MLX kernels can be optimized directly)")
+    from .headers import resolve_param_types, type_aliases
+    resolve_param_types(k, type_aliases(parse_result.preamble))   # `fp d_lambda` with #define fp float
     issues: list[Issue] = []
     line0 = k.range.start.line
     source_bytes = parse_result.source.encode()

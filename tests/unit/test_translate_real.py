@@ -263,3 +263,47 @@ __global__ void k(const float* x, float* out, float* out2, float* out3) {
     assert "uint3 thread_position_in_threadgroup" in tr.launch_metal_header
     assert "ks_shfl_up_w(" in tr.launch_metal_source
     assert_ported(res)
+
+
+def test_macros_inside_include_guards_and_ifdef_chains_and_scalar_type_aliases_reach_both_ports():
+    src = """
+#ifndef MY_KERNEL_CUH
+#define MY_KERNEL_CUH
+#define fp float
+typedef int idx_t;
+#ifdef WIDE
+    #define TILE 32
+#else
+    #define TILE 16
+#endif
+__global__ void scale(fp lambda, idx_t n, fp* x) {
+    __shared__ fp t[TILE];
+    int i = blockIdx.x * TILE + threadIdx.x;
+    t[threadIdx.x] = i < n ? x[i] : 0;
+    __syncthreads();
+    if (i < n) x[i] = lambda * t[TILE - 1 - threadIdx.x];
+}
+#endif
+"""
+    tr, res = port(src, "scale", {"lambda": 1.5, "n": 30, "x": rng.random(32, dtype=np.float32)}, block=(16, 1, 1))
+    assert not [i for i in tr.report if i.severity == "error" and i.scope == "kernel"]
+    assert [(p["dtype"], p["pointer"]) for p in tr.params] == [("float32", False), ("int32", False), ("float32", True)]
+    assert_ported(res)
+
+
+def test_an_extern_c_host_function_is_stripped_whole_from_the_simulated_file():
+    from ksearch_engine.sim import run_cuda_source
+    src = """
+__global__ void inc(float* x) { x[threadIdx.x] += 1.0f; }
+extern "C" void host_inc(float* d) { inc<<<1, 32>>>(d); }
+"""
+    out = run_cuda_source(src, "inc", (1, 1, 1), (32, 1, 1), {"x": np.zeros(32, np.float32)})
+    assert (out["x"] == 1.0).all()
+
+
+def test_local_headers_give_their_macros_to_the_port(tmp_path):
+    from ksearch_engine.translate.headers import header_preamble
+    (tmp_path / "common.h").write_text("#ifndef COMMON_H\n#define COMMON_H\n#define RADIUS 4\n"
+                                       "extern \"C\" void cpu(float*);\n#endif\n")
+    pre = header_preamble('#include "common.h"\n#include <cuda_runtime.h>\n', [str(tmp_path)])
+    assert pre == ["#define RADIUS 4"]

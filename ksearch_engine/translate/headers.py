@@ -1,0 +1,80 @@
+"""What a kernel file gets from its local headers, for the port's own headers: the macros, types and constants of
+every `#include "x.h"` found in the include folders (as nvcc -I finds them), and the scalar type names those
+define (`#define fp float`, `typedef float real;`, `using T2 = float2;`) resolved to C types."""
+from __future__ import annotations
+
+import os
+import re
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
+
+
+def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: int = 0) -> list[str]:
+    """File-scope entries (as ParseResult.preamble) of the local headers `text` includes, nested ones first."""
+    from ..sim.preprocess import _GPU_HEADER
+    from ..source import find_kernels
+
+    seen = set() if _seen is None else _seen
+    out: list[str] = []
+    if _depth > 8:
+        return out
+    for m in _INCLUDE.finditer(text):
+        path = m.group(1).strip()
+        if _GPU_HEADER.match(path):
+            continue
+        found = next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))), None)
+        if found is None:
+            continue
+        real = os.path.realpath(found)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            inner = open(real, errors="replace").read()
+        except OSError:
+            continue
+        out += header_preamble(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1)
+        out += find_kernels(inner, "header.cuh").preamble
+    unique: list[str] = []
+    for e in out:
+        if e not in unique:
+            unique.append(e)
+    return unique
+
+
+def type_aliases(preamble: list[str]) -> dict[str, str]:
+    """{alias: C type} for file-scope names of scalar or vector types."""
+    from .launch import POINTEE, norm_type
+
+    raw: dict[str, str] = {}
+    for e in preamble:
+        m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+([A-Za-z_][\w ]*?)\s*$", e) \
+            or re.match(r"\s*typedef\s+([^;{}()\[\]*]+?)\s+([A-Za-z_]\w*)\s*;\s*$", e, re.S) \
+            or re.match(r"\s*using\s+([A-Za-z_]\w*)\s*=\s*([^;{}()\[\]*]+?)\s*;\s*$", e)
+        if not m:
+            continue
+        if e.lstrip().startswith("typedef"):
+            name, target = m.group(2), m.group(1)
+        else:
+            name, target = m.group(1), m.group(2)
+        raw[name] = norm_type(target)
+    out: dict[str, str] = {}
+    for name in raw:
+        t, hops = raw[name], 0
+        while t in raw and hops < 8:
+            t, hops = raw[t], hops + 1
+        if t in POINTEE and name not in POINTEE:
+            out[name] = t
+    return out
+
+
+def resolve_param_types(k, aliases: dict[str, str]) -> None:
+    """Rewrites `k`'s parameter types that name an alias (`fp*` -> `float*`) in place."""
+    from .launch import norm_type
+
+    if not aliases:
+        return
+    for p in k.params:
+        base = norm_type(p.type)
+        if base in aliases:
+            p.type = re.sub(r"\b" + re.escape(base) + r"\b", aliases[base], p.type)
