@@ -46,7 +46,7 @@ def type_aliases(preamble: list[str]) -> dict[str, str]:
     """{alias: C type} for file-scope names of scalar or vector types."""
     from .launch import POINTEE, norm_type
 
-    raw: dict[str, str] = {}
+    raw: dict[str, str] = {"clock_t": "long", "ptrdiff_t": "long", "ssize_t": "long"}   # as on 64-bit Linux
     for e in preamble:
         m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+([A-Za-z_][\w ]*?)\s*$", e) \
             or re.match(r"\s*typedef\s+([^;{}()\[\]*]+?)\s+([A-Za-z_]\w*)\s*;\s*$", e, re.S) \

@@ -182,7 +182,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         else:
             ctype = " ".join(p.type.split())
             if ctype not in analysis.C_TO_MX and ctype not in template_types:
+                from .launch import SCALAR
                 issues.append(Issue(construct=p.text, line=line0, severity="error",
+                                    scope="inputs" if ctype in SCALAR else "kernel",   # launch() passes it
                                     message=f"parameter '{p.name}' of type {ctype} is passed by value: only scalars "
                                             "and pointers map onto MLX kernel inputs; pass its fields separately"))
             plan.order.append(("scalar", len(plan.scalars)))

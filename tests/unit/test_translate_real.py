@@ -307,3 +307,14 @@ def test_local_headers_give_their_macros_to_the_port(tmp_path):
                                        "extern \"C\" void cpu(float*);\n#endif\n")
     pre = header_preamble('#include "common.h"\n#include <cuda_runtime.h>\n', [str(tmp_path)])
     assert pre == ["#define RADIUS 4"]
+
+
+def test_char_and_clock_t_scalars_are_passed_by_launch():
+    src = """
+__global__ void k(char val, clock_t c, int* out) {
+    out[threadIdx.x] = val + (int)(c % 7);
+}"""
+    tr, res = port(src, "k", {"val": 3, "c": 100, "out": np.zeros(64, np.int32)}, grid=(1, 1, 1))
+    assert [p["dtype"] for p in tr.params] == ["int8", "int64", "int32"]
+    assert "clock_t" not in tr.launch_metal_source   # Metal has no clock_t
+    assert_ported(res)
