@@ -106,6 +106,12 @@ class GpuTimer:
     def available(cls, cupti_module=None) -> bool:
         return cls.why_not(cupti_module) is None
 
+    def subscribe(self) -> None:
+        """Subscribe to CUPTI now (once per process) rather than at the first timed call: the evaluator's
+        worker does it before any candidate is loaded."""
+        if self.kind == "cupti":
+            _session(self._module)
+
     @property
     def method(self) -> str:
         return CUPTI_METHOD if self.kind == "cupti" else WALL_METHOD

@@ -26,6 +26,7 @@ _PROTO = os.dup(1)   # the reply channel; fd 1 now points at stderr
 os.dup2(2, 1)
 sys.stdout = sys.stderr
 _GUARDS_OFF = frozenset(filter(None, os.environ.pop("KSEARCH_GUARDS_OFF", "").split(",")))
+_GPU_STANDIN = os.environ.pop("KSEARCH_GPU_STANDIN", "")   # tests only: a CUPTI stand-in's source (no GPU here)
 
 import time  # noqa: E402
 
@@ -279,7 +280,24 @@ def _load_mlx(backend: str):
     return mx, streams
 
 
-def _make_tamper_check(mx):
+def _gpu_timer(backend: str):
+    """GPU time per call (ksearch_engine.gputime) on MLX's CUDA backend, subscribed to CUPTI now, before any
+    candidate loads and before privileges drop; None elsewhere (mlx-cpu, sim, metal: wall time as before).
+    Where CUPTI is missing on mlx-cuda the timer is there and falls back to wall time, which it names."""
+    if backend != "mlx-cuda" and not _GPU_STANDIN:
+        return None
+    from ksearch_engine.gputime import GpuTimer
+
+    module = None
+    if _GPU_STANDIN:
+        module = types.ModuleType("cupti_standin")
+        exec(compile(_GPU_STANDIN, "<cupti-standin>", "exec"), module.__dict__)
+    timer = GpuTimer(cupti_module=module)
+    timer.subscribe()
+    return timer
+
+
+def _make_tamper_check(mx, gpu=None):
     """Snapshot every function of the modules a cheat would patch (MLX, numpy, time, os, builtins, this
     worker); the returned check names what changed. The snapshot lives in this closure only."""
     import builtins
@@ -289,14 +307,31 @@ def _make_tamper_check(mx):
             "worker": sys.modules[__name__]}
     snap = {(m, k): v for m, mod in mods.items() for k, v in list(vars(mod).items())
             if callable(v) or isinstance(v, types.ModuleType) or m == "worker"}
-    snap.update({("Worker", k): v for k, v in vars(Worker).items()})
+    classes = {"Worker": Worker}
+    if gpu is not None:   # the GPU timer: its module, its classes, its CUPTI module and subscription
+        gt = sys.modules["ksearch_engine.gputime"]
+        mods["gputime"] = gt
+        session = gt._session(gpu._module) if gpu.kind == "cupti" else None
+        if session is not None:
+            mods["cupti"] = session.c
+            classes["session"] = session        # its attributes, the records list (replaced per call) aside
+        classes.update({"GpuTimer": gt.GpuTimer, "_CuptiSession": gt._CuptiSession, "timer": gpu,
+                        "sessions": gt._SESSION})
+        snap.update({(m, k): v for m, mod in (("gputime", gt),) + ((("cupti", mods["cupti"]),) if session else ())
+                     for k, v in list(vars(mod).items())})
+
+    def members(name, obj) -> dict:
+        d = obj if isinstance(obj, dict) else vars(obj)
+        return {k: v for k, v in d.items() if not (name == "session" and k == "records")}
+
+    snap.update({(n, k): v for n, obj in classes.items() for k, v in members(n, obj).items()})
     off = "tamper" in _GUARDS_OFF   # read once: rebinding the worker's globals later changes nothing
 
     def tampered() -> list[str]:
         if off:
             return []
         now = {m: vars(mod) for m, mod in mods.items()}
-        now["Worker"] = vars(Worker)
+        now.update({n: members(n, obj) for n, obj in classes.items()})
         return [f"{m}.{k}".replace("worker.", "evaluator's ").replace("Worker.", "evaluator's Worker.")
                 for (m, k), v in snap.items() if now[m].get(k) is not v]
 
@@ -336,6 +371,10 @@ def _tb_tail(exc: BaseException, fname: str) -> str:
     return "".join(lines[-8:]).strip()
 
 
+class _NotAnArray(Exception):
+    """An output that is not exactly an mlx.core.array (raised inside a timed call, reported as a failure)."""
+
+
 class CheatError(Exception):
     """The candidate was caught doing something it may not do: its message is the reason."""
 
@@ -353,7 +392,14 @@ class Worker:
         self.off = _GUARDS_OFF   # read once, like the tamper check's
         from ksearch_engine.task import KernelTask  # loaded before privileges are dropped
         self.Task = KernelTask
-        self.tampered = _make_tamper_check(self.mx) if role == "candidate" else (lambda: [])
+        # GPU time per call where the backend has it (mlx-cuda); both roles time the same way. Its call_ms is
+        # bound now, before any candidate runs (patching the class later changes nothing bound here).
+        self.gpu = _gpu_timer(backend)
+        self._gpu_call = self.gpu.call_ms if self.gpu is not None else None
+        if self.gpu is not None:
+            from ksearch_engine.gputime import CUPTI_METHOD
+            self._cupti_method = CUPTI_METHOD
+        self.tampered = _make_tamper_check(self.mx, self.gpu) if role == "candidate" else (lambda: [])
         self.task = None
         self.fns: dict = {"noop": lambda *xs: ()}
         self.slots: dict[int, dict] = {}
@@ -459,21 +505,34 @@ class Worker:
         slot = self.slots[req["slot"]]
         fn, fname = self.fns[req["fn"]] if req["fn"] != "noop" else (self.fns["noop"], "noop")
         exact = "exact_type" not in self.off
-        results = []
+        results, gpu_ms, methods = [], [], set()
         self.sync_all()   # nothing left running from before counts for, or against, these calls
         t0 = _perf()
+
+        def one(xs, box: list) -> None:
+            """One call: fn -> exact type check -> mx.eval -> synchronize (the unit the GPU timer times)."""
+            r = fn(*xs)
+            outs = tuple(r) if type(r) in (tuple, list) else (r,)
+            for i, o in enumerate(outs):
+                if exact and type(o) is not mx.array:  # exactly: a subclass or look-alike could compute when read
+                    raise _NotAnArray(f"returned {type(o).__qualname__} (from {type(o).__module__}) as output {i}, "
+                                      f"not mlx.core.array: outputs must be real MLX arrays")
+            mx.eval(*[o for o in outs if isinstance(o, mx.array)])
+            self.sync_all()   # work a candidate left on another stream is its own time
+            box.append(outs)
+
         try:
             for xs in slot["sets"]:
-                r = fn(*xs)
-                outs = tuple(r) if type(r) in (tuple, list) else (r,)
-                for i, o in enumerate(outs):
-                    if exact and type(o) is not mx.array:  # exactly: a subclass or look-alike could compute when read
-                        return {"status": "failed", "guard": "type", "message":
-                                f"returned {type(o).__qualname__} (from {type(o).__module__}) as output {i}, not "
-                                f"mlx.core.array: outputs must be real MLX arrays"}
-                mx.eval(*[o for o in outs if isinstance(o, mx.array)])
-                self.sync_all()   # work a candidate left on another stream is its own time
-                results.append(outs)
+                box: list = []
+                if self._gpu_call is not None:
+                    g, method = self._gpu_call(lambda: one(xs, box))
+                    gpu_ms.append(float(g))
+                    methods.add(method)
+                else:
+                    one(xs, box)
+                results.append(box[0])
+        except _NotAnArray as e:
+            return {"status": "failed", "guard": "type", "message": str(e)}
         except CheatError:
             raise
         except Exception as e:  # noqa: BLE001
@@ -489,7 +548,11 @@ class Worker:
                 now = _to_np(mx, x)
                 if now.shape != a.shape or not np.array_equal(now, a.astype(now.dtype), equal_nan=True):
                     return {"status": "cheating", "message": f"mutated its input #{i} ({self.task.inputs[i].name})"}
-        return {"status": "ok", "ms": ms, "elems": elems}
+        rep = {"status": "ok", "ms": ms, "elems": elems}
+        if self.gpu is not None:
+            # "cupti" only when every call of the request was read from CUPTI's records; any fallback: "wall"
+            rep |= {"gpu_ms": gpu_ms, "gpu": "cupti" if methods == {self._cupti_method} else "wall"}
+        return rep
 
     def fetch(self, req: dict) -> tuple[dict, bytes]:
         """Outputs of some (default all) input sets of a slot as raw bytes after the reply line, set by set

@@ -590,7 +590,7 @@ class Evaluator:
         check_all = "check_timed" not in self.off and "recheck" not in self.off
         if not check_all:
             seen = {}
-        rows = []          # (seeds, slot, base_rtt, base_ms, cand_rtt, cand_ms)
+        rows = []          # (seeds, slot, base_rtt, base_ms, cand_rtt, cand_ms, base_gpu_ms, cand_gpu_ms)
         prep_t, prep_c, fetch_t, fetch_c = [], [], [], []   # round trips (fetches: per set)
         idle_cpu, idle_wall = 0.0, 0.0
         small, k, est = None, 1, []
@@ -632,7 +632,8 @@ class Evaluator:
             else:
                 prep_t.append(pt)
                 prep_c.append(pc)
-                rows.append((seeds, slot, bt, float(brep.get("ms", 0)), ct, float(crep.get("ms", 0))))
+                rows.append((seeds, slot, bt, float(brep.get("ms", 0)), ct, float(crep.get("ms", 0)),
+                             _gpu_total(brep, len(seeds)), _gpu_total(crep, len(seeds))))
             if time.perf_counter() > stop and i >= self.warmup + 2:
                 break
         if not (small and check_all):
@@ -663,8 +664,40 @@ class Evaluator:
         if rest:
             self._ask(child, {"op": "drop", "slots": rest}, deadline)
 
+    def _gpu_rows(self, rows, ov) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """Per-call GPU times (baseline, candidate) when every timed call of both was read from CUPTI, with the
+        candidate's host time beyond the baseline's added to its own; None where any call fell back (the
+        whole timing is then wall time).
+
+        The records are read in the candidate's worker, so they are held to what this process measures: a
+        request's GPU time cannot exceed its wall time on this process's clock (else the reply is forged),
+        and whatever the candidate's call spends off the GPU beyond the baseline's host time (10% + 5 us of
+        slack) is charged to it: work done on the host, or a timer patched to report less, gains nothing."""
+        if "parent_clock" in self.off or not rows or any(r[6] is None or r[7] is None for r in rows):
+            return None
+        for r in rows:
+            n = len(r[0])
+            if r[7] * n > r[4] * 1e3 * 1.01 + 0.01 and "gpu_wall_check" not in self.off:
+                raise Verdict("cheating", f"its worker reported {r[7] * n:.4g} ms of GPU time for a request that took "
+                                          f"{r[4] * 1e3:.4g} ms on the evaluator's clock: a forged GPU timer")
+            if r[6] * n > r[2] * 1e3 * 1.01 + 0.01:   # the trusted worker's: not a cheat, but not to be used
+                return None
+        b_gpu = np.array([r[6] for r in rows])
+        c_gpu = np.array([r[7] for r in rows])
+        b_wall = np.array([max(r[2] - ov, 1e-7) / len(r[0]) for r in rows]) * 1e3
+        c_wall = np.array([max(r[4] - ov, 1e-7) / len(r[0]) for r in rows]) * 1e3
+        host_b = float(np.median(np.maximum(b_wall - b_gpu, 0.0)))
+        host_c = np.maximum(c_wall - c_gpu, 0.0)
+        charge = np.zeros_like(c_gpu) if "host_charge" in self.off else \
+            np.maximum(0.0, host_c - 1.1 * host_b - 0.005)
+        return b_gpu, c_gpu + charge, float(np.median(charge))
+
     def _timing(self, wl, rows, ov, k, prep_t, prep_c, fetch_t, fetch_c, *, small: bool, checked: bool) -> Timing:
-        if "parent_clock" in self.off:   # the worker's own clock: what a patched worker could lie about
+        gpu = self._gpu_rows(rows, ov)
+        fell_back = gpu is None and any(r[6] is not None or r[7] is not None for r in rows)
+        if gpu is not None:
+            b, c, host_charge = gpu
+        elif "parent_clock" in self.off:   # the worker's own clock: what a patched worker could lie about
             b = np.array([r[3] / len(r[0]) for r in rows])
             c = np.array([r[5] / len(r[0]) for r in rows])
         else:
@@ -683,9 +716,17 @@ class Evaluator:
         cm, bm = float(np.median(c)) + charge, float(np.median(b))
         iqr = lambda a: float(np.percentile(a, 75) - np.percentile(a, 25))  # noqa: E731
         speed = bm / cm if cm > 0 else math.inf
-        method = (f"wall time of one call per mx.eval + mx.synchronize, {k} call{'s' if k > 1 else ''} per request "
-                  f"read by the evaluator's clock (less the {ov * 1e3:.3f} ms round trip of an empty call), "
-                  f"{len(c)} repeats interleaved with the baseline (run in the trusted worker) after warm-up, fresh "
+        calls = f"{k} call{'s' if k > 1 else ''} per request"
+        if gpu is not None:
+            clock = (f"{GPU_METHOD}: the sum of each call's kernel durations from CUPTI's activity records, one call "
+                     f"per mx.eval + mx.synchronize, {calls}, each request's GPU time held under its wall time on the "
+                     f"evaluator's clock, host time beyond the baseline's charged to the candidate"
+                     + (f" ({host_charge:.4g} ms per call)" if host_charge > 0.0005 else "") + ", ")
+        else:
+            clock = (f"{WALL_METHOD}, {calls} read by the evaluator's clock (less the {ov * 1e3:.3f} ms round trip of "
+                     f"an empty call)" + (" (CUPTI fell back to wall time on some calls: all of it is wall time)"
+                                          if fell_back else "") + ", ")
+        method = (clock + f"{len(c)} repeats interleaved with the baseline (run in the trusted worker) after warm-up, fresh "
                   f"random inputs every call, "
                   + ("every timed output checked against the reference" if small and checked else
                      f"{TIMED_SAMPLE} timed outputs drawn after the calls checked against the reference" if checked else
@@ -719,6 +760,24 @@ class Evaluator:
             res.timings[-1] = res.timing
         if res.status == "cheating":
             res.timing, res.timings = None, []
+
+
+GPU_METHOD = "gpu-time (CUPTI)"
+WALL_METHOD = "wall time of one call per mx.eval + mx.synchronize"
+
+
+def _gpu_total(rep: dict, n: int) -> float | None:
+    """Mean GPU ms per call of a `call` reply whose calls were all read from CUPTI, else None."""
+    g = rep.get("gpu_ms")
+    if rep.get("gpu") != "cupti" or not isinstance(g, list) or len(g) != n:
+        return None
+    try:
+        vals = [float(x) for x in g]
+    except (TypeError, ValueError):
+        return None
+    if not all(math.isfinite(v) and v >= 0 for v in vals):
+        return None
+    return sum(vals) / n
 
 
 def evaluate_once(task: KernelTask, source: str, backend: str | None = None, *, timing: bool = True,

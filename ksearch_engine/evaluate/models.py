@@ -33,6 +33,9 @@ class Limits(BaseModel):
     # For tests that show each guard is what catches its attack: names of in-worker guards to switch off
     # ('audit', 'tamper', 'recheck', 'streams', 'mountlock'). Never set outside tests.
     disable_guards: list[str] = []
+    # For tests on a machine without a GPU: the source of a CUPTI stand-in module (the API of NVIDIA's
+    # cupti-python that ksearch_engine.gputime uses) both workers time their calls with. Never set outside tests.
+    gpu_standin: str | None = None
 
 
 class Mismatch(BaseModel):
@@ -62,7 +65,7 @@ class Timing(BaseModel):
     baseline_iqr_ms: float
     speedup: float
     repeats: int
-    method: str
+    method: str                   # starts "gpu-time (CUPTI)" or "wall time of one call per mx.eval + mx.synchronize"
     suspect: bool = False         # speedup > 10x: flagged until re-measured
 
 

@@ -74,6 +74,7 @@ def needed_paths(scratch: Path) -> list[str]:
     for var in ("PYTHONPATH", "LD_LIBRARY_PATH"):
         keep += [p for p in os.environ.get(var, "").split(os.pathsep) if p]
     keep += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    keep += cupti_paths()
     out: list[str] = []
     for p in keep:
         for q in {os.path.abspath(p), os.path.realpath(p)}:
@@ -361,6 +362,33 @@ def _under_any(p: str, roots) -> bool:
     return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+def cupti_paths() -> list[str]:
+    """Where GPU timing's CUPTI lives, when present: the `cupti` package (cupti-python) and every folder
+    holding a libcupti (the nvidia-cuda-cupti wheel's, the CUDA toolkit's extras/CUPTI, a folder on
+    LD_LIBRARY_PATH), each also as the real folder a link points to. Found without importing anything."""
+    import glob
+    import importlib.util
+
+    out: list[str] = []
+    try:
+        spec = importlib.util.find_spec("cupti")
+    except (ImportError, ValueError):
+        spec = None
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        out.append(str(loc))
+    roots = [p for p in sys.path if p and os.path.isdir(p)]
+    pats = [os.path.join(r, "nvidia", "*", "lib", "libcupti.so*") for r in roots]
+    pats += [os.path.join(r, "nvidia", "*", "*", "lib", "libcupti.so*") for r in roots]
+    for v in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(v):
+            pats += [os.path.join(os.environ[v], d, "libcupti.so*") for d in ("extras/CUPTI/lib64", "lib64", "lib")]
+    pats += [os.path.join(d, "libcupti.so*") for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    for pat in pats:
+        for lib in glob.glob(pat):
+            out += [os.path.dirname(os.path.abspath(lib)), os.path.dirname(os.path.realpath(lib))]
+    return list(dict.fromkeys(out))
+
+
 def view_paths(scratch: Path) -> list[str]:
     """What the child sees read-only besides /usr, /etc files and its own folders: the Python install, the
     folders on sys.path (site-packages holding mlx, numpy, pydantic), ksearch's engine folder (never the
@@ -375,6 +403,7 @@ def view_paths(scratch: Path) -> list[str]:
         keep.append(p)
     keep += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     keep += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    keep += cupti_paths()
     out: list[str] = []
     for p in keep:
         for q in {os.path.abspath(p), os.path.realpath(p)}:
@@ -520,6 +549,8 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
         env["KSEARCH_CONFINE"] = json.dumps(confine)
     if limits.disable_guards:
         env["KSEARCH_GUARDS_OFF"] = ",".join(limits.disable_guards)
+    if limits.gpu_standin:
+        env["KSEARCH_GPU_STANDIN"] = limits.gpu_standin
     err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(full, cwd=scratch, env=scrubbed_env(scratch, env), stdin=subprocess.PIPE,

@@ -193,7 +193,10 @@ def test_bubblewrap_shows_no_key_even_with_nothing_hidden_and_the_view_is_what_k
 def test_bubblewrap_mounts_no_secret_folder_of_the_home(bwrap_sandbox):
     """The real home's secret folders (.ssh, .config, ...) and the home itself are not in the view at all, and
     nothing of the view can be unmounted or written (no capabilities, read-only binds)."""
+    import secrets as _secrets
+
     home = Path.home().resolve()
+    planted = f"/usr/zz-ksearch-probe-{_secrets.token_hex(4)}"
     probe = ("import ctypes, json, os, mlx.core as mx\n"
              "libc = ctypes.CDLL(None, use_errno=True)\n"
              "def kernel(x):\n"
@@ -204,7 +207,7 @@ def test_bubblewrap_mounts_no_secret_folder_of_the_home(bwrap_sandbox):
              "            'mounted': [p for p in secrets if (' ' + p + ' ') in mounts],\n"
              "            'umount': libc.umount2(b'/usr', 2), 'umount_errno': ctypes.get_errno()}\n"
              "    try:\n"
-             "        open('/usr/zz-ksearch-probe', 'w')\n"
+             f"        open({planted!r}, 'w')\n"
              "        seen['wrote'] = True\n"
              "    except OSError:\n"
              "        seen['wrote'] = False\n"
@@ -221,12 +224,16 @@ def test_bubblewrap_mounts_no_secret_folder_of_the_home(bwrap_sandbox):
     assert kind == "bubblewrap"
     assert seen["secrets"] == [] and seen["mounted"] == [], seen
     assert seen["umount"] == -1 and seen["wrote"] is False, seen
-    assert not os.path.exists("/usr/zz-ksearch-probe")
+    assert not os.path.exists(planted)
     # Guard off: without a sandbox the same probe sees the home's secret folders this machine has
     on_host = [str(home / p) for p in sandbox.SECRET_PATHS if (home / p).exists()]
     if on_host:
         bwrap_sandbox.setenv("KSEARCH_SANDBOX", "none")
-        kind, seen = run()
+        try:
+            kind, seen = run()
+        finally:
+            if os.path.exists(planted):
+                os.unlink(planted)
         assert kind == "rlimits + process group" and set(on_host) <= set(seen["secrets"]), (on_host, seen)
 
 

@@ -164,3 +164,133 @@ def test_a_suspect_speedup_is_confirmed_by_the_candidates_own_time_not_a_swingin
     assert remeasure_agrees(first, t(1.40, 680.0))          # the candidate moved 27%, the speed-up agrees
     assert not remeasure_agrees(first, t(2.5, 530.0))       # a warm-state artefact: 2.3x slower when fresh
     assert not remeasure_agrees(first, t(1.1, 0.9))         # not faster than the baseline at all
+
+
+# -- GPU time (ksearch_engine.gputime) in the workers: wired with a CUPTI stand-in (no GPU here) ----------------
+# The stand-in speaks the part of NVIDIA's cupti-python that gputime uses; each flush reports one "kernel" that
+# lasted FRACTION of the time since the previous flush (what a GPU would report for a call whose host part is
+# the rest). SKIP > 0: every SKIP-th flush reports no kernel, so that call falls back to wall time.
+CUPTI_STANDIN = """
+import time
+FRACTION, SKIP = $FRACTION, $SKIP
+class ActivityKind:
+    CONCURRENT_KERNEL = 10
+_cb, _state = {}, {"last": time.perf_counter_ns(), "n": 0}
+class _Record:
+    def __init__(self, start, end):
+        self.kind, self.start, self.end, self.name = 10, start, end, "standin_kernel"
+def activity_register_callbacks(requested, completed):
+    _cb["completed"] = completed
+def activity_enable(kind):
+    pass
+def activity_flush_all(flag):
+    now = time.perf_counter_ns()
+    start, _state["last"] = _state["last"], now
+    _state["n"] += 1
+    if SKIP and _state["n"] % (2 * SKIP) == 0:
+        return _cb["completed"]([])
+    _cb["completed"]([_Record(start, start + int((now - start) * FRACTION))])
+"""
+
+
+def _standin(fraction=0.5, skip=0) -> str:
+    return CUPTI_STANDIN.replace("$FRACTION", str(fraction)).replace("$SKIP", str(skip))
+
+
+def _gpu_eval(task, standin, guards=()):
+    return Evaluator(task, "mlx-cpu", limits=Limits(wall_s=60, memory_mb=2048, gpu_standin=standin,
+                                                     disable_guards=list(guards)), repeats=6, warmup=1, timing_max_s=5)
+
+
+def test_cpu_backend_times_on_the_wall_clock_as_before(ev):
+    r = ev.evaluate(GOOD)
+    assert r.status == "passed" and r.timing.method.startswith("wall time of one call per mx.eval + mx.synchronize")
+    assert "CUPTI" not in r.timing.method
+
+
+def test_gpu_time_from_cupti_records_is_used_for_baseline_and_candidate(softmax_task):
+    with _gpu_eval(softmax_task, _standin(0.5)) as e:
+        r = e.evaluate(GOOD)
+    assert r.status == "passed", r.message
+    t = r.timing
+    assert t.method.startswith("gpu-time (CUPTI)"), t.method
+    # both sides timed the same way: the same op against itself is about 1x, not skewed by host time
+    assert 0.4 < t.speedup < 2.5 and t.baseline_ms > 0, t
+
+
+def test_one_call_falling_back_makes_the_whole_timing_wall_time(softmax_task):
+    with _gpu_eval(softmax_task, _standin(0.5, skip=3)) as e:
+        r = e.evaluate(GOOD)
+    assert r.status == "passed", r.message
+    assert r.timing.method.startswith("wall time of one call") and "fell back" in r.timing.method, r.timing.method
+
+
+PATCHES_TIMER = """
+import sys, mlx.core as mx
+g = sys.modules["ksearch_engine.gputime"]
+g._CuptiSession.end = lambda self: ($MS, 1)     # report $MS ms of GPU time whatever ran
+def kernel(x):
+    return mx.softmax(x, axis=-1)
+"""
+
+
+def test_a_candidate_patching_the_gpu_timer_is_caught_and_cannot_gain(softmax_task):
+    src = PATCHES_TIMER.replace("$MS", "1e-6")
+    with _gpu_eval(softmax_task, _standin(0.5)) as e:
+        honest = e.evaluate(GOOD)
+        caught = e.evaluate(src)
+    assert caught.status == "cheating" and caught.timing is None, caught.message
+    assert honest.timing.method.startswith("gpu-time (CUPTI)")
+    # with the audit hook and the tamper check off the patch goes unnoticed, and still gains nothing: what the
+    # call spends off the GPU beyond the baseline's host time is charged to it
+    with _gpu_eval(softmax_task, _standin(0.5), guards=["audit", "tamper"]) as e:
+        patched = e.evaluate(src)
+    assert patched.status == "passed" and patched.timing.method.startswith("gpu-time (CUPTI)"), patched.message
+    # (the same op as the baseline: about 1x; a loaded machine moves one run, not by 5x)
+    assert patched.timing.speedup < 5, (patched.timing, honest.timing)
+    # guard off: without the host-time charges (the call's, and the untimed steps') the patched timer wins a
+    # huge, false speed-up
+    with _gpu_eval(softmax_task, _standin(0.5), guards=["audit", "tamper", "host_charge", "charge_untimed"]) as e:
+        off = e.evaluate(src)
+    assert off.status == "passed" and off.timing.speedup > 20, off.timing
+
+
+def test_gpu_time_above_the_requests_wall_time_is_a_forged_timer(softmax_task):
+    src = PATCHES_TIMER.replace("$MS", "1e6")
+    with _gpu_eval(softmax_task, _standin(0.5), guards=["audit", "tamper"]) as e:
+        r = e.evaluate(src)
+    assert r.status == "cheating" and "forged GPU timer" in r.message, r.message
+    with _gpu_eval(softmax_task, _standin(0.5), guards=["audit", "tamper", "gpu_wall_check"]) as e:
+        r = e.evaluate(src)
+    assert r.status == "passed" and r.timing.median_ms > 1e5, "guard off: the forged time is taken"
+
+
+# -- ksearch eval never ends silently with 0 when a pipe broke ---------------------------------------------------
+CLOSES_PIPES = "import os, mlx.core as mx\ndef kernel(x):\n    os.close(0)\n    os.close(1)\n    return mx.softmax(x, axis=-1)\n"
+
+
+def test_ksearch_eval_exits_nonzero_when_the_candidate_breaks_its_pipes(tmp_path, monkeypatch, capsys):
+    from ksearch_engine import cli
+
+    cand = tmp_path / "cand.py"
+    cand.write_text(CLOSES_PIPES)
+    for mode in ("none", "bwrap"):
+        monkeypatch.setenv("KSEARCH_SANDBOX", mode)
+        rc = cli.main(["eval", "softmax", str(cand), "--backend", "mlx-cpu", "--timeout", "30", "--json"])
+        out = capsys.readouterr().out
+        assert rc == 1 and '"status": "passed"' not in out and '"status"' in out, (mode, rc, out[-500:])
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_a_silent_exit_0(monkeypatch, tmp_path, capsys):
+    from ksearch_engine import cli
+    from ksearch_engine.evaluate import evaluator as evaluator_mod
+
+    cand = tmp_path / "cand.py"
+    cand.write_text(GOOD)
+
+    def broken(self, source, timing=True):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(evaluator_mod.Evaluator, "evaluate", broken)
+    rc = cli.main(["eval", "softmax", str(cand), "--backend", "mlx-cpu"])
+    assert rc != 0 and "Broken pipe" in capsys.readouterr().err
