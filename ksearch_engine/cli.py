@@ -154,7 +154,7 @@ def _run(req: SearchRequest, args, title: str, done_out: list | None = None) -> 
         seen = [0]      # candidates printed: numbered as `ksearch show` numbers them
 
         def emit(e) -> None:
-            store.add_event(req.run_id, e.type, json.loads(e.model_dump_json())) if e.type in ("best", "done", "error") else None
+            store.add_event(req.run_id, e.type, json.loads(e.model_dump_json()))     # the run's full log (`ksearch show`)
             if e.type == "stage":
                 prog.update(bar, description=f"{e.stage}: {escape(e.message)}"[:70])
             elif e.type == "candidate":
@@ -171,7 +171,7 @@ def _run(req: SearchRequest, args, title: str, done_out: list | None = None) -> 
     if done_out is not None:
         done_out.append(done)
     if store.candidates(req.run_id):      # a job that failed before its first candidate has no table to show
-        show_run(store, req.run_id, tree=False)
+        show_run(store, req.run_id, tree=False, log=False)
     if done.status != "done":
         err.print(f"[red]{done.status}[/]: {escape(done.message)}")
         return 1
@@ -213,60 +213,83 @@ def cmd_runs(args) -> int:
     store = _store(args)
     rows = store.runs(limit=args.limit)
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2, default=str))
         return 0
     t = Table(title=f"runs in {store.path}")
     for c in ("run", "kind", "task / kernel", "status", "candidates", "best"):
         t.add_column(c)
     for r in rows:
-        best = store.candidate(r["best_candidate"]) if r.get("best_candidate") else None
-        t.add_row(r["id"], r["kind"], r.get("task_name") or r.get("kernel") or "-", r["status"],
-                  str(len(store.candidates(r["id"]))), escape(_result_text(best)) if best else "-")
+        offers = store.offers(r.id)
+        best = offers[0] if offers else None
+        shown = escape(_result_text(best, store.original(r.id))) if best else (
+            "no candidate beat your kernel" if r.kind == "optimize" and r.status == "done" else "-")
+        t.add_row(r.id, r.kind, r.task_name or r.kernel or "-", r.status, str(len(store.candidates(r.id))), shown)
     console.print(t)
     return 0
 
 
-def _result_text(c: dict) -> str:
+def _result_text(c, original=None) -> str:
+    """One candidate in words: the speedup over the original first, the baseline second, the workload named."""
+    from .store import vs_original
     res = c.get("result") or {}
-    t = res.get("timing")
+    t = c.timing if hasattr(c, "timing") else res.get("timing")
     if c["status"] == "passed" and t:
-        return f"{t['median_ms']:.4g} ms · {t['speedup']:.2f}x · {res.get('device')} ({res.get('backend')})"
+        vo = vs_original(c, original) if hasattr(c, "timing") else None
+        head = f"{vo:.2f}x vs original · " if vo else ""
+        return (f"{head}{t['median_ms']:.4g} ms @ {t.get('workload') or '?'} · {t['speedup']:.2f}x vs baseline · "
+                f"{res.get('device')} ({res.get('backend')})")
     if c["status"] == "passed":
-        return f"verified ({res.get('verified_by')})"
+        return f"verified ({res.get('verified_by')}), not timed"
     return c["status"]
 
 
-def show_run(store: Store, run_id: str, tree: bool) -> None:
+def show_run(store: Store, run_id: str, tree: bool, log: bool = True) -> None:
+    """A run's candidates (the headline is the speedup over the user's original, the baseline op second), what
+    it offers to accept (Store.offers: the editor offers the same), and its full log."""
+    from .runlog import run_log_lines
+    from .store import vs_original
+
     r = store.find_run(run_id)
     if r is None:
         raise UserError(f"no run '{run_id}' in {store.path} (see `ksearch runs`)")
-    cands = store.candidates(r["id"])
-    t = Table(title=f"run {r['id']} · {r['kind']} · {r.get('task_name') or r.get('kernel') or ''} · {r['status']}")
-    for c in ("#", "status", "plan", "median ms", "±IQR", "vs baseline", "vs original", "trials", "device"):
-        t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=48 if c == "plan" else None)
-    original = next((c for c in cands if (c.get("result") or {}).get("timing")), None)
-    orig_ms = original["result"]["timing"]["median_ms"] if original else None
+    cands = store.candidates(r.id)
+    original = store.original(r.id)
+    offers = store.offers(r.id)
+    offered = {c.id for c in offers}
+    baseline = _baseline_name(r)
+    t = Table(title=f"run {r.id} · {r.kind} · {r.task_name or r.kernel or ''} · {r.status} · {len(cands)} evals")
+    for c in ("#", "status", "what", "time @ workload", "vs original", f"vs {baseline}", "trials", "device"):
+        t.add_column(c, no_wrap=c != "what", overflow="fold", max_width=44 if c == "what" else None)
     for c in cands:
-        res = c.get("result") or {}
-        tm = res.get("timing")
-        status = c["status"] + (" *" if c["id"] == r.get("best_candidate") else "")
-        if c["status"] == "passed" and not tm:
-            status += f" ({res.get('verified_by')})"
-        t.add_row(str(c["seq"]), status, escape(plan_brief(c.get("plan") or "", 48)),
-                  f"{tm['median_ms']:.4g}" if tm else "-", f"{tm['iqr_ms']:.2g}" if tm else "-",
+        res = c.result or {}
+        tm = c.timing
+        status = c.status + (" (offered)" if c.id in offered else "")
+        if c.status == "passed" and not tm:
+            status += f" ({res.get('verified_by') or res.get('backend')}, not timed)"
+        vo = vs_original(c, original)
+        t.add_row(str(c.seq), status, escape(c.label(90)),
+                  f"{tm['median_ms']:.4g} ms @ {tm.get('workload') or '?'}" if tm else "-",
+                  ("1.00x (yours)" if c.is_original else f"{vo:.2f}x") if tm and (vo or c.is_original) else "-",
                   (f"{tm['speedup']:.2f}x" + ("!" if tm.get("suspect") else "")) if tm else "-",
-                  f"{orig_ms / tm['median_ms']:.2f}x" if tm and orig_ms else "-", str(res.get("trials", "-")),
-                  f"{res.get('device', '')} ({res.get('backend', '')})" if res else "-")
+                  str(res.get("trials", "-")), f"{(res.get('device') or '').split(' ')[0]} ({res.get('backend', '')})" if res else "-")
     console.print(t)
-    best = store.candidate(r["best_candidate"]) if r.get("best_candidate") else None
-    if best:
-        console.print(f"best: candidate #{best['seq']} ({best['id']}): {escape(_result_text(best))}")
-        if (best.get("result") or {}).get("timing"):
-            console.print(f"[dim]method: {escape(best['result']['timing']['method'])}[/]")
-    if r.get("message"):
-        console.print(f"[dim]{escape(r['message'])}[/]")
+    if offers:
+        best = offers[0]
+        console.print(f"offered: {len(offers)} candidate(s); first #{best.seq} ({best.id}): {escape(_result_text(best, original))}")
+        if best.timing:
+            console.print(f"[dim]method: {escape(best.timing.get('method', ''))}[/]")
+    elif r.status == "done" and r.kind == "optimize":
+        ot = original.timing if original is not None else None
+        at = f" ({ot['median_ms']:.4g} ms @ {ot.get('workload') or '?'})" if ot else ""
+        console.print(f"no candidate beat your kernel{at}: nothing to accept")
+    if r.message:
+        console.print(f"[dim]{escape(r.message)}[/]")
+    if log:
+        console.print("[bold]log[/]")
+        for line in run_log_lines(store, r):
+            console.print(escape(line), soft_wrap=True)
     if tree:
-        tj = store.latest_tree(r["id"])
+        tj = store.latest_tree(r.id)
         if not tj:
             console.print("(no world-model tree stored for this run)")
         else:
@@ -274,14 +297,23 @@ def show_run(store: Store, run_id: str, tree: bool) -> None:
             console.print(render_tree_json(tj))
 
 
+def _baseline_name(run) -> str:
+    task = (run.config or {}).get("task") if isinstance(run.config, dict) else None
+    return str(task.get("baseline_name")) if isinstance(task, dict) and task.get("baseline_name") else "baseline"
+
+
 def cmd_show(args) -> int:
     store = _store(args)
     if args.json:
+        from .runlog import run_log_lines
         r = store.find_run(args.run)
         if r is None:
             raise UserError(f"no run '{args.run}'")
-        print(json.dumps({"run": r, "candidates": store.candidates(r["id"]), "tree": store.latest_tree(r["id"])},
-                         indent=2, default=str))
+        print(json.dumps({"run": r.model_dump(mode="json"), "candidates": [c.model_dump(mode="json") for c in
+                                                                           store.candidates(r.id)],
+                          "offers": [c.id for c in store.offers(r.id)], "log": run_log_lines(store, r),
+                          "events": [e.model_dump(mode="json") for e in store.events(r.id)],
+                          "tree": store.latest_tree(r.id)}, indent=2, default=str))
         return 0
     show_run(store, args.run, tree=args.tree)
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
+from .defaults import EVALUATIONS
 from pydantic import BaseModel, Field, TypeAdapter
 
 
@@ -29,7 +30,7 @@ class SearchRequest(BaseModel):
     model: str | None = None
     base_url: str | None = None        # OpenAI-compatible endpoint
     backend: str | None = None         # None: best present
-    max_evals: int = 24
+    max_evals: int = EVALUATIONS
     max_rounds: int = 6
     max_seconds: float = 600.0
     max_tokens: int | None = None

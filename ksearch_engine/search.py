@@ -39,7 +39,7 @@ from .task import KernelTask, TaskError
 from .worldmodel import ROOT, PlanNode, PlanTree, render_tree
 
 ORIGINAL = "original"
-MIN_GAIN = 0.02   # a new best must beat the old one by 2%: smaller gains are within timing noise
+from .defaults import MIN_GAIN  # noqa: E402 - one place for defaults
 
 
 class SearchError(RuntimeError):
@@ -200,6 +200,11 @@ class _Run:
         """How many candidates may be in flight: the pool's devices for the backend, capped by the request."""
         n = self.pool.slots(self.backend)
         return min(n, self.req.max_in_flight) if self.req.max_in_flight else n
+
+    def already_measured(self, source: str):
+        """A candidate of this run with the same source (the original included): never measured twice."""
+        from .store import source_hash
+        return self.store.measured(self.run_id, source_hash(source))
 
     def submit(self, source: str, node_id: str, plan: str) -> tuple[str, Future]:
         self.emit(StageEvent(stage="evaluate", message=f"node {node_id}: {plan[:120]}"))
@@ -364,6 +369,20 @@ class _Run:
             self._flush_warnings()
             self.snapshot()
             return True
+        same = self.already_measured(draft.source)
+        if same is not None:
+            # the same source as one already measured (the original, or a sibling with other knobs that render
+            # the same code): its result stands for this node too, without another evaluation
+            r = same.result or {}
+            t = r.get("timing") if self.timed else None
+            vs = (r.get("vs_original") or {}).get("speedup") or (1.0 if same.plan == ORIGINAL and t else None)
+            self.tree.record(node.id, candidate_id=same.id, status=same.status if same.status != "running" else "failed",
+                             message=f"same source as candidate #{same.seq}; not measured again",
+                             median_ms=t and t["median_ms"], speedup=t and t["speedup"], speedup_vs_original=vs)
+            self.log(f"node {node.id}: same source as candidate #{same.seq} ({same.plan or '?'}); not measured again")
+            self.apply_edits()
+            self.snapshot()
+            return True
         cid, fut = self.submit(draft.source, node.id, plan)
         item = _InFlight(node=node, plan=plan, source=draft.source, cid=cid, future=fut, tries=0, ctx=ctx)
         self.inflight.append(item)
@@ -383,6 +402,8 @@ class _Run:
             except ProposerError as e:
                 self.log(f"debugging node {node.id} failed: {e}", "warning")
                 fix = None
+            if fix is not None and self.already_measured(fix.source) is not None:
+                fix = None          # the fix is code already measured: nothing new to learn from it
             if fix is not None:
                 self.emit(StageEvent(stage="propose", message=f"debug attempt {tries} for node {node.id} after {res.status}"))
                 cid, fut = self.submit(fix.source, node.id, plan + f" (debug {tries})")

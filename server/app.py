@@ -56,6 +56,8 @@ def create_server() -> KsearchServer:
         ls.index.encoding = str(getattr(enc, "value", enc) or "utf-16")
         opts = params.initialization_options if isinstance(params.initialization_options, dict) else {}
         _set_secrets(ls, opts)
+        given = opts.get("clientCommands")
+        ls.client_commands = {c for c in given if isinstance(c, str)} if isinstance(given, list) else set()
         section = opts.get("settings", {}).get("ksearch") if isinstance(opts.get("settings"), dict) else opts.get("ksearch")
         if isinstance(section, dict):
             config._apply(ls, section)

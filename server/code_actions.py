@@ -2,6 +2,7 @@
 while a result waits for a decision, Accept / Reject / Next candidate."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
@@ -38,14 +39,23 @@ def register(ls: "KsearchServer") -> None:
         job = ls.jobs.active_for(path, k.name)
         if job is not None:
             out.append(_action(f"ksearch: cancel {job.title}", "ksearch.cancel", [job.run_id]))
-        res = ls.results.for_kernel(ls.store, path, k.name)
+        res = ls.kernel_results(path, k.name)
         if res.pending is not None and res.ranked:
-            rid = res.pending["id"]
+            rid = res.pending.id
             cand = res.ranked[ls.offers.get(rid, 0) % len(res.ranked)]
-            out.append(_action(f"Accept candidate for {k.name}", "ksearch.accept", [rid, cand["id"]]))
-            out.append(_action(f"Reject candidate for {k.name}", "ksearch.reject", [rid, cand["id"]]))
+            out.append(_action(f"Show diff of the candidate for {k.name}", ls.diff_command(), [rid, cand.id]))
+            out.append(_action(f"Accept candidate for {k.name}", "ksearch.accept", [rid, cand.id]))
+            out.append(_action(f"Reject candidate for {k.name}", "ksearch.reject", [rid, cand.id]))
             if len(res.ranked) > 1:
                 out.append(_action("Next candidate", "ksearch.next", [rid]))
+        broken = documents.parse_errors(entry) if entry is not None else None
+        if broken:
+            # disabled actions say why (clients that do not show disabled actions still get no job)
+            why = types.CodeActionDisabledType(reason=f"{Path(path).name} does not parse ({broken}): fix it first")
+            if k.is_cuda:
+                out.append(_action("Port to MLX", "ksearch.port", [uri, k.name], disabled=why))
+            out.append(_action("Optimize kernel", "ksearch.optimize", [uri, k.name], disabled=why))
+            return out
         if k.is_cuda:
             out.append(_action("Port to MLX", "ksearch.port", [uri, k.name]))
             if entry is not None and sum(1 for x in entry.kernels if x.is_cuda) > 1:

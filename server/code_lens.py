@@ -24,37 +24,47 @@ def lenses_for(ls: "KsearchServer", uri: str) -> list[types.CodeLens]:
     if entry is None:
         return []
     out: list[types.CodeLens] = []
-    store = ls.store
+    broken = documents.parse_errors(entry)
     for k in entry.kernels:
         rng = types.Range(start=k.name_range.start, end=k.name_range.start)
         job = ls.jobs.active_for(path, k.name)
-        res = ls.results.for_kernel(store, path, k.name)
+        res = ls.kernel_results(path, k.name)
         if job is not None:
             state = "queued" if job.state == "queued" else job.progress_message(short=True)
             out.append(_lens(rng, f"⟳ {job.title}: {state}", "ksearch.cancel", [job.run_id]))
             out.append(_lens(rng, "Cancel", "ksearch.cancel", [job.run_id]))
-        elif res.runs and res.runs[0]["status"] in ("running", "queued"):
+        elif res.runs and res.runs[0].status in ("running", "queued"):
             other = res.runs[0]
-            out.append(_lens(rng, f"⟳ {other['kind']} running in another session", "ksearch.cancel", [other["id"]]))
+            out.append(_lens(rng, f"⟳ {other.kind} running in another session", "ksearch.cancel", [other.id]))
         elif res.pending is not None and res.ranked:
-            rid = res.pending["id"]
+            rid = res.pending.id
             i = ls.offers.get(rid, 0) % len(res.ranked)
             cand = res.ranked[i]
-            out.append(_lens(rng, "Accept", "ksearch.accept", [rid, cand["id"]]))
-            out.append(_lens(rng, "Reject", "ksearch.reject", [rid, cand["id"]]))
+            label = ls.results.best(ls.store, res.pending, cand).lens_label()
+            out.append(_lens(rng, f"Show diff · {label}", ls.diff_command(), [rid, cand.id]))
+            out.append(_lens(rng, "Accept", "ksearch.accept", [rid, cand.id]))
+            out.append(_lens(rng, "Reject", "ksearch.reject", [rid, cand.id]))
             if len(res.ranked) > 1:
                 out.append(_lens(rng, f"Next candidate ({i + 1}/{len(res.ranked)})", "ksearch.next", [rid]))
-            label = Best(res.pending, cand, ls.results.baseline_name(res.pending)).lens_label()
-            out.append(_lens(rng, f"Show diff · {label}", "ksearch.showDiff", [rid, cand["id"]]))
         if job is None:
-            if k.is_cuda:
-                out.append(_lens(rng, "Port to MLX", "ksearch.port", [uri, k.name]))
-            if ls.tasks.find(path, k.name, entry.hash).has_task:
-                out.append(_lens(rng, "Optimize kernel", "ksearch.optimize", [uri, k.name]))
+            if broken:
+                # no job on a file that does not parse: the lens says why instead of offering the actions
+                out.append(_lens(rng, f"Port/Optimize disabled: {broken}", "ksearch.explain",
+                                 [uri, k.name]))
             else:
-                out.append(_lens(rng, "Create benchmark task", "ksearch.createTask", [uri, k.name]))
-        if res.best is not None and res.pending is None:
-            out.append(_lens(rng, res.best.lens_label(), "ksearch.showDiff", [res.best.run["id"], res.best.cand["id"]]))
+                if k.is_cuda:
+                    out.append(_lens(rng, "Port to MLX", "ksearch.port", [uri, k.name]))
+                if ls.tasks.find(path, k.name, entry.hash).has_task:
+                    out.append(_lens(rng, "Optimize kernel", "ksearch.optimize", [uri, k.name]))
+                else:
+                    out.append(_lens(rng, "Create benchmark task", "ksearch.createTask", [uri, k.name]))
+        if job is None and res.pending is None:
+            if res.no_gain is not None and (res.accepted is None or res.no_gain.run.created > res.accepted.best.run.created):
+                out.append(_lens(rng, res.no_gain.label(), "ksearch.showRun", [res.no_gain.run.id]))
+            if res.accepted is not None:
+                a = res.accepted
+                out.append(_lens(rng, ("Accepted: " if a.state == "on disk" else "") + a.label(), ls.diff_command(),
+                                 [a.best.run.id, a.best.cand.id]))
     return out
 
 

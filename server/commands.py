@@ -6,6 +6,7 @@ Port and Optimize answer when their job ends (so that `$/cancelRequest` of the c
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from pathlib import Path
@@ -21,6 +22,8 @@ from .tasks import benchmark_task_text, task_file_path
 
 if TYPE_CHECKING:
     from .state import KsearchServer
+
+log = logging.getLogger(__name__)
 
 
 def _args(args: tuple, n: int, usage: str) -> list:
@@ -59,6 +62,11 @@ def start_job(ls: "KsearchServer", kind: str, uri: str, kernel: str):
         raise UserError(f"{name} has unsaved changes; the job reads the file from disk. Save it and run "
                         f"{'Port to MLX' if kind == 'port' else 'Optimize kernel'} again.")
     text = doc.source if doc is not None else (disk or "")
+    broken = documents.parse_errors(entry)
+    if broken:
+        action = "Port to MLX" if kind == "port" else "Optimize kernel"
+        raise UserError(f"{name} does not parse ({broken}). {action} is disabled until it does: fix the file, "
+                        f"save it, and run it again.")
     request: dict = {}
     if kind == "port":
         if not k.is_cuda:
@@ -120,6 +128,10 @@ def register(ls: "KsearchServer") -> None:
         documents.ensure_fresh(ls, uri)
         path = ls.path_of(uri)
         entry = ls.index.get(path) or ls.index.update_from_disk(path)[0]
+        broken = documents.parse_errors(entry)
+        if broken:
+            raise UserError(f"{Path(path).name} does not parse ({broken}). Port all kernels is disabled until it "
+                            f"does: fix the file, save it, and run it again.")
         kernels = [k.name for k in (entry.kernels if entry else []) if k.is_cuda]
         if not kernels:
             raise UserError(f"{Path(path).name}: no CUDA kernel to port")
@@ -149,7 +161,7 @@ def register(ls: "KsearchServer") -> None:
         if ls.jobs.cancel(run_id):
             return {"cancelled": True}
         run = ls.store.run(run_id)
-        pid = (run or {}).get("worker_pid")
+        pid = run.worker_pid if run is not None else None
         if run and run["status"] == "running" and pid:
             # A worker started by an earlier session of the server (or the CLI): it records 'cancelled' itself.
             try:
@@ -159,6 +171,36 @@ def register(ls: "KsearchServer") -> None:
                 ls.store.mark_orphans_failed()
         ls.tell(f"run {run_id} is not running (nothing to cancel)")
         return {"cancelled": False}
+
+    @ls.command("ksearch.explain")
+    @guarded(ls, "ksearch")
+    def explain(*args):
+        """The lens of a kernel whose file does not parse: say why Port and Optimize are disabled."""
+        uri = _args(args, 1, "ksearch.explain [uri, kernel]")[0]
+        documents.ensure_fresh(ls, uri)
+        path = ls.path_of(uri)
+        broken = documents.parse_errors(ls.index.get(path))
+        message = (f"{Path(path).name} does not parse ({broken}): Port to MLX and Optimize kernel are disabled "
+                   f"until it does. Fix it and save." if broken else f"{Path(path).name} parses: run the action again.")
+        ls.tell(message, types.MessageType.Warning if broken else types.MessageType.Info)
+        return {"parses": not broken, "message": message}
+
+    @ls.command("ksearch.showRun")
+    @guarded(ls, "Show run")
+    def show_run(*args):
+        """A run's outcome and log, in words (the 'no candidate beat your kernel' lens): a message, the log
+        lines in the output channel, and the same as data for clients that show it themselves."""
+        run_id = _args(args, 1, "ksearch.showRun [runId]")[0]
+        from ksearch_engine.runlog import run_log_lines
+        run = ls.store.find_run(run_id)
+        if run is None:
+            raise UserError(f"run {run_id} is not in the results store {ls.store.path}")
+        lines = run_log_lines(ls.store, run)
+        for line in lines:
+            log.info("run %s: %s", run.id, line)
+        ls.tell(f"run {run.id} ({run.kind} {run.kernel}): {run.status}; {run.message or ''}".rstrip("; ")
+                + " — the full log is in the ksearch output channel (or `ksearch show " + run.id + "`).")
+        return {"runId": run.id, "status": run.status, "message": run.message or "", "log": lines}
 
     @ls.command("ksearch.createTask")
     @guarded(ls, "Create benchmark task")

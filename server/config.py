@@ -10,6 +10,8 @@ import re
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from ksearch_engine.defaults import EVALUATIONS
+
 # ray://HOST:PORT (Ray Client), HOST:PORT (a driver inside the cluster network), auto, local
 _CLUSTER = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$|^(auto|local)$")
 
@@ -17,7 +19,7 @@ _CLUSTER = re.compile(r"^(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$|^(auto|local)$"
 class Settings(BaseModel):
     proposer: Literal["offline", "gemini", "openai"] = "offline"
     model: str | None = None
-    evaluations: int = Field(24, ge=1, le=10000)          # ksearch.budget.evaluations
+    evaluations: int = Field(EVALUATIONS, ge=1, le=10000)          # ksearch.budget.evaluations
     backend: Literal["auto", "mlx-metal", "mlx-cuda", "mlx-cpu", "sim"] | None = None
     store_path: str | None = None                          # ksearch.storePath
     concurrency: int = Field(1, ge=1, le=16)

@@ -4,7 +4,10 @@
 - threadgroup memory over Apple's 32 KB (an error in Metal kernels; a warning on CUDA kernels to be ported),
 - a `*.task.toml` that does not validate (`KernelTask.load` raises TaskError naming the file),
 - a kernel with no benchmark task (a hint; its quick fix is "Create benchmark task"),
-- the parser's own findings (syntax it could not read).
+- the parser's own findings (syntax it could not read): an Error only where the file really does not parse
+  (brackets that do not balance once comments, strings and the other branches of `#if` are set aside, a file
+  with no function at all); tree-sitter's error nodes on valid code (macros, preprocessor branches, CUDA
+  extensions it does not know) are Information, so that valid code never gets an error.
 """
 from __future__ import annotations
 
@@ -167,16 +170,133 @@ def kernel_diagnostics(entry: FileEntry, k: KernelEntry, has_task: bool) -> list
     return out
 
 
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _code_only(text: str) -> list[tuple[int, str]]:
+    """The file's code as (line, text) pairs, without comments, string and character literals, preprocessor
+    lines, or the `#elif`/`#else` branches of a conditional (only its first branch is kept: the branches
+    often open the same bracket each)."""
+    out: list[tuple[int, str]] = []
+    lines = text.split("\n")
+    depth_skip: list[bool] = []      # per open #if: whether we are past its first branch
+    in_block = False
+    i = 0
+    while i < len(lines):
+        raw = lines[i]
+        n = i
+        stripped = raw.lstrip()
+        if not in_block and stripped.startswith("#"):
+            directive = stripped[1:].lstrip().split(None, 1)[0] if stripped[1:].strip() else ""
+            while raw.endswith("\\") and i + 1 < len(lines):      # continued directive
+                i += 1
+                raw = lines[i]
+            if directive in ("if", "ifdef", "ifndef"):
+                depth_skip.append(False)
+            elif directive in ("elif", "else", "elifdef", "elifndef") and depth_skip:
+                depth_skip[-1] = True
+            elif directive == "endif" and depth_skip:
+                depth_skip.pop()
+            i += 1
+            continue
+        i += 1
+        while raw.endswith("\\") and i < len(lines):      # a line continued (a string literal spanning lines)
+            raw = raw[:-1] + lines[i]
+            i += 1
+        if any(depth_skip):
+            continue
+        buf, j = [], 0
+        while j < len(raw):
+            ch = raw[j]
+            if in_block:
+                if raw.startswith("*/", j):
+                    in_block, j = False, j + 2
+                else:
+                    j += 1
+                continue
+            if raw.startswith("//", j):
+                break
+            if raw.startswith("/*", j):
+                in_block, j = True, j + 2
+                continue
+            if ch in "\"'":
+                k = j + 1
+                while k < len(raw) and raw[k] != ch:
+                    k += 2 if raw[k] == "\\" else 1
+                j = k + 1
+                buf.append(" ")
+                continue
+            buf.append(ch)
+            j += 1
+        out.append((n, "".join(buf)))
+    return out
+
+
+def bracket_problems(text: str) -> list[tuple[int, str]]:
+    """Brackets that do not balance, as (line, message): the sure sign that a C/C++/CUDA file does not parse."""
+    stack: list[tuple[str, int]] = []
+    for line, code in _code_only(text):
+        for ch in code:
+            if ch in _OPEN:
+                stack.append((ch, line))
+            elif ch in _CLOSE:
+                want = _OPEN[_CLOSE.index(ch)]
+                if not stack:
+                    return [(line, f"'{ch}' closes nothing (an opening '{want}' is missing before it)")]
+                got, at = stack.pop()
+                if got != want:
+                    closer = _CLOSE[_OPEN.index(got)]
+                    return [(at, f"'{got}' opened here is closed by '{ch}' at line {line + 1}: missing '{closer}'")]
+    if stack:
+        got, at = stack[-1]
+        return [(at, f"'{got}' opened here is never closed: missing '{_CLOSE[_OPEN.index(got)]}'")]
+    return []
+
+
+_SYNTAX: dict[tuple[str, str], list] = {}
+
+
+def syntax_problems(entry: FileEntry) -> list[tuple[int, str, str]]:
+    """The parser's findings with the severity they deserve, as (line, message, severity): errors only where
+    the file really does not parse; tree-sitter's error nodes in a file whose brackets balance are 'info'."""
+    key = (entry.path, entry.hash)
+    if key in _SYNTAX:
+        return _SYNTAX[key]
+    out: list[tuple[int, str, str]] = []
+    parse = entry.parse
+    if parse is not None:
+        c_family = parse.language in ("cuda", "metal", "cpp", "c")
+        sure = bracket_problems(entry.text) if c_family else []
+        for line, msg in sure:
+            out.append((line, f"syntax error: {msg}", "error"))
+        for d in parse.diagnostics:
+            sev = d.severity
+            if sev == "error" and c_family and (d.message.startswith("syntax error") or "is incomplete" in d.message):
+                if sure:
+                    continue          # the bracket finding above says it better, at the right line
+                sev = "info"
+                msg = (f"ksearch's parser could not read this line ({d.message}); the file's brackets balance, so "
+                       f"it is probably a macro or a preprocessor branch it does not follow. Port and Optimize "
+                       f"still run (the compiler has the last word).")
+            else:
+                msg = d.message
+            out.append((max(0, d.line), msg, sev))
+    _SYNTAX[key] = out
+    if len(_SYNTAX) > 512:
+        _SYNTAX.pop(next(iter(_SYNTAX)))
+    return out
+
+
 def file_diagnostics(ls: "KsearchServer", entry: FileEntry) -> list[types.Diagnostic]:
     out: list[types.Diagnostic] = []
     if entry.parse is None:
         return out
-    for d in entry.parse.diagnostics:
-        line = max(0, d.line)
+    for line, message, severity in syntax_problems(entry):
         out.append(types.Diagnostic(
             range=types.Range(start=types.Position(line=line, character=0),
                               end=entry.positions.end_of_line(line) if entry.positions else types.Position(line=line, character=0)),
-            source=SOURCE, severity=_SEVERITY.get(d.severity, types.DiagnosticSeverity.Warning), message=d.message))
+            source=SOURCE, code="syntax" if severity == "error" else None,
+            severity=_SEVERITY.get(severity, types.DiagnosticSeverity.Warning), message=message))
     for k in entry.kernels:
         has_task = ls.tasks.find(entry.path, k.name, entry.hash).has_task
         out.extend(kernel_diagnostics(entry, k, has_task))

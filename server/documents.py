@@ -29,6 +29,18 @@ def _watched(path: str) -> bool:
     return is_kernel_file(path) or path.endswith(".task.toml")
 
 
+def parse_errors(entry) -> str | None:
+    """Why the file does not parse (its first error-level finding, `line N: ...`), or None when it does. Port and
+    Optimize stay disabled on such a file: a job would start from code the compiler rejects."""
+    if entry is None or getattr(entry, "parse", None) is None:
+        return None
+    errors = [(line, msg) for line, msg, sev in diagnostics.syntax_problems(entry) if sev == "error"]
+    if not errors:
+        return None
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"line {errors[0][0] + 1}: {errors[0][1]}{more}"
+
+
 def reindex_document(ls: "KsearchServer", uri: str) -> None:
     """Parse an open document now (if its text changed) and publish its diagnostics."""
     doc = ls.document(uri)

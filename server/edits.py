@@ -3,7 +3,8 @@
 - a port (or any candidate with `target_file`): the new module — `CreateFile` + an insert when it does not
   exist yet, a whole-document replacement when it does;
 - an optimized MLX kernel in a `.py` file: the kernel's source string is replaced in place (versioned);
-- an optimized CUDA/Metal kernel: the MLX module goes to `<stem>_mlx.py` (created, or replaced as a whole).
+- an optimized CUDA/Metal kernel: the MLX module goes to the kernel's own module (`<stem>_mlx.py` for a
+  one-kernel file, else `<stem>_<kernel>_mlx.py`: portfile.module_path_for), created or replaced as a whole.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def _kernel_literal(module: str, name: str) -> str | None:
     return k.text if k else None
 
 
-def plan(ls: "KsearchServer", run: dict, cand: dict) -> PlannedEdit:
+def plan(ls: "KsearchServer", run, cand) -> PlannedEdit:
     src_path = run.get("file") or ""
     kernel = run.get("kernel") or ""
     text = cand.get("target_text") or cand["source"]
@@ -72,9 +73,9 @@ def plan(ls: "KsearchServer", run: dict, cand: dict) -> PlannedEdit:
             return PlannedEdit(target=src_path, exists=True, original=current,
                                new_text=current[:start] + literal + current[end:], replace=k.range,
                                replacement=literal, version=doc.version if doc else None)
-    # A CUDA or Metal kernel's optimized MLX version: the file's MLX module (where a port also goes).
-    stem = Path(src_path).stem or "kernel"
-    return _to_file(ls, str(Path(src_path).with_name(f"{stem}_mlx.py")), text)
+    # A CUDA or Metal kernel's optimized MLX version: the kernel's own MLX module (where its port also goes), so
+    # that accepting one kernel's result never overwrites another kernel's.
+    return _to_file(ls, ls.module_path(src_path, kernel), text)
 
 
 def _py_index(line: str, utf16_col: int) -> int:

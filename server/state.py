@@ -23,7 +23,7 @@ from ksearch_engine.store import Store
 from .config import Settings
 from .index import WorkspaceIndex
 from .jobs import Job, JobManager
-from .summary import Results, offer_list
+from .summary import Results, fmt_ms, offer_list
 from .tasks import TaskFinder
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,9 @@ class KsearchServer(LanguageServer):
         self.jobs = JobManager(self)
         self.offers: dict[str, int] = {}          # run id -> which ranked candidate the lenses offer
         self.secret_env: dict[str, str] = {}      # passed to workers only
+        # commands the client implements itself (initializationOptions.clientCommands: the VS Code extension
+        # names ksearch.showDiff); lenses of other clients use the server's client-neutral ksearch.diff
+        self.client_commands: set[str] = set()
         self.root: str | None = None
         self._store: Store | None = None
         self._refresh_handle: asyncio.TimerHandle | None = None
@@ -157,6 +160,26 @@ class KsearchServer(LanguageServer):
             self.results.invalidate()
         return self._store
 
+    # -- results -------------------------------------------------------------------------------------
+    def module_path(self, path: str, kernel: str) -> str:
+        """Where this kernel's MLX module goes: its own module per kernel (`x_mlx.py` for a one-kernel file,
+        else `x_<kernel>_mlx.py`), so accepting one kernel's result never overwrites another's."""
+        from ksearch_engine.portfile import module_path_for
+        entry = self.index.get(path)
+        n = len(entry.kernels) if entry is not None else 1
+        return str(module_path_for(path, kernel, n))
+
+    def kernel_results(self, path: str, kernel: str):
+        """The kernel's runs, its pending offer and what is on disk (summary.Results.for_kernel)."""
+        module = self.module_path(path, kernel) if not path.endswith(".py") else None
+        return self.results.for_kernel(self.store, path, kernel, read=self.current_text, module=module)
+
+    def client_shows_diff(self) -> bool:
+        return "ksearch.showDiff" in self.client_commands
+
+    def diff_command(self) -> str:
+        return "ksearch.showDiff" if self.client_shows_diff() else "ksearch.diff"
+
     # -- capabilities --------------------------------------------------------------------------------
     def client_supports(self, dotted: str) -> bool:
         try:
@@ -191,27 +214,39 @@ class KsearchServer(LanguageServer):
             self.workspace_inlay_hint_refresh(None)
 
     def on_job_finished(self, job: Job, final: dict) -> None:
+        """The toast at a job's end: the same words as the lens (summary.Best), and what to do next."""
         name = f"{job.kernel} in {Path(job.path).name}"
         what = "Port to MLX" if job.kind == "port" else "Optimize"
         status = final["status"]
+        store = self.store
+        log.info("%s of %s ended: %s %s", what, name, status, final.get("message") or "")
         if status == "done":
-            ranked = offer_list(self.store, self.store.run(job.run_id) or {"id": job.run_id})
+            run = store.run(job.run_id)
+            ranked = offer_list(store, run) if run is not None else []
             if ranked:
                 self.offers[job.run_id] = 0
-                self.protocol.notify("ksearch/showDiff", {"runId": job.run_id, "candidateId": ranked[0]["id"]})
-                self.tell(f"{what} of {name} finished: {len(ranked)} passing candidate(s). Review the diff, then "
-                          f"Accept or Reject it (code lenses above the kernel).")
-            elif self.store.ranked(job.run_id):
-                self.tell(f"{what} of {name} finished: no candidate improved on the original "
-                          f"({final.get('message') or 'see the hover for the measurements'}). Try a larger budget "
-                          f"(ksearch.budget.evaluations) or another proposer.", types.MessageType.Warning)
+                label = self.results.best(store, run, ranked[0]).lens_label()
+                self.protocol.notify("ksearch/showDiff", {"runId": job.run_id, "candidateId": ranked[0].id})
+                if not self.client_shows_diff():
+                    from .results import show_diff_document
+                    asyncio.ensure_future(show_diff_document(self, job.run_id, ranked[0].id))
+                more = f" ({len(ranked)} candidates beat it; Next shows the others)" if len(ranked) > 1 else ""
+                self.tell(f"{what} of {name}: {label}{more}. Review the diff, then Accept or Reject it (code lenses "
+                          f"above the kernel).")
+            elif job.kind == "optimize" and store.ranked(job.run_id):
+                orig = store.original(job.run_id)
+                t = orig.timing if orig is not None else None
+                at = f" ({fmt_ms(t['median_ms'])} @ {t.get('workload') or '?'})" if t else ""
+                self.tell(f"{what} of {name}: no candidate beat your kernel{at}; nothing to accept. Try a larger "
+                          f"budget (ksearch.budget.evaluations) or another proposer (ksearch.proposer).",
+                          types.MessageType.Warning)
             else:
                 self.tell(f"{what} of {name} finished without a passing candidate "
-                          f"({final.get('message') or 'see the run log'}). Run `ksearch show {job.run_id}` for "
-                          f"each candidate's error, adjust the task or the budget, and try again.",
-                          types.MessageType.Warning)
+                          f"({final.get('message') or 'see the run log'}). The output channel has the run's log "
+                          f"(or run `ksearch show {job.run_id}`).", types.MessageType.Warning)
         elif status == "failed":
             detail = final.get("message") or (job.errors[-1] if job.errors else "unknown error")
-            self.error(f"{what} of {name} failed: {detail}. Run `ksearch show {job.run_id}` for the log.")
+            log.error("%s of %s failed: %s", what, name, detail)
+            self.error(f"{what} of {name} failed: {detail}. The run's log: `ksearch show {job.run_id}`.")
         elif status == "cancelled":
             self.tell(f"{what} of {name} cancelled.")

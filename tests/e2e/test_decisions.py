@@ -39,7 +39,7 @@ async def test_results_survive_a_restart(editor, ported: Ported):
     hints = await editor.client.text_document_inlay_hint_async(types.InlayHintParams(
         text_document=doc(uri), range=types.Range(start=types.Position(line=0, character=0),
                                                   end=types.Position(line=100, character=0))))
-    assert [(h.position.line, h.label) for h in hints] == [(kernel_line(source), "✓ verified (sim)")]
+    assert [(h.position.line, h.label) for h in hints] == [(kernel_line(source), "✓ verified (sim) (not accepted)")]
     hover = await editor.client.text_document_hover_async(types.HoverParams(
         text_document=doc(uri), position=types.Position(line=kernel_line(source), character=20)))
     assert ported.run_id in hover.contents.value
@@ -108,6 +108,15 @@ async def test_reject_removes_the_offer(editor, ported: Ported):
 
 async def test_an_edit_the_editor_refuses_is_not_recorded(editor, ported: Ported):
     uri = editor.open(ported.root / "softmax.cu")
+    # the module is open in the editor (a module the editor does not hold is written by the server itself), so
+    # Accept goes through the editor's workspace edit, which it refuses here
+    module = ported.root / "softmax_mlx.py"
+    module.write_text("# an older port\n")
+    from ksearch_engine.store import Store
+    store = Store(ported.db)
+    store.add_candidate(ported.run_id, "# an older port\n", status="failed")   # known to ksearch: not hand-edited
+    store.close()
+    editor.open(module, "python")
     editor.apply_result = False
     answer = await execute(editor, types.Command(title="Accept", command="ksearch.accept",
                                                  arguments=[ported.run_id, ported.candidate_id]))
