@@ -38,6 +38,53 @@ async def _watch_store(ls: KsearchServer, every_s: float = 2.0) -> None:
             log.debug("store check failed", exc_info=True)
 
 
+class ClientLog(logging.Handler):
+    """The server's log, sent to the editor as `window/logMessage` at its own level (the VS Code output channel
+    tags each line info/warning/error by it; stderr would make every line an error). Records from other threads
+    are handed to the event loop first; secrets are redacted by the server's filter."""
+
+    LEVELS = ((logging.ERROR, types.MessageType.Error), (logging.WARNING, types.MessageType.Warning),
+              (logging.INFO, types.MessageType.Info))
+    # pygls' notes about cancel notifications for requests that already ended are not the user's concern
+    QUIET = ("Cancel notification for unknown message id", "cancel", "Ignoring notification for unknown method")
+
+    def __init__(self, ls: KsearchServer):
+        super().__init__(logging.INFO)
+        self.ls = ls
+        self.addFilter(ls.redactor)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = self.format(record)
+            if record.name.startswith("pygls") and record.levelno < logging.ERROR and \
+                    any(q.lower() in msg.lower() for q in self.QUIET):
+                return
+            kind = next(t for lvl, t in self.LEVELS if record.levelno >= lvl) if record.levelno >= logging.INFO \
+                else types.MessageType.Log
+            params = types.LogMessageParams(type=kind, message=msg)
+            loop = getattr(self.ls, "loop", None) or asyncio.get_event_loop()
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                self.ls.window_log_message(params)
+            else:
+                loop.call_soon_threadsafe(self.ls.window_log_message, params)
+        except Exception:  # noqa: BLE001 - logging must never break the server
+            pass
+
+
+def attach_client_log(ls: KsearchServer) -> None:
+    handler = ClientLog(ls)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    for name, level in (("ksearch_server", logging.INFO), ("ksearch_engine", logging.INFO), ("pygls", logging.WARNING)):
+        lg = logging.getLogger(name)
+        lg.setLevel(level)
+        lg.addHandler(handler)
+        lg.propagate = False        # not to stderr as well (the client would show those lines as errors)
+
+
 def create_server() -> KsearchServer:
     ls = KsearchServer()
     for module in (documents, config, commands, code_actions, code_lens, inlay_hints, hover, results):
@@ -65,6 +112,10 @@ def create_server() -> KsearchServer:
     @ls.feature(types.INITIALIZED)
     @guarded(ls, "Starting ksearch")
     async def initialized(params: types.InitializedParams) -> None:
+        attach_client_log(ls)
+        log.info("ksearch-lsp started: store %s, backend %s, proposer %s, %d evaluations per search",
+                 ls.store_path(), ls.settings.backend_request or "best present", ls.settings.proposer,
+                 ls.settings.evaluations)
         try:
             await config.load_settings(ls)
         finally:

@@ -51,7 +51,7 @@ def register(ls: "KsearchServer") -> None:
         broken = documents.parse_errors(entry) if entry is not None else None
         if broken:
             # disabled actions say why (clients that do not show disabled actions still get no job)
-            why = types.CodeActionDisabledType(reason=f"{Path(path).name} does not parse ({broken}): fix it first")
+            why = types.CodeActionDisabled(reason=f"{Path(path).name} does not parse ({broken}): fix it first")
             if k.is_cuda:
                 out.append(_action("Port to MLX", "ksearch.port", [uri, k.name], disabled=why))
             out.append(_action("Optimize kernel", "ksearch.optimize", [uri, k.name], disabled=why))

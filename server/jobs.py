@@ -316,8 +316,25 @@ class JobManager:
                 final = {"status": "failed", "message": f"the worker stopped without finishing ({tail[0]})"}
         return final
 
+    def _log_event(self, job: Job, ev) -> None:
+        """Every job's stages, results and failures in the server log (the editor's output channel)."""
+        tag = f"{job.kind} {job.kernel} ({job.run_id})"
+        if ev.type == "stage":
+            log.info("%s: %s%s", tag, ev.stage, f": {ev.message}" if ev.message else "")
+        elif ev.type == "candidate":
+            (log.info if ev.status == "passed" else log.warning)("%s: candidate %s %s", tag, ev.candidate_id, ev.summary)
+        elif ev.type == "best":
+            log.info("%s: new best %s", tag, ev.summary)
+        elif ev.type == "log":
+            {"error": log.error, "warning": log.warning}.get(ev.level, log.info)("%s: %s", tag, ev.message)
+        elif ev.type == "error":
+            log.error("%s: %s", tag, ev.message)
+        elif ev.type == "done":
+            (log.info if ev.status == "done" else log.warning)("%s: %s: %s", tag, ev.status, ev.message)
+
     def _on_event(self, job: Job, ev) -> None:
         changed = False
+        self._log_event(job, ev)
         if ev.type == "stage":
             changed = ev.stage != job.stage_name      # the lens shows the stage's name: refresh it
             job.stage = ev.stage + (f": {ev.message}" if ev.message else "")
@@ -368,8 +385,8 @@ class JobManager:
         job.final = final
         store = self.ls.store
         try:
-            row = store.run(job.run_id) or {}
-            if row.get("status") in ACTIVE or row.get("status") != status:
+            row = store.run(job.run_id)
+            if row is None or row.status in ACTIVE or row.status != status:
                 store.update_run(job.run_id, status=status, message=final.get("message", ""),
                                  **({"best_candidate": final["best"]} if final.get("best") else {}))
         except Exception:  # noqa: BLE001
@@ -380,6 +397,15 @@ class JobManager:
         # The store keeps the request (the run's config) and the events; the files were for the live job.
         for f in (job.request_file, *self.files(job.run_id)):
             f.unlink(missing_ok=True)
+        try:
+            best = store.candidate(final["best"]) if final.get("best") else None
+            if best is not None and best.timing:
+                log.info("%s %s (%s): timing method: %s", job.kind, job.kernel, job.run_id, best.timing.get("method"))
+        except Exception:  # noqa: BLE001 - a log line only
+            pass
+        if status == "failed" and job.stderr_tail.strip():
+            log.error("%s %s (%s): the worker's stderr ends with:\n%s", job.kind, job.kernel, job.run_id,
+                      job.stderr_tail.strip()[-1500:])
         self.ls.results_changed(immediate=True)
         self.ls.on_job_finished(job, final)
         if not job.done.done():
