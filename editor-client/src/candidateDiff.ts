@@ -21,6 +21,7 @@ export interface CandidateReply {
   candidate: string;
   language?: string;
   title?: string;
+  kernel?: string;
 }
 
 /** Something that can send a request to the server (the running language client). */
@@ -43,6 +44,7 @@ function readReply(reply: unknown): CandidateReply {
     candidate: r.candidate,
     language: typeof r.language === "string" ? r.language : undefined,
     title: typeof r.title === "string" ? r.title : undefined,
+    kernel: typeof r.kernel === "string" ? r.kernel : undefined,
   };
 }
 
@@ -97,6 +99,14 @@ export class CandidateDocuments implements vscode.TextDocumentContentProvider, v
         }
       }
     }
+    // One tab per target module (so per kernel): an earlier candidate's tab for the same module is closed.
+    await closeCandidateTabs(reply.uri, right.toString());
+    if (reply.original === "") {
+      // A new module: nothing to compare with, so the candidate alone as a plain preview (full width).
+      const document = await vscode.workspace.openTextDocument(right);
+      await vscode.window.showTextDocument(document, { preview: true });
+      return;
+    }
     await vscode.commands.executeCommand("vscode.diff", left, right, diffTitle(reply.title, reply.uri, candidateId), {
       preview: false,
     });
@@ -105,6 +115,33 @@ export class CandidateDocuments implements vscode.TextDocumentContentProvider, v
   dispose(): void {
     this.changed.dispose();
     this.texts.clear();
+  }
+}
+
+/** The module a candidate tab shows (the target's base name is the URI path's last part) and its kernel run. */
+function candidateTabTarget(uri: vscode.Uri): string | undefined {
+  if (uri.scheme !== CANDIDATE_SCHEME) {
+    return undefined;
+  }
+  return uri.path.split("/").pop();
+}
+
+/** Closes the tabs of other candidates for the same target module. */
+async function closeCandidateTabs(targetUri: string, keep: string): Promise<void> {
+  const name = targetUri.split("/").pop();
+  const stale: vscode.Tab[] = [];
+  for (const group of vscode.window.tabGroups.all) {
+    for (const tab of group.tabs) {
+      const input = tab.input;
+      const uri =
+        input instanceof vscode.TabInputTextDiff ? input.modified : input instanceof vscode.TabInputText ? input.uri : undefined;
+      if (uri && candidateTabTarget(uri) === name && uri.toString() !== keep) {
+        stale.push(tab);
+      }
+    }
+  }
+  if (stale.length > 0) {
+    await vscode.window.tabGroups.close(stale, true);
   }
 }
 

@@ -6,6 +6,7 @@ import * as vscode from "vscode";
 import { CandidateDocuments, activeCandidate, readCandidateArgs } from "./candidateDiff";
 import { CANDIDATE_SCHEME, Id, parseCandidateQuery } from "./candidateUri";
 import { RedactingChannel } from "./redactingChannel";
+import { saveAccepted } from "./saveAccepted";
 import { ServerHost } from "./serverHost";
 import { RESTART_KEYS, SECTION } from "./settings";
 import { formatJobsStatus, readJobsStatus } from "./status";
@@ -76,7 +77,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       void vscode.window.showWarningMessage("ksearch: open a candidate diff first.");
       return;
     }
-    await vscode.commands.executeCommand(command, ids.runId, ids.candidateId);
+    const result = (await vscode.commands.executeCommand(command, ids.runId, ids.candidateId)) as
+      | { applied?: boolean; saved?: boolean; uri?: string }
+      | undefined;
+    await saveAccepted(result);
     if (activeCandidate()) {
       await vscode.commands.executeCommand("workbench.action.closeActiveEditor");
     }

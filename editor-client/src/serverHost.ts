@@ -19,6 +19,7 @@ import {
 } from "./interpreter";
 import { RedactingChannel } from "./redactingChannel";
 import { SECTION, describeOptions, initializationOptions, readSettings } from "./settings";
+import { saveAccepted } from "./saveAccepted";
 
 const PROBE_TIMEOUT_MS = 20_000;
 
@@ -195,6 +196,16 @@ export class ServerHost implements vscode.Disposable {
       initializationOptions: options,
       // Do not retry a failed initialize: the error shown by the catch below says what to do.
       initializationFailedHandler: () => false,
+      middleware: {
+        // Accept from a lens: when the server applied the change to an open document, save it.
+        executeCommand: async (command, args, next) => {
+          const result = await next(command, args);
+          if (command === "ksearch.accept") {
+            await saveAccepted(result as { applied?: boolean; saved?: boolean; uri?: string } | undefined);
+          }
+          return result;
+        },
+      },
     };
     const client = new LanguageClient("ksearch", "ksearch", serverOptions, clientOptions);
     client.onNotification("ksearch/jobs", (params: unknown) => this.handlers.onJobs(params));

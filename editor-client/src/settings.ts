@@ -63,12 +63,17 @@ export interface InitializationOptions {
   /** The `ksearch` settings section, as `workspace/configuration` would return it. */
   ksearch: Omit<KsearchSettings, "interpreter">;
   geminiApiKey?: string;
+  /** Commands this extension implements itself: the server's lenses name them instead of its own fallbacks. */
+  clientCommands: string[];
 }
+
+/** The diff view of this extension (other clients get the server's `ksearch.diff`). */
+export const CLIENT_COMMANDS = ["ksearch.showDiff"];
 
 /** What the server gets in `initialize`: the settings, and the key when the user stored one. */
 export function initializationOptions(settings: KsearchSettings, geminiApiKey?: string): InitializationOptions {
   const { interpreter: _interpreter, ...forServer } = settings;
-  const out: InitializationOptions = { ksearch: forServer };
+  const out: InitializationOptions = { ksearch: forServer, clientCommands: CLIENT_COMMANDS };
   if (geminiApiKey !== undefined && geminiApiKey !== "") {
     out.geminiApiKey = geminiApiKey;
   }
