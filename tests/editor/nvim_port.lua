@@ -30,6 +30,7 @@ local client_id = vim.lsp.start({
   name = "ksearch",
   cmd = { cfg.python, "-m", "ksearch_server" },
   root_dir = cfg.root,
+  settings = { ksearch = { budget = { evaluations = 3 } } },
   on_exit = function(code, signal)
     seen.server_exit = { code = code, signal = signal }
   end,
@@ -92,6 +93,32 @@ end
 wait_for("the port job to finish", cfg.timeout_ms, job_done)
 step("job finished; best: " .. tostring(seen.jobs[#seen.jobs].best))
 
+-- 4a. Show diff: Neovim has no ksearch diff view, so the lens runs the server's ksearch.diff, which answers a
+-- unified diff and opens it read-only through window/showDocument.
+local show
+wait_for("a 'Show diff' code lens", 30000, function()
+  vim.lsp.codelens.refresh({ bufnr = buf })
+  vim.wait(300)
+  show = find_lens("Show diff")
+  return show ~= nil
+end)
+seen.show_diff_command = show.command.command
+local diff_done = false
+client:exec_cmd(show.command, { bufnr = buf }, function(err, result)
+  seen.diff_error = err and err.message or nil
+  seen.diff = result
+  diff_done = true
+end)
+wait_for("the diff", 30000, function() return diff_done end)
+if seen.diff_error then fail("show diff failed: " .. seen.diff_error) end
+seen.diff_buffers = {}
+for _, b in ipairs(vim.api.nvim_list_bufs()) do
+  local name = vim.api.nvim_buf_get_name(b)
+  if name:match("%.diff$") then table.insert(seen.diff_buffers, name) end
+end
+vim.api.nvim_set_current_buf(buf)
+step("diff shown: " .. table.concat(seen.diff_buffers, ", "))
+
 -- 4. The Accept lens, run as the lens command.
 local accept
 wait_for("an '" .. cfg.accept_title .. "' code lens", 30000, function()
@@ -110,8 +137,11 @@ client:exec_cmd(accept.command, { bufnr = buf }, function(err, result)
 end)
 wait_for("the accept command to answer", 30000, function() return done end)
 if seen.accept_error then fail("accept failed: " .. seen.accept_error) end
--- Edits applied to buffers of new files live in those buffers until written, as after any :w.
-vim.cmd("silent! wall")
+-- Accept leaves the module saved: no modified buffer is left behind.
+seen.modified_after_accept = {}
+for _, b in ipairs(vim.api.nvim_list_bufs()) do
+  if vim.bo[b].modified then table.insert(seen.modified_after_accept, vim.api.nvim_buf_get_name(b)) end
+end
 step("accepted")
 
 -- 5. Inlay hints and hover on the kernel line.
@@ -142,5 +172,34 @@ local contents = hover and hover.result and hover.result.contents
 if type(contents) == "table" then contents = contents.value or vim.inspect(contents) end
 seen.hover = contents or ""
 step("hover: " .. #seen.hover .. " characters")
+-- 6. Optimize through its lens (3 evaluations), then Reject what it offers, or see that nothing beat the kernel.
+local opt = find_lens("Optimize kernel")
+if not opt then fail("no 'Optimize kernel' lens: " .. table.concat(lens_titles(), " | ")) end
+local opt_done = false
+client:exec_cmd(opt.command, { bufnr = buf }, function(err, result)
+  seen.optimize_error = err and err.message or nil
+  seen.optimize = result
+  opt_done = true
+end)
+wait_for("the optimize job", cfg.timeout_ms, function() return opt_done end)
+if seen.optimize_error then fail("optimize failed: " .. seen.optimize_error) end
+vim.lsp.codelens.refresh({ bufnr = buf })
+vim.wait(500)
+seen.lenses_after_optimize = lens_titles()
+step("after optimize: " .. table.concat(seen.lenses_after_optimize, " | "))
+local reject = find_lens("Reject")
+if reject then
+  local rej_done = false
+  client:exec_cmd(reject.command, { bufnr = buf }, function(err, result)
+    seen.reject_error = err and err.message or nil
+    seen.reject = result
+    rej_done = true
+  end)
+  wait_for("the reject", 30000, function() return rej_done end)
+  vim.lsp.codelens.refresh({ bufnr = buf })
+  vim.wait(500)
+  seen.lenses_after_reject = lens_titles()
+  step("rejected: " .. table.concat(seen.lenses_after_reject, " | "))
+end
 client:stop()
 finish(0)

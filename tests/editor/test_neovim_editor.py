@@ -13,7 +13,7 @@ import pytest
 
 from editor_helpers import KERNEL, REPO, kernel_line, new_python_files, python_files
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_port_to_mlx_in_neovim(tools, language_server, kernel_workspace, tmp_path, artifacts):
@@ -30,7 +30,7 @@ def test_port_to_mlx_in_neovim(tools, language_server, kernel_workspace, tmp_pat
            "XDG_DATA_HOME": str(tmp_path / "data")}
     run = subprocess.run(
         [str(tools.nvim), "--clean", "--headless", "-l", str(Path(__file__).with_name("nvim_port.lua")), json.dumps(cfg)],
-        capture_output=True, text=True, timeout=300, cwd=kernel_workspace, env=env)
+        capture_output=True, text=True, timeout=540, cwd=kernel_workspace, env=env)
     (artifacts / "nvim.log").write_text(run.stdout + run.stderr)
     seen = json.loads(out.read_text()) if out.exists() else {}
     (artifacts / "nvim.json").write_text(json.dumps(seen, indent=2))
@@ -49,6 +49,21 @@ def test_port_to_mlx_in_neovim(tools, language_server, kernel_workspace, tmp_pat
     module = ported[0].read_text()
     assert "mlx" in module and "def " in module, f"{ported[0]} does not look like an MLX port:\n{module[:400]}"
     assert seen["accept_result"]["uri"].endswith("/" + ported[0].name), (seen["accept_result"], ported)
+
+    # Show diff through the server's client-neutral command: a unified diff, opened read-only
+    assert seen["show_diff_command"] == "ksearch.diff", seen["show_diff_command"]
+    assert seen["diff"]["diff"].startswith("--- /dev/null") and seen["diff_buffers"], seen.get("diff")
+    assert seen["modified_after_accept"] == [], f"Accept left unsaved buffers: {seen['modified_after_accept']}"
+
+    # Optimize, then Reject its offer, or nothing offered and the lens says so
+    assert seen["optimize"]["status"] == "done", seen["optimize"]
+    after = seen["lenses_after_optimize"]
+    if "reject" in seen:
+        assert seen["reject"]["rejected"] is True
+        assert not any(t in ("Accept", "Reject") for t in seen["lenses_after_reject"]), seen["lenses_after_reject"]
+    else:
+        assert any(t.startswith("No candidate beat your kernel") for t in after), after
+        assert "Accept" not in after
 
     on_kernel = [h["label"] for h in seen["inlay_hints"] if h["line"] == cfg["kernel_line"]]
     assert on_kernel and all(label.strip() for label in on_kernel), f"no inlay hint on the kernel line: {seen['inlay_hints']}"
