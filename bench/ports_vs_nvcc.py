@@ -44,7 +44,7 @@ def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str]) -> list[str]:
             for h in headers:
                 shutil.copy(h, dest / h.name)
             continue
-        target = dest / f"inc{i}"
+        target = dest.parent / dd.name      # beside src/: found as an ancestor's Common/ (or common/, include/)
         if not target.exists() and dd.is_dir():
             shutil.copytree(dd, target, ignore=shutil.ignore_patterns("*.o", "*.a", "*.so", "*.png", "*.ppm",
                                                                           "*.pgm", "*.dat", "*.bin", "*.raw"))
@@ -54,9 +54,7 @@ def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str]) -> list[str]:
 
 def prepare(dirs: list[str], out: Path, jobs: int) -> None:
     from bench.port_corpus import cuda_files, include_dirs_for
-    from ksearch_engine.portcheck import _args_of
-    from ksearch_engine.portfile import _launches_for, port_file
-    from ksearch_engine.portinfer import infer_launch
+    from ksearch_engine.portfile import port_file
     from ksearch_engine.source import find_kernels
 
     out.mkdir(parents=True, exist_ok=True)
@@ -71,35 +69,13 @@ def prepare(dirs: list[str], out: Path, jobs: int) -> None:
         src_dir = out / slug
         rel_incs = _copy_tree_for(f, src_dir / "src", [str(f.parent)] + incs)
         parsed = find_kernels(f.read_text(errors="replace"), str(f))
-        cap = None
-        if rep.capture.program and rep.capture.status != "failed":
-            from ksearch_engine.portfile import _capture_cache, _capture_key
-            from ksearch_engine.sim.capture_models import Capture
-            prog = Path(rep.capture.program)
-            key = _capture_key(prog, f, (), {}, [str(f.parent)] + incs)
-            try:
-                cap = Capture.read(_capture_cache() / key)
-            except (OSError, ValueError):
-                cap = None
         for v in verified:
             k = parsed.kernel(v.kernel)
             entry = {"file": str(f), "dir": slug, "src": f"{slug}/src/{f.name}", "includes": rel_incs,
                      "kernel": v.kernel, "workload": v.workload, "module": f"{slug}/{v.kernel}_port.py"}
-            if v.workload == "captured" and cap is not None:
-                rec = _launches_for(cap, v.kernel)[0]
-                args, _ = _args_of(cap, rec)
-                grid, block, smem, targs = rec.grid, rec.block, rec.shared_mem, rec.template_args
-                ctypes = {a.name: a.ctype for a in rec.args}
-            else:
-                targs = None
-                if k.template_params:
-                    site = next((s for s in k.launches if s.template_args), None)
-                    targs = site.template_args if site else [tp.default for tp in k.template_params]
-                from ksearch_engine.portfile import _int_defines
-                rec, args = infer_launch(f.read_text(errors="replace"), k, _int_defines(parsed.preamble, {}),
-                                         filename=f.name, template_args=targs, include_dirs=[str(f.parent)] + incs)
-                grid, block, smem, targs = rec.grid, rec.block, rec.shared_mem, rec.template_args
-                ctypes = {a.name: a.ctype for a in rec.args}
+            rec, args = v.checked[0]
+            grid, block, smem, targs = rec.grid, rec.block, rec.shared_mem, rec.template_args
+            ctypes = {a.name: a.ctype for a in rec.args}
             total = sum(a.nbytes for a in args.values() if isinstance(a, np.ndarray))
             if total > MAX_LAUNCH_BYTES:
                 entry["skipped"] = f"launch of {total >> 20} MB: over what is carried"
@@ -141,8 +117,7 @@ def _scalar(ctype: str, value):
 def _cubin(entry: dict, root: Path, tmp: Path) -> tuple[Path | None, str]:
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     src = root / entry["src"]
-    incs = [f"-I{src.parent}", *[f"-I{src.parent.parent / 'src' / i}" for i in entry["includes"]],
-            *[f"-I{root / entry['dir'] / 'src' / i}" for i in entry["includes"]]]
+    incs = [f"-I{src.parent}", *[f"-I{root / entry['dir'] / i}" for i in entry["includes"]]]
     text = src.read_text(errors="replace")
     targs = entry.get("template_args") or []
     inst = f"\nvoid* ksearch_instantiate_{entry['kernel']} = (void*)&{entry['kernel']}<{', '.join(targs)}>;\n" \

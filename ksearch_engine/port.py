@@ -151,7 +151,8 @@ def run_port(req: SearchRequest, store: Store, emit) -> DoneEvent:
         else:
             message = f"{v.kernel}: ported, NOT verified: {v.reason or checked}"
         result = {"status": "passed" if ok else "failed", "verified_by": "sim" if ok else None, "trials":
-                  v.launches_checked, "backend": "sim", "port_checks": v.dialects, "workload": v.workload,
+                  v.launches_checked, "backend": "sim", "timing": None,
+                  "port_checks": {d: {"status": st, "message": v.messages.get(d, "")} for d, st in v.dialects.items()}, "workload": v.workload,
                   "kernel": v.kernel, "notes": v.notes}
         cid = store.add_candidate(req.run_id, v.module_text, plan=f"port of {v.kernel} ({v.workload} workload)",
                                   kind=backends.candidate_kind(v.module_text), status="passed" if ok else "failed",

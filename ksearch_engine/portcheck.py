@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .sim.capture_models import Capture, LaunchRecord
 
@@ -20,7 +20,10 @@ class KernelCheck(BaseModel):
     passed: bool = False
     launches: int = 0                     # launches the port was checked on
     dialects: dict[str, str] = {}         # "metal"/"cuda"/backend -> passed / mismatch / ...
+    messages: dict[str, str] = {}         # per dialect: one line (empty when passed)
     reason: str | None = None
+    # the launches checked, with their arguments (for the GPU check against nvcc); not part of any JSON
+    checked: list = Field(default_factory=list, exclude=True)
 
 
 def _args_of(capture: Capture, rec: LaunchRecord) -> tuple[dict, dict]:
@@ -54,9 +57,11 @@ def _run_checks(module_text: str, source: str, k, path: Path, launches: list[tup
                                                         "block": tuple(rec.block), "shared_mem": rec.shared_mem,
                                                         "template_args": list(rec.template_args)},
                          filename=path.name, include_dirs=list(include_dirs), expected=expected or None)
+        out.checked.append((rec, args))
         for d, st in res.dialects.items():
             if out.dialects.get(d, "passed") == "passed":
                 out.dialects[d] = st
+                out.messages[d] = res.messages.get(d, "")
         out.launches += 1
         if not res.passed:
             where = f"launch #{rec.index + 1}" + (f" (line {rec.line})" if rec.line else "") \

@@ -40,8 +40,10 @@ class KernelVerdict(BaseModel):
     reason: str | None = None                   # one line: the construct and its line, or why unverified
     module_path: str | None = None
     dialects: dict[str, str] = {}               # "metal"/"cuda" -> passed / mismatch / sim_error / ...
+    messages: dict[str, str] = {}               # per dialect: what went wrong, one line
     notes: list[str] = []                       # translation notes (dropped printf, ...)
     module_text: str | None = Field(default=None, exclude=True)   # the port module (not in the JSON report)
+    checked: list = Field(default_factory=list, exclude=True)    # [(LaunchRecord, {param: value})] checked
 
     @property
     def label(self) -> str:
@@ -170,12 +172,9 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     parsed = find_kernels(source, str(p))
     errors = [d for d in parsed.diagnostics if d.severity == "error"]
     cuda = [k for k in parsed.kernels if k.language == "cuda"]
-    if errors and not cuda:
-        d = errors[0]
-        report.error = f"{p}:{d.line + 1}: {d.message} — fix the syntax error; ports need a file that parses"
-        return report
     if not cuda:
-        report.error = f"{p}: nothing to port: no __global__ kernel here"
+        why = f" (line {errors[0].line + 1}: {errors[0].message})" if errors else ""
+        report.error = f"{p}: nothing to port: no CUDA kernel (__global__ function) found{why}"
         return report
     chosen = [k for k in cuda if kernels is None or k.name in kernels]
     missing = [n for n in (kernels or []) if n not in {k.name for k in cuda}]
@@ -324,7 +323,9 @@ def _check_kernel(v: KernelVerdict, tr, source: str, k, p: Path, capture: Captur
         if not res.launches and why_none:
             res.reason = f"{why_none}; {res.reason}" if res.reason else why_none
     v.dialects = res.dialects
+    v.messages = res.messages
     v.launches_checked = res.launches
+    v.checked = res.checked
     if res.passed:
         v.status = "verified"
     else:
