@@ -108,26 +108,92 @@ def module_path_for(source: str | Path, kernel: str, n_kernels: int) -> Path:
 
 
 def find_program(path: Path) -> Path | None:
-    """The file whose main() launches this file's kernels: the file itself, or a source in the same folder (or
-    its parent) that #includes it."""
+    """The file whose main() launches this file's kernels: the file itself, a source in the same folder (or its
+    parent) that #includes it (directly or through other local files), or a sibling with a main() that calls a
+    host function this file defines (a program of several translation units, linked as nvcc would)."""
+    return find_program_and_sources(path)[0]
+
+
+def _read(f: Path) -> str:
     try:
-        text = path.read_text(errors="replace")
+        return f.read_text(errors="replace")
     except OSError:
-        return None
+        return ""
+
+
+_HOST_FN = re.compile(r"^[ \t]*(?:extern\s+\"C\"\s+)?(?:template\s*<[^;{}]*>\s*)?(?P<head>[A-Za-z_][\w:<>,\s\*&]*?)"
+                      r"\b(?P<name>[A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{", re.M)
+_NOT_FN = {"if", "for", "while", "switch", "return", "sizeof", "main"}
+
+
+def host_functions(text: str) -> list[str]:
+    """Names of host functions defined at the top level of `text` (not __global__/__device__ ones)."""
+    from .sim.preprocess import mask_comments
+
+    code = mask_comments(text)
+    out, depth, last = [], 0, 0
+    for m in _HOST_FN.finditer(code):
+        depth += code.count("{", last, m.start()) - code.count("}", last, m.start())
+        last = m.start()
+        head = m.group("head")
+        if depth != 0 or m.group("name") in _NOT_FN or re.search(r"__global__|__device__|\bstruct\b|\bclass\b", head):
+            continue
+        if m.group("name") not in out:
+            out.append(m.group("name"))
+    return out
+
+
+def find_program_and_sources(path: Path) -> tuple[Path | None, list[Path]]:
+    """(the program whose main() runs this file's kernels, other sources to link with it)."""
+    text = _read(path)
+    if not text:
+        return None, []
     if _MAIN.search(text):
-        return path
-    inc = re.compile(r'#\s*include\s*["<]([^">]*\b' + re.escape(path.name) + r')[">]')
-    for folder in (path.parent, path.parent.parent):
-        for cand in sorted(folder.iterdir()) if folder.is_dir() else []:
-            if cand == path or cand.suffix not in _SOURCE_EXT or not cand.is_file():
-                continue
-            try:
-                t = cand.read_text(errors="replace")
-            except OSError:
-                continue
-            if inc.search(t) and _MAIN.search(t):
-                return cand
-    return None
+        return path, []
+    folders = [f for f in (path.parent, path.parent.parent) if f.is_dir()]
+    files = [c for folder in folders for c in sorted(folder.iterdir())
+             if c.is_file() and c != path and c.suffix in _SOURCE_EXT + (".h", ".cuh", ".hpp", ".inl")]
+    texts = {c: _read(c) for c in files}
+    # includers, breadth first: a main() that #includes the file, or includes a file that includes it
+    units = [path]              # the file, and the sources (no main) that include it: what gets linked
+    frontier, seen = [path.name], {path.name}
+    for _depth in range(3):
+        nxt = []
+        for name in frontier:
+            inc = re.compile(r'#\s*include\s*["<]([^">]*\b' + re.escape(name) + r')[">]')
+            for c in files:
+                if not inc.search(texts[c]):
+                    continue
+                if c.suffix in _SOURCE_EXT and _MAIN.search(texts[c]):
+                    return c, []
+                if c.name not in seen:
+                    seen.add(c.name)
+                    nxt.append(c.name)
+                    if c.suffix in _SOURCE_EXT and c.parent == path.parent:
+                        units.append(c)
+        frontier = nxt
+    # a program of several translation units: a sibling main() calling (maybe through other sources of the
+    # folder) a host function defined in the file or in a source that includes it
+    texts[path] = text
+    sources = [c for c in files if c.parent == path.parent and c.suffix in _SOURCE_EXT and not _MAIN.search(texts[c])]
+    sources = list(dict.fromkeys(units + sources))
+    calls = {}
+    for u in sources:
+        fns = host_functions(texts[u])
+        calls[u] = re.compile(r"\b(?:" + "|".join(map(re.escape, fns)) + r")\s*(?:<[^;()]*>)?\s*\(") if fns else None
+    for m in files:
+        if m.parent != path.parent or m.suffix not in _SOURCE_EXT or not _MAIN.search(texts[m]):
+            continue
+        reached, todo = [], [m]
+        while todo:
+            caller = todo.pop()
+            for u in sources:
+                if u not in reached and u != caller and calls[u] is not None and calls[u].search(texts[caller]):
+                    reached.append(u)
+                    todo.append(u)
+        if any(u in reached for u in units):
+            return m, sorted(reached)
+    return None, []
 
 
 def program_prefix(prog: Path | None, target: Path) -> str:
@@ -139,7 +205,22 @@ def program_prefix(prog: Path | None, target: Path) -> str:
     except OSError:
         return ""
     m = re.search(r'^[ \t]*#\s*include\s*["<][^">]*\b' + re.escape(target.name) + r'[">]', text, re.M)
-    return text[:m.start()] if m else ""
+    if not m:
+        return ""
+    prefix = text[:m.start()]
+    return prefix + "#endif\n" * _open_conditionals(prefix)
+
+
+def _open_conditionals(text: str) -> int:
+    """How many #if/#ifdef/#ifndef are still open at the end of `text` (a program cut at its #include)."""
+    from .sim.preprocess import mask_comments
+
+    depth = 0
+    for ln in mask_comments(text).splitlines():
+        d = re.match(r"\s*#\s*(if|ifdef|ifndef|endif)\b", ln)
+        if d:
+            depth = depth + 1 if d.group(1) != "endif" else max(0, depth - 1)
+    return depth
 
 
 def _first_error(tr) -> str | None:
@@ -223,6 +304,15 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     return report
 
 
+def capture_for(p: Path, argv=(), defines=None, include_dirs=(), timeout: float = 60.0,
+                progress: Callable[[str], None] | None = None) -> Capture | None:
+    """The launches of the program that runs `p`'s kernels (cached by program text, headers, argv and defines);
+    None when no program runs them."""
+    p = Path(p)
+    dirs = [str(p.parent)] + [str(d) for d in include_dirs if str(d) != str(p.parent)]
+    return _capture(p, argv, defines or {}, dirs, timeout, PortReport(file=str(p)), progress or (lambda _m: None))
+
+
 def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, say) -> Capture | None:
     prog = find_program(p)
     if prog is None:
@@ -234,7 +324,11 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
         report.capture.status = "failed"
         report.capture.error = "launch capture is not available in this version"
         return None
-    key = _capture_key(prog, p, argv, defines, include_dirs)
+    sources = find_program_and_sources(p)[1]
+    if sources:
+        report.capture.notes.append(f"{prog.name} calls host functions of {p.name}: both compiled and linked "
+                                    f"as one program")
+    key = _capture_key(prog, p, argv, defines, include_dirs, sources)
     cached = _capture_cache() / key
     cap = None
     if (cached / "capture.json").is_file():
@@ -249,7 +343,7 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         cap = capture_program(prog, argv=list(argv), defines=dict(defines), include_dirs=list(include_dirs),
-                              timeout_s=timeout, workdir=str(tmp))
+                              timeout_s=timeout, workdir=str(tmp), sources=sources)
         if cap.status != "failed":   # a failure may be the machine's (a busy CPU): try again next time
             cap.dir = str(cached)
             shutil.rmtree(cached, ignore_errors=True)
@@ -262,7 +356,7 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
     report.capture.launches = len(cap.launches)
     report.capture.error = cap.error
     report.capture.seconds = cap.seconds
-    report.capture.notes = [n.message for n in cap.notes][:20]
+    report.capture.notes = (report.capture.notes + [n.message for n in cap.notes])[:20]
     return cap
 
 
@@ -271,10 +365,10 @@ def _capture_cache() -> Path:
     return Path(root)
 
 
-def _capture_key(prog: Path, target: Path, argv, defines, include_dirs) -> str:
+def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=()) -> str:
     """Same program text, headers next to it, arguments and defines: the same capture."""
     h = hashlib.sha256()
-    for f in sorted({prog, target} | {x for x in prog.parent.iterdir() if x.suffix in (".h", ".cuh", ".hpp")}):
+    for f in sorted({prog, target, *sources} | {x for x in prog.parent.iterdir() if x.suffix in (".h", ".cuh", ".hpp")}):
         try:
             h.update(f.name.encode() + b"\0" + f.read_bytes())
         except OSError:

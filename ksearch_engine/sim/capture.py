@@ -261,6 +261,15 @@ def _defining_siblings(path: Path, prog: Program, extra: list[Program], undefine
     return found[:8]
 
 
+def _merge_kernels(prog: Program, extra: list[Program]) -> None:
+    """Kernels and file names of the other translation units, so their launches get parameter names."""
+    for e in extra:
+        for name, info in e.kernels.items():
+            prog.kernels.setdefault(name, info)
+        for k, v in e.display.items():
+            prog.display.setdefault(k, v)
+
+
 def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: float = 60.0,
                     byte_budget: int = 64 << 20, max_per_kernel: int = 4, workdir=None, entry: str = "main",
                     sources=()) -> Capture:
@@ -306,6 +315,7 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
     except OSError as e:
         raise CaptureFailed(f"{path}: cannot read ({e}) — check the path") from None
     cap.notes.extend(CaptureNote(**n) for n in prog.notes)
+    _merge_kernels(prog, extra)
     if entry != "main":
         prog.text += (f"\n#line 1 \"ksim-launch\"\nint main(int argc, char** argv) {{ "
                       f"return ksim_host_call_entry({entry}, argc, argv); }}\n")
@@ -329,6 +339,7 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
                 os.path.relpath(m, path.parent) for m in more) + " (they define " + ", ".join(e.undefined[:4]) +
                 "); pass sources=[...] to choose", file=prog.display.get(path.name, path.name)))
             extra += [build_program(m, include_dirs) for m in more]
+            _merge_kernels(prog, extra)
     for f in wd.glob("*.npy"):
         f.unlink()
     env = dict(os.environ, KSIM_CAPTURE_DIR=str(wd.resolve()), KSIM_CAPTURE_BUDGET=str(int(byte_budget)),

@@ -268,6 +268,33 @@ def file_symbols(text: str) -> list[str]:
     return names
 
 
+_HOST_ONLY_EXT = (".cpp", ".cc", ".cxx", ".c")
+_STATIC_FN = re.compile(r"^[ \t]*(?:static|inline)\b[^;{}()=]*?\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{", re.M)
+
+
+@functools.lru_cache(maxsize=1)
+def _ksim_function_names() -> frozenset[str]:
+    from .build import HEADER
+    names = set()
+    for n in ("ksim.h", "ksim_cuda.h", "ksim_host.h"):
+        try:
+            names |= set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", HEADER.with_name(n).read_text()))
+        except OSError:
+            pass
+    return frozenset(names)
+
+
+def host_only_clashes(text: str) -> list[str]:
+    """Names of static/inline functions a host-only file (.cpp) defines that the simulator's CUDA headers also
+    define (CUDA's device `umin`, `umax`, ...): nvcc's host compiler never sees those, so the file's own win."""
+    ks = _ksim_function_names()
+    out = []
+    for m in _STATIC_FN.finditer(mask_comments(text)):
+        if m.group(1) in ks and m.group(1) not in out and m.group(1) not in ("main", "if", "for", "while"):
+            out.append(m.group(1))
+    return out
+
+
 def build_program(path: Path, include_dirs: list[Path]) -> Program:
     """The whole program as one translation unit (see the module's docstring)."""
     root = path.parent.resolve()
@@ -352,6 +379,9 @@ def build_program(path: Path, include_dirs: list[Path]) -> Program:
     reg = "\n".join(f'static ksim_host::SymReg ksim_symreg_{i}("{s}", (void*)&{s}, sizeof({s}));'
                     for i, s in enumerate(syms))
     main_name = shown(path.resolve())
-    prog.text = (f'#include "ksim_host.h"\n#line 1 "{_escape(main_name)}"\n{body}\n'
+    renames = ""
+    if path.suffix in _HOST_ONLY_EXT:   # g++ sees no CUDA device functions in a .cpp: the user's own umin, ...
+        renames = "".join(f"#define {n} ksim_hostcpp_{n}\n" for n in host_only_clashes(read(path.resolve())))
+    prog.text = (f'#include "ksim_host.h"\n{renames}#line 1 "{_escape(main_name)}"\n{body}\n'
                  f'#line 1 "ksim-launch"\n{reg}\n')
     return prog

@@ -113,3 +113,46 @@ def test_cli_port_all_prints_the_coverage_and_writes_one_module_per_port(program
                        timeout=900)
     done = [json.loads(line) for line in j.stdout.splitlines() if line.startswith("{")][-1]
     assert done["type"] == "done" and done["report"]["kernels"][4]["status"] == "not_ported"
+
+
+def test_a_kernel_file_linked_with_a_sibling_main_is_captured_through_that_program(tmp_path):
+    # main.cpp never #includes the .cu: it calls the .cu's host function, as nvcc would link the two
+    (tmp_path / "scale.cu").write_text(
+        "__global__ void scaleKernel(float* b, const float* a, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) b[i] = 3.0f * a[i];\n}\n"
+        'extern "C" void scale(float* b, const float* a, int n) {\n'
+        "  scaleKernel<<<(n + 63) / 64, 64>>>(b, a, n);\n}\n")
+    (tmp_path / "main.cpp").write_text(
+        "#include <cuda_runtime.h>\n"
+        "static unsigned umin(unsigned a, unsigned b) { return a < b ? a : b; }\n"   # CUDA has a device umin
+        'extern "C" void scale(float* b, const float* a, int n);\n'
+        "int main() {\n  int n = umin(200, 300); float *a, *b;\n"
+        "  cudaMalloc(&a, n * 4); cudaMalloc(&b, n * 4); cudaMemset(a, 0, n * 4);\n"
+        "  scale(b, a, n);\n  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    (tmp_path / "other.cu").write_text("__global__ void unused(float* x) { x[0] = 1.0f; }\n")
+    from ksearch_engine.portfile import find_program_and_sources
+    assert find_program_and_sources(tmp_path / "scale.cu") == (tmp_path / "main.cpp", [tmp_path / "scale.cu"])
+    assert find_program_and_sources(tmp_path / "other.cu") == (None, [])
+    rep = port_file(tmp_path / "scale.cu", write=False)
+    assert rep.capture.status == "ok", rep.capture.error
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "captured", v.reason
+
+
+def test_a_kernel_header_included_through_another_file_finds_the_main(tmp_path):
+    (tmp_path / "k.cuh").write_text("__global__ void k(float* x) { x[threadIdx.x] = 1.0f; }\n")
+    (tmp_path / "mid.cuh").write_text('#include "k.cuh"\n')
+    (tmp_path / "prog.cu").write_text('#include "mid.cuh"\nint main() { return 0; }\n')
+    assert find_program(tmp_path / "k.cuh") == tmp_path / "prog.cu"
+
+
+def test_program_prefix_closes_the_conditionals_left_open_at_the_include(tmp_path):
+    from ksearch_engine.portfile import program_prefix
+    (tmp_path / "k.cuh").write_text("__global__ void k(float* x) { x[0] = 1.0f; }\n")
+    prog = tmp_path / "p.cu"
+    prog.write_text("#define A 1\n#if A\n#ifdef B\n#endif\n/* #if 0 */\n#include \"k.cuh\"\n#endif\nint main(){}\n")
+    pre = program_prefix(prog, tmp_path / "k.cuh")
+    assert pre.count("#endif") == 2 and pre.rstrip().endswith("#endif")
+    import subprocess
+    r = subprocess.run(["g++", "-E", "-x", "c++", "-"], input=pre, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
