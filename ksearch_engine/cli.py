@@ -27,7 +27,6 @@ from .defaults import EVALUATIONS
 from .events import SearchRequest
 from .store import Store, default_path
 from .task import KernelTask, TaskError
-from .worldmodel import plan_brief
 
 # Piped output (CI logs, `| less`) would otherwise wrap tables at 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
@@ -47,11 +46,11 @@ def resolve_task(target: str, kernel: str | None = None) -> tuple[KernelTask, st
     return r.task, r.source_file
 
 
-def _resolve(target: str, kernel: str | None = None, progress=None):
+def _resolve(target: str, kernel: str | None = None, progress=None, **capture):
     from .resolve import ResolveError, resolve
 
     try:
-        return resolve(target, kernel, progress=progress)
+        return resolve(target, kernel, progress=progress, **capture)
     except ResolveError as e:
         raise UserError(str(e)) from None
 
@@ -78,9 +77,19 @@ def _store(args) -> Store:
     return Store(args.store or default_path())
 
 
+def _defines(args) -> dict[str, str]:
+    out = {}
+    for d in getattr(args, "define", None) or []:
+        n, _, v = d.partition("=")
+        out[n] = v or "1"
+    return out
+
+
 def cmd_optimize(args) -> int:
     r = _resolve(args.target, args.kernel,
-                 progress=None if args.json else (lambda m: console.print(f"  {escape(m)}")))
+                 progress=None if args.json else (lambda m: console.print(f"  {escape(m)}")),
+                 argv=list(args.arg or []), defines=_defines(args),
+                 include_dirs=[str(Path(i).resolve()) for i in args.include or []])
     task = r.task
     if not args.json:
         console.print(f"task: {escape(r.how)}")
@@ -101,10 +110,7 @@ def cmd_port(args) -> int:
         raise UserError(f"{p}: no such file")
     if args.all and args.kernel:
         raise UserError("give --kernel NAME or --all, not both")
-    defines = {}
-    for d in args.define or []:
-        n, _, v = d.partition("=")
-        defines[n] = v or "1"
+    defines = _defines(args)
     req = SearchRequest(kind="port", store_path=str(args.store or default_path()), source_file=str(p.resolve()),
                         kernel=args.kernel, all_kernels=args.all, backend=args.backend, proposer="offline",
                         argv=list(args.arg or []), defines=defines,
@@ -368,6 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("optimize", parents=[common], help="search for a faster kernel")
     o.add_argument("target", help="a *.task.toml, a family name, or a kernel file")
     o.add_argument("--kernel", help="which kernel in the file")
+    o.add_argument("--arg", action="append", metavar="ARG",
+                   help="a command-line argument for the program whose launches become the task (repeat)")
+    o.add_argument("-D", "--define", action="append", metavar="NAME=VALUE", help="a #define for that program")
+    o.add_argument("-I", "--include", action="append", metavar="DIR", help="an include folder, as for nvcc")
     o.add_argument("--proposer", default="offline", choices=["offline", "gemini", "openai"])
     o.add_argument("--model", help="LLM model name (gemini / openai proposers)")
     o.add_argument("--base-url", help="OpenAI-compatible endpoint (mlx_lm.server, Ollama, vLLM)")

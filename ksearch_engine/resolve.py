@@ -203,14 +203,10 @@ def _captured(p: Path, text: str, parsed, k, fam_name, argv, defines, include_di
     launches, origin = [], "captured"
     prog = find_program(p)
     if prog is not None:
-        try:
-            from .sim.capture import capture_program
-        except ImportError:
-            capture_program = None
-        if capture_program is not None:
-            say(f"capturing the launches of {prog.name}'s main()")
-            cap = capture_program(prog, argv=list(argv), defines=dict(defines or {}),
-                                  include_dirs=list(include_dirs), timeout_s=60.0)
+        from .portfile import capture_for
+
+        cap = capture_for(p, argv, defines, include_dirs, progress=say)   # the capture port_file made (cached)
+        if cap is not None:
             launches = launches_from_capture(cap, k.name)
     if not launches:
         origin = "inferred"
