@@ -268,7 +268,25 @@ def file_symbols(text: str) -> list[str]:
     return names
 
 
+_EXTERN_T_SHARED = re.compile(r"\bextern(\s+)((?:const\s+|volatile\s+|unsigned\s+|signed\s+)*[A-Za-z_][\w:]*(?:<[^;<>]*>)?)(\s+)__shared__\b")
+_EXTERN_SHARED_2D = re.compile(r"\bextern\s+__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*)*)([A-Za-z_][\w:]*(?:<[^;<>]*>)?)\s+"
+                               r"([A-Za-z_]\w*)\s*\[\s*\]\s*((?:\[[^\[\];]+\]\s*)+);")
+
+
+def normalize_extern_shared(text: str) -> str:
+    """`extern T __shared__ a[]` (nvcc takes the qualifier after the type) as `extern __shared__ T a[]`, and
+    `extern __shared__ T a[][N]` as a pointer to rows of the dynamic shared memory; lines are kept."""
+    text = _EXTERN_T_SHARED.sub(lambda m: f"extern{m.group(1)}__shared__{m.group(3)}{m.group(2)}", text)
+
+    def rows(m: re.Match) -> str:
+        typ, name, dims = m.group(2), m.group(3), m.group(4).strip()
+        return f"{typ} (*{name}){dims} = reinterpret_cast<{typ} (*){dims}>(ksim::dyn_smem());" \
+            + "\n" * m.group(0).count("\n")
+    return _EXTERN_SHARED_2D.sub(rows, text)
+
+
 _HOST_ONLY_EXT = (".cpp", ".cc", ".cxx", ".c")
+_VOID_KERNEL = re.compile(r"(\bcudaLaunch(?:Cooperative)?Kernel\s*\(\s*)\(\s*(?:const\s+)?void\s*\*\s*\)\s*")
 _STATIC_FN = re.compile(r"^[ \t]*(?:static|inline)\b[^;{}()=]*?\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{", re.M)
 
 
@@ -370,8 +388,10 @@ def build_program(path: Path, include_dirs: list[Path]) -> Program:
                     prog.kernels[kname] = None  # overloads: launches use the generic path
                 continue
             prog.kernels.setdefault(kname, info)
+    # cudaLaunchKernel((void*)k, ...): the runtime needs k's own type to read its argument slots
+    body = _VOID_KERNEL.sub(lambda m: m.group(1) + " " * (len(m.group(0)) - len(m.group(1))), body)
     body = rewrite_launches(body, prog.kernels)
-    body = rewrite_block_shared(rewrite_extern_shared(body), ("__shared__",), 0)
+    body = rewrite_block_shared(rewrite_extern_shared(normalize_extern_shared(body)), ("__shared__",), 0)
     syms = []
     for s in file_symbols(body):
         if s not in syms:

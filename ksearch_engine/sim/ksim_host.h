@@ -1268,7 +1268,10 @@ inline thread_group tiled_partition(const thread_group&, unsigned n) { return th
 inline thread_group tiled_partition(const thread_block&, unsigned n) { return thread_group(n); }
 struct coalesced_group {
   unsigned mask;
-  coalesced_group() : mask(__activemask()) {}
+  unsigned parent;  // the lanes that made the group together (labeled_partition splits them; all of them call)
+  // the lanes that reach this point together (a ballot waits for the warp's other lanes to arrive or leave)
+  coalesced_group() : mask(ksim::warp_ballot(true)), parent(mask) {}
+  coalesced_group(unsigned m, unsigned p) : mask(m), parent(p) {}
   unsigned long long size() const { return (unsigned long long)__builtin_popcount(mask); }
   unsigned long long num_threads() const { return size(); }
   unsigned long long thread_rank() const { return (unsigned long long)__builtin_popcount(mask & ((1u << ksim::cur->lane) - 1)); }
@@ -1283,4 +1286,27 @@ struct coalesced_group {
   int all(int p) const { return __all_sync(mask, p); }
 };
 inline coalesced_group coalesced_threads() { return coalesced_group(); }
+// labeled_partition: the lanes of g holding the same label (every lane of g calls it, as CUDA requires)
+template <class L> inline coalesced_group labeled_partition(const coalesced_group& g, L label) {
+  unsigned m = 0;
+  for (unsigned b = g.mask; b; b &= b - 1) {
+    int l = __builtin_ctz(b);
+    if (__shfl_sync(g.mask, label, l) == label) m |= 1u << l;
+  }
+  return coalesced_group(m, g.mask);
+}
+template <unsigned N, class L> inline coalesced_group labeled_partition(const thread_block_tile<N>&, L label) {
+  return labeled_partition(coalesced_group(), label);
+}
+// reduce over a coalesced group: every lane of the parent takes part in the same shuffles
+template <class T, class Op> inline T reduce(const coalesced_group& g, T v, Op op) {
+  T acc{};
+  bool first = true;
+  for (unsigned b = g.parent; b; b &= b - 1) {
+    int l = __builtin_ctz(b);
+    T x = __shfl_sync(g.parent, v, l);
+    if ((g.mask >> l) & 1u) { acc = first ? x : op(acc, x); first = false; }
+  }
+  return acc;
+}
 }  // namespace cooperative_groups

@@ -323,3 +323,50 @@ def test_compile_error_and_missing_header_name_the_users_line(tmp_path):
     assert cap.status == "failed" and "nowhere.h" in cap.error and "include_dirs" in cap.error
     cap = capture_program(write(tmp_path, "thr.cu", "#include <thrust/sort.h>\nint main() {}\n"))
     assert cap.status == "failed" and cap.error.startswith("thr.cu:1:") and "Thrust" in cap.error
+
+
+CG_LABELS = """
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+__global__ void bucketMax(const int* v, int* out, int n) {
+  extern int __shared__ scratch[];          // nvcc takes the qualifier after the type
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  scratch[threadIdx.x] = i < n ? v[i] : 0;
+  __syncthreads();
+  if (i < n) {
+    cg::coalesced_group active = cg::coalesced_threads();
+    int bucket = scratch[threadIdx.x] % 3;
+    auto g = cg::labeled_partition(active, bucket);
+    int m = cg::reduce(g, scratch[threadIdx.x], cg::greater<int>());
+    out[i] = m * 100 + (int)g.size();
+  }
+}
+int main() {
+  int n = 40, h[40];
+  for (int i = 0; i < n; i++) h[i] = (i * 7) % 11;
+  int *v, *o;
+  cudaMalloc(&v, n * 4); cudaMalloc(&o, n * 4);
+  cudaMemcpy(v, h, n * 4, cudaMemcpyHostToDevice);
+  void* args[] = {&v, &o, &n};
+  cudaLaunchKernel((void*)bucketMax, dim3(2), dim3(32), args, 32 * sizeof(int), 0);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+def test_labeled_partition_reduce_extern_type_shared_and_void_star_launch(tmp_path):
+    cap = capture_program(write(tmp_path, "cg.cu", CG_LABELS), workdir=tmp_path / "cap")
+    assert cap.status == "ok", cap.error
+    (ln,) = cap.launches
+    out = next(a for a in ln.args if a.name == "out")
+    got = cap.load(out.after)
+    h = [(i * 7) % 11 for i in range(40)]
+    want = []
+    for i in range(40):
+        warp = range(0, 32) if i < 32 else range(32, 40)
+        same = [h[j] for j in warp if h[j] % 3 == h[i] % 3]
+        want.append(max(same) * 100 + len(same))
+    assert got.tolist() == want
