@@ -285,6 +285,7 @@ struct State {
   int max_per_kernel = 4;
   long long launches = 0;
   std::map<std::string, int> recorded_of, count_of;
+  std::map<std::string, int> usable_of;  // launches recorded with their contents, per kernel
   std::set<std::string> signatures;
   cudaError_t last_error = cudaSuccess;
   size_t device_bytes = 0, device_limit = 8ull << 30;
@@ -710,13 +711,17 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   bool too_large = false;
   std::vector<std::pair<std::string, std::string>> syms;
   std::vector<std::vector<char>> sym_before;
+  long long need = 0;
+  for (auto& a : infos) if (a.alloc) need += (long long)(a.alloc->n - ((const char*)a.ptr - a.alloc->ptr));
+  // a kernel that already has a launch with its contents takes at most a quarter of what is left: the budget
+  // stays for the kernels the program has not launched yet
+  if (record && S.usable_of[kname] >= 1 && 4 * 2 * need > S.byte_budget - S.bytes_used) record = false;
   if (record) {
     nrec++;
-    long long need = 0;
-    for (auto& a : infos) if (a.alloc) need += (long long)(a.alloc->n - ((const char*)a.ptr - a.alloc->ptr));
     long long sym_need = 0;
     for (auto& sy : S.symbols) sym_need += (long long)sy.n;
     if (2 * need > S.byte_budget - S.bytes_used) too_large = true;
+    else S.usable_of[kname]++;
     bool with_syms = !too_large && 2 * (need + sym_need) <= S.byte_budget - S.bytes_used;
     if (!too_large) {
       for (size_t i = 0; i < infos.size(); i++) {

@@ -370,3 +370,29 @@ def test_labeled_partition_reduce_extern_type_shared_and_void_star_launch(tmp_pa
         same = [h[j] for j in warp if h[j] % 3 == h[i] % 3]
         want.append(max(same) * 100 + len(same))
     assert got.tolist() == want
+
+
+BUDGET_SHARE = """
+#include <cuda_runtime.h>
+__global__ void first(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.0f; }
+__global__ void second(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }
+int main() {
+  int n = 4096; float* x;
+  cudaMalloc(&x, n * 4); cudaMemset(x, 0, n * 4);
+  for (int r = 0; r < 6; r++) first<<<n / 256, 256>>>(x, n + r);   // new scalars: each one worth recording
+  second<<<n / 256, 256>>>(x, n);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+def test_repeats_of_a_recorded_kernel_leave_budget_for_the_next_kernel(tmp_path):
+    # 16 KiB buffer: before+after 32 KiB a launch; a 100 KiB budget would be spent by `first` alone
+    cap = capture_program(write(tmp_path, "b.cu", BUDGET_SHARE), workdir=tmp_path / "cap", byte_budget=100 << 10,
+                          max_per_kernel=6)
+    assert cap.status == "ok", cap.error
+    sec = [ln for ln in cap.launches if ln.kernel == "second"]
+    assert sec and not sec[0].too_large
+    assert cap.load(next(a for a in sec[0].args if a.name == "x").after) is not None
+    assert 1 <= len([ln for ln in cap.launches if ln.kernel == "first" and not ln.too_large]) < 6
