@@ -27,3 +27,35 @@ inline int __all(int p) { return __all_sync(0xffffffffu, p); }
 inline unsigned __ballot(int p) { return __ballot_sync(0xffffffffu, p); }
 // `using namespace nvcuda;` in files whose other kernels use wmma (those kernels' bodies are blanked)
 namespace nvcuda { namespace wmma {} }
+#ifndef KSIM_HOST
+// Texture references and objects (kernel files run without their program): declared so that a file's other
+// kernels compile; a kernel that reads one stops with a message naming the call (the translator does not port
+// it: Metal textures are a different API).
+typedef unsigned long long cudaTextureObject_t;
+typedef unsigned long long cudaSurfaceObject_t;
+typedef unsigned long long CUtexObject;
+typedef unsigned long long CUsurfObject;
+enum cudaTextureReadMode { cudaReadModeElementType = 0, cudaReadModeNormalizedFloat = 1 };
+enum cudaTextureFilterMode { cudaFilterModePoint = 0, cudaFilterModeLinear = 1 };
+enum cudaTextureAddressMode { cudaAddressModeWrap = 0, cudaAddressModeClamp = 1, cudaAddressModeMirror = 2,
+                              cudaAddressModeBorder = 3 };
+template <class T, int dim = 1, cudaTextureReadMode mode = cudaReadModeElementType> struct texture {
+  int normalized; cudaTextureFilterMode filterMode; cudaTextureAddressMode addressMode[3];
+};
+template <class T = void, int dim = 1> struct surface {};
+namespace ksim {
+[[noreturn]] inline void tex_in_kernel(const char* what) {
+  fail(9, "%s read in a kernel: textures and surfaces only run on a GPU (the port does not translate them)", what);
+}
+}  // namespace ksim
+#define KSIM_TEX_FN(name) \
+  template <class T, class... A> inline T name(cudaTextureObject_t, A...) { ksim::tex_in_kernel(#name); } \
+  template <class T, int D, cudaTextureReadMode M, class... A> inline T name(texture<T, D, M>, A...) { ksim::tex_in_kernel(#name); }
+KSIM_TEX_FN(tex1Dfetch) KSIM_TEX_FN(tex1D) KSIM_TEX_FN(tex2D) KSIM_TEX_FN(tex3D) KSIM_TEX_FN(tex1DLayered)
+KSIM_TEX_FN(tex2DLayered) KSIM_TEX_FN(texCubemap) KSIM_TEX_FN(texCubemapLayered)
+#undef KSIM_TEX_FN
+template <class T, class S, class... A> inline void surf1Dwrite(T, S, A...) { ksim::tex_in_kernel("surf1Dwrite"); }
+template <class T, class S, class... A> inline void surf2Dwrite(T, S, A...) { ksim::tex_in_kernel("surf2Dwrite"); }
+template <class T, class S, class... A> inline void surf3Dwrite(T, S, A...) { ksim::tex_in_kernel("surf3Dwrite"); }
+template <class T, class S, class... A> inline void surf2Dread(T*, S, A...) { ksim::tex_in_kernel("surf2Dread"); }
+#endif

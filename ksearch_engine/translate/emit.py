@@ -155,6 +155,11 @@ def launch(*args, grid, block, shared_mem=0, template=None):
                 flat = _copy(flat, kind)
                 written.append((p["name"], flat, n, a.shape))
             inputs.append(flat)
+        elif p.get("struct"):   # a struct by value: its bytes (bytes, or a numpy structured scalar/array)
+            import numpy as np
+            raw = bytes(a) if isinstance(a, (bytes, bytearray, memoryview)) else np.asarray(a).tobytes()
+            raw = raw + bytes(max(0, 8 - len(raw)))   # Metal: inputs under 8 elements are `constant`
+            inputs.append(mx.array(np.frombuffer(raw, dtype=np.uint8)))
         else:
             dt = types.get(p.get("template_type")) or getattr(mx, p["dtype"])
             if dt == mx.float64 or (kind == "metal" and dt in (mx.bfloat16,)):

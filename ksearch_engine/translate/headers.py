@@ -42,6 +42,36 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
     return unique
 
 
+def header_helpers(text: str, include_dirs, _seen: set | None = None, _depth: int = 0) -> list:
+    """The `__device__` helpers (KernelInfo, as ParseResult.helpers) of the local headers `text` includes, nested
+    ones first: a kernel that calls `Comparator()` from `common.cuh` gets it in both ports' headers."""
+    from ..sim.preprocess import _GPU_HEADER
+    from ..source import find_kernels
+
+    seen = set() if _seen is None else _seen
+    out: list = []
+    if _depth > 8:
+        return out
+    for m in _INCLUDE.finditer(text):
+        path = m.group(1).strip()
+        if _GPU_HEADER.match(path):
+            continue
+        found = next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))), None)
+        if found is None:
+            continue
+        real = os.path.realpath(found)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            inner = open(real, errors="replace").read()
+        except OSError:
+            continue
+        out += header_helpers(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1)
+        out += [h for h in find_kernels(inner, os.path.basename(real)).helpers if h.language == "cuda"]
+    return out
+
+
 def type_aliases(preamble: list[str]) -> dict[str, str]:
     """{alias: C type} for file-scope names of scalar or vector types."""
     from .launch import POINTEE, norm_type

@@ -87,6 +87,34 @@ def struct_dtype(name: str, preamble: list[str]) -> tuple[str, int] | None:
     return None
 
 
+TEXTURE_TYPES = {"cudaTextureObject_t", "cudaSurfaceObject_t", "CUtexObject", "CUsurfObject"}
+
+
+def struct_body(name: str, preamble: list[str]) -> str | None:
+    """The field list of a file-scope struct `name` (`struct name {...};` or `typedef struct {...} name;`),
+    else None."""
+    for entry in preamble:
+        for m in re.finditer(r"\b(?:struct|class)\s+(?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)?"
+                             r"(\w+)?\s*(?::[^{;]*)?\{", entry):
+            depth, i = 1, m.end()
+            while i < len(entry) and depth:
+                depth += {"{": 1, "}": -1}.get(entry[i], 0)
+                i += 1
+            if depth:
+                continue
+            body = entry[m.end():i - 1]
+            tail = re.match(r"\s*(\w+)?", entry[i:])
+            if name in (m.group(1), tail.group(1) if tail else None):
+                return body
+    return None
+
+
+def struct_prologue(name: str, ctype: str, dialect: str) -> str:
+    """The kernel's by-value struct parameter from its bytes (`<name>_arg`, a uint8 input)."""
+    space = "device " if dialect == "metal" else ""
+    return f"    {ctype} {name} = *(const {space}{ctype}*){name}_arg;\n"
+
+
 def param_table(k: KernelInfo, written: set[str], template_types: set[str], preamble: list[str],
                 issues: list) -> list[dict]:
     """PARAMS of the port module: one entry per CUDA parameter, in order."""
@@ -117,10 +145,21 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
             entry["dtype"] = SCALAR.get(base) if base not in template_types else None
             entry["elem_bytes"] = POINTEE[base][1] if base in POINTEE else None
             if entry["dtype"] is None and base not in template_types:
-                issues.append(Issue(construct=p.text or p.name, line=line0, severity="error",
-                                    message=f"parameter '{p.name}' of type {base} is passed by value: launch() "
-                                            "passes scalars only; pass its fields separately"))
-                entry["dtype"] = "int32"
+                body = struct_body(base, preamble)
+                if body is not None and "*" not in body and "double" not in body \
+                        and not TEXTURE_TYPES & set(body.split()):
+                    entry["dtype"], entry["struct"] = "uint8", True   # its bytes; the kernel reinterprets them
+                else:
+                    why = (f"texture object '{p.name}' ({base}): Metal textures are another API that MLX kernels do "
+                           "not take; port by hand") if base in TEXTURE_TYPES else \
+                        (f"parameter '{p.name}' is a struct {base} holding pointers, passed by value: its pointers "
+                         "mean nothing in another address space; pass the buffers as parameters") if body and "*" in body \
+                        else (f"parameter '{p.name}' is a struct {base} holding doubles, passed by value: Metal has "
+                              "no double, so its layout differs there; pass its fields separately") if body else \
+                        (f"parameter '{p.name}' of type {base} is passed by value and its definition is not in the "
+                         "file: launch() passes scalars, pointers and file-scope structs; pass its fields separately")
+                    issues.append(Issue(construct=p.text or p.name, line=line0, severity="error", message=why))
+                    entry["dtype"] = "int32"
         out.append(entry)
     return out
 

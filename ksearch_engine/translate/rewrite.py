@@ -174,6 +174,9 @@ class Rewriter:
         if node.id in self.nested_replace:   # set by _emit_helper for nodes below the function's children
             return self.nested_replace.pop(node.id)
         t = node.type
+        if t == "preproc_arg" and node.parent is not None \
+                and node.parent.type in ("preproc_def", "preproc_function_def"):
+            return self._emit_macro_body(node)
         if node.child_count == 0 or t in ("identifier", "type_identifier", "primitive_type", "sized_type_specifier",
                                           "field_identifier"):
             return self._emit_leaf(node)
@@ -198,6 +201,39 @@ class Rewriter:
         if t == "assignment_expression" and self.ctx.atomic:
             return self._emit_atomic_store(node)
         return self._emit_children(node)
+
+    def _emit_macro_body(self, node) -> str:
+        """A `#define` body goes through the same rules as code: it is parsed as an expression (or statements)
+        and rewritten; a body that does not parse as either is kept as written."""
+        text = self._text(node)
+        body = text.strip()
+        if not body or not re.search(r"[A-Za-z_]", body):
+            return text
+        lead = text[:len(text) - len(text.lstrip())]
+        trail = text[len(text.rstrip()):]
+        cont = body.replace("\\\n", "\n")   # line continuations: the parser sees plain newlines
+        for wrapped, cut in ((f"__ks_macro_body({cont});", ("__ks_macro_body(", ");")), (cont, None)):
+            sub = Rewriter(self.table, line_offset=self._line(node), context=self.ctx)
+            data = ("__global__ void __m() {\n" + wrapped + "\n}").encode()
+            root = parse_bytes(data, "cuda").root_node
+            if root.has_error:
+                continue
+            out = sub.rewrite_snippet(wrapped)
+            if cut is not None:
+                out = out.strip()
+                if not (out.startswith(cut[0]) and out.endswith(cut[1])):
+                    continue
+                out = out[len(cut[0]):-len(cut[1])]
+            if out.strip() == cont.strip():
+                return text
+            for i in sub.issues:
+                if all((i.construct, i.line, i.message) != (j.construct, j.line, j.message) for j in self.issues):
+                    self.issues.append(i)
+            for a in sub.applied:
+                if a not in self.applied:
+                    self.applied.append(a)
+            return lead + out.replace("\n", " \\\n") + trail
+        return text
 
     def _emit_leaf(self, node) -> str:
         t = node.type

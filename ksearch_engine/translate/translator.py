@@ -183,10 +183,15 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             ctype = " ".join(p.type.split())
             if ctype not in analysis.C_TO_MX and ctype not in template_types:
                 from .launch import SCALAR
+                by_bytes = lp_struct_ok(ctype, parse_result.preamble)
                 issues.append(Issue(construct=p.text, line=line0, severity="error",
-                                    scope="inputs" if ctype in SCALAR else "kernel",   # launch() passes it
-                                    message=f"parameter '{p.name}' of type {ctype} is passed by value: only scalars "
-                                            "and pointers map onto MLX kernel inputs; pass its fields separately"))
+                                    scope="inputs" if ctype in SCALAR or by_bytes else "kernel",   # launch() passes it
+                                    message=(f"texture object '{p.name}' ({ctype}): Metal textures are another API "
+                                             "that MLX kernels do not take; port by hand")
+                                    if analysis_texture(ctype) else
+                                    f"parameter '{p.name}' of type {ctype} is passed by value: only scalars "
+                                    "and pointers map onto MLX kernel inputs (launch() passes a file-scope struct "
+                                    "without pointers as its bytes)"))
             plan.order.append(("scalar", len(plan.scalars)))
             plan.scalars.append(_Scalar(p.name, p.type, _ctype_dtype(p.type, template_types)))
     if not any(a.output for a in plan.arrays):
@@ -196,7 +201,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
 
     # -- Metal body and header ----------------------------------------------------------------
     shared_names = {s.name for s in k.shared}
-    helpers = analysis.called_helpers(k, parse_result.helpers)
+    helpers = analysis.called_helpers(k, _helper_pool(parse_result, src_path))
     ctx = RewriteContext(shared_names=shared_names, outputs={a.name for a in plan.arrays if a.output},
                          helper_pointer_spaces=analysis.helper_pointer_spaces(k, helpers, shared_names))
     atomic_callees = {r.callee for r in table.rules if r.requires == "atomic_outputs"}
@@ -294,9 +299,18 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     cuda_source = (("    // scalar parameters arrive as 1-element arrays\n" + prologue_cuda) if prologue_cuda else "") \
         + _dedent_body(k.body)
     note = "    // launch(): pointers arrive as flat arrays <name>_in / <name>_inout, scalars as 1-element arrays\n"
-    launch_metal_source = note + lp.pointer_prologue(k, params_table, "metal", metal_type) + prologue_metal \
-        + ("\n" if prologue_metal and not prologue_metal.endswith("\n") else "") + _dedent_body(launch_metal_body)
-    launch_cuda_source = note + lp.pointer_prologue(k, params_table, "cuda", metal_type) + prologue_cuda \
+    structs = {e["name"]: e for e in params_table if e.get("struct")}
+    if structs:   # by-value structs arrive as their bytes: the kernel reinterprets them
+        l_cuda = "".join(lp.struct_prologue(s.name, " ".join(s.ctype.replace("const", " ").split()), "cuda")
+                         if s.name in structs else f"    {s.ctype} {s.name} = {s.name}_arg[0];\n" for s in plan.scalars)
+        l_metal = "".join(lp.struct_prologue(s.name, " ".join(metal_type(s.ctype).replace("const", " ").split()), "metal")
+                          if s.name in structs else Rewriter(table).rewrite_snippet(
+                              f"    {s.ctype} {s.name} = {s.name}_arg[0];") + "\n" for s in plan.scalars)
+    else:
+        l_cuda, l_metal = prologue_cuda, prologue_metal
+    launch_metal_source = note + lp.pointer_prologue(k, params_table, "metal", metal_type) + l_metal \
+        + ("\n" if l_metal and not l_metal.endswith("\n") else "") + _dedent_body(launch_metal_body)
+    launch_cuda_source = note + lp.pointer_prologue(k, params_table, "cuda", metal_type) + l_cuda \
         + _dedent_body(k.body)
 
     # -- shared memory budget --------------------------------------------------------------------
@@ -354,6 +368,45 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         tr.task_hint["reference"] = "import math\n\nimport mlx.core as mx\n\n\n" + ref
     tr.module_text = emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes, k)
     return tr
+
+
+def analysis_texture(ctype: str) -> bool:
+    from .launch import TEXTURE_TYPES, norm_type
+    return norm_type(ctype) in TEXTURE_TYPES
+
+
+def lp_struct_ok(ctype: str, preamble: list[str]) -> bool:
+    """A by-value struct that launch() passes as its bytes (no pointers, no doubles)."""
+    from . import launch as lp
+    body = lp.struct_body(lp.norm_type(ctype), preamble)
+    return body is not None and "*" not in body and "double" not in body \
+        and not lp.TEXTURE_TYPES & set(body.split())
+
+
+def _helper_pool(parse_result: ParseResult, src_path: str | None) -> list[KernelInfo]:
+    """The file's own device helpers, then those of the local headers it includes (next to the file) that it
+    does not define itself."""
+    import os
+    pool = list(parse_result.helpers)
+    if not src_path or "#include" not in parse_result.source:
+        return pool
+    from .headers import header_helpers
+    names = {h.name for h in pool}
+    try:
+        extra = _header_helpers_cached(parse_result.source, os.path.dirname(os.path.abspath(src_path)))
+    except Exception:   # a header that cannot be read or parsed gives no helpers
+        extra = []
+    for h in extra:
+        if h.name not in names:
+            names.add(h.name)
+            pool.append(h)
+    return pool
+
+
+@lru_cache(maxsize=16)
+def _header_helpers_cached(source: str, folder: str) -> list[KernelInfo]:
+    from .headers import header_helpers
+    return header_helpers(source, [folder])
 
 
 def _namespace_aliases(source: str, texts: list[str], preamble: list[str]) -> list[str]:
