@@ -87,6 +87,33 @@ def classify(reason: str | None) -> str:
     return m.group(1).strip() if m else r[:40]
 
 
+def summarize(reports: list[dict], dirs: list[str], n_files: int, seconds: float, jobs: int) -> str:
+    """The markdown summary: totals, the failure classes ranked, files that could not be read, every kernel."""
+    kernels = [(d["file"], k) for d in reports for k in d["kernels"]]
+    total = len(kernels)
+    status = Counter(k["status"] for _, k in kernels)
+    workload = Counter(k["workload"] for _, k in kernels if k["status"] == "verified")
+    classes = Counter(classify(k.get("reason")) for _, k in kernels if k["status"] != "verified")
+    file_errors = [d for d in reports if d.get("error") and not d["kernels"]]
+    lines = [f"# Port to MLX over {', '.join(dirs)}", "",
+             f"{n_files} files, {total} kernels, {seconds:.0f} s with {jobs} processes.", "",
+             "| result | kernels | share |", "|---|---|---|"]
+    for st, label in [("verified", "ported and verified (both ports, simulator)"),
+                      ("unverified", "ported, not verified"), ("not_ported", "not ported")]:
+        lines.append(f"| {label} | {status[st]} | {100 * status[st] / max(total, 1):.1f}% |")
+    lines += ["", "Verified on: " + ", ".join(f"{n} {w}" for w, n in workload.most_common()) + " workloads", "",
+              "| failure class | kernels |", "|---|---|"]
+    lines += [f"| {c} | {n} |" for c, n in classes.most_common()]
+    if file_errors:
+        lines += ["", "Files that could not be read as CUDA:", ""]
+        lines += [f"- {d['file']}: {d['error'][:160]}" for d in file_errors]
+    lines += ["", "| file | kernel | result | workload | reason |", "|---|---|---|---|---|"]
+    for f, k in kernels:
+        why = (k.get("reason") or "").replace("|", "\\|").replace("\n", " ")[:160]
+        lines.append(f"| {f} | {k['kernel']} | {k['status']} | {k['workload']} | {why} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="+")
@@ -110,29 +137,7 @@ def main(argv=None) -> int:
             c = Counter(k["status"] for k in d["kernels"])
             print(f"  {c['verified']}/{len(d['kernels'])} verified  {d.get('seconds', 0):6.1f}s  {f}"
                   + (f"  [{d['error'][:80]}]" if d.get("error") else ""), flush=True)
-    kernels = [(d["file"], k) for d in reports for k in d["kernels"]]
-    total = len(kernels)
-    status = Counter(k["status"] for _, k in kernels)
-    workload = Counter(k["workload"] for _, k in kernels if k["status"] == "verified")
-    classes = Counter(classify(k.get("reason")) for _, k in kernels if k["status"] != "verified")
-    file_errors = [d for d in reports if d.get("error") and not d["kernels"]]
-    lines = [f"# Port to MLX over {', '.join(a.dirs)}", "",
-             f"{len(files)} files, {total} kernels, {time.monotonic() - t0:.0f} s with {a.jobs} processes.", "",
-             "| result | kernels | share |", "|---|---|---|"]
-    for st, label in [("verified", "ported and verified (both ports, simulator)"),
-                      ("unverified", "ported, not verified"), ("not_ported", "not ported")]:
-        lines.append(f"| {label} | {status[st]} | {100 * status[st] / max(total, 1):.1f}% |")
-    lines += ["", "Verified on: " + ", ".join(f"{n} {w}" for w, n in workload.most_common()) + " workloads", "",
-              "| failure class | kernels |", "|---|---|"]
-    lines += [f"| {c} | {n} |" for c, n in classes.most_common()]
-    if file_errors:
-        lines += ["", "Files that could not be read as CUDA:", ""]
-        lines += [f"- {d['file']}: {d['error'][:160]}" for d in file_errors]
-    lines += ["", "| file | kernel | result | workload | reason |", "|---|---|---|---|---|"]
-    for f, k in kernels:
-        why = (k.get("reason") or "").replace("|", "\\|").replace("\n", " ")[:160]
-        lines.append(f"| {f} | {k['kernel']} | {k['status']} | {k['workload']} | {why} |")
-    text = "\n".join(lines) + "\n"
+    text = summarize(reports, a.dirs, len(files), time.monotonic() - t0, a.jobs)
     print(text[:6000])
     if a.markdown:
         Path(a.markdown).write_text(text)

@@ -28,46 +28,57 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-MAX_LAUNCH_BYTES = 4 << 20
+MAX_LAUNCH_BYTES = 1 << 20
 
 
 # ------------------------------------------------------------------------------------------- prepare (CPU)
-def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str]) -> list[str]:
-    """The source file and every local header it includes, copied under dest; returns the -I folders there."""
+def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str], shared: Path) -> list[str]:
+    """The source file and the headers beside it copied to dest; other include folders copied once under
+    `shared` (for all kernels). Returns the -I folders, relative to the manifest's folder."""
+    import hashlib
+
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(src, dest / src.name)
     incs = []
-    for i, d in enumerate(include_dirs):
+    for d in include_dirs:
         dd = Path(d)
         if dd.resolve() == src.parent.resolve():
-            headers = [h for h in dd.iterdir() if h.suffix in (".h", ".cuh", ".hpp", ".cu", ".inc") and h.is_file()]
-            for h in headers:
-                shutil.copy(h, dest / h.name)
+            for h in dd.iterdir():
+                if h.suffix in (".h", ".cuh", ".hpp", ".cu", ".inc") and h.is_file():
+                    shutil.copy(h, dest / h.name)
             continue
-        target = dest.parent / dd.name      # beside src/: found as an ancestor's Common/ (or common/, include/)
+        name = f"{dd.name}-{hashlib.sha256(str(dd.resolve()).encode()).hexdigest()[:8]}"
+        target = shared / name
         if not target.exists() and dd.is_dir():
-            shutil.copytree(dd, target, ignore=shutil.ignore_patterns("*.o", "*.a", "*.so", "*.png", "*.ppm",
-                                                                          "*.pgm", "*.dat", "*.bin", "*.raw"))
-        incs.append(target.name)
+            shutil.copytree(dd, target, ignore=lambda folder, names: [
+                n for n in names if not (Path(folder, n).is_dir() or n.endswith((".h", ".cuh", ".hpp", ".inc")))])
+        incs.append(f"{shared.name}/{name}")
     return incs
 
 
-def prepare(dirs: list[str], out: Path, jobs: int) -> None:
-    from bench.port_corpus import cuda_files, include_dirs_for
+def prepare(dirs: list[str], out: Path, jobs: int, markdown: Path | None = None) -> None:
+    from bench.port_corpus import cuda_files, include_dirs_for, summarize
     from ksearch_engine.portfile import port_file
     from ksearch_engine.source import find_kernels
 
     out.mkdir(parents=True, exist_ok=True)
-    manifest = []
-    for f in cuda_files(dirs):
+    manifest, reports, t0 = [], [], time.monotonic()
+    files = cuda_files(dirs)
+    for f in files:
         incs = include_dirs_for(f)
-        rep = port_file(f, include_dirs=incs, write=False, capture_timeout=30)
+        t1 = time.monotonic()
+        try:
+            rep = port_file(f, include_dirs=incs, write=False, capture_timeout=30)
+        except Exception as e:  # a crash of the tool is a finding: recorded, the sweep goes on
+            reports.append({"file": str(f), "kernels": [], "error": f"CRASH {type(e).__name__}: {e}", "capture": {}})
+            continue
+        reports.append({**rep.model_dump(mode="json"), "seconds": time.monotonic() - t1})
         verified = [v for v in rep.kernels if v.status == "verified"]
         if not verified:
             continue
         slug = re.sub(r"[^A-Za-z0-9_]+", "_", str(f.relative_to(f.parents[2])))[:80]
         src_dir = out / slug
-        rel_incs = _copy_tree_for(f, src_dir / "src", [str(f.parent)] + incs)
+        rel_incs = _copy_tree_for(f, src_dir / "src", [str(f.parent)] + incs, out / "includes")
         parsed = find_kernels(f.read_text(errors="replace"), str(f))
         for v in verified:
             k = parsed.kernel(v.kernel)
@@ -98,6 +109,9 @@ def prepare(dirs: list[str], out: Path, jobs: int) -> None:
             manifest.append(entry)
         print(f"{len(verified)} verified  {f}", flush=True)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    if markdown:
+        markdown.write_text(summarize(reports, dirs, len(files), time.monotonic() - t0, jobs))
+        (markdown.with_suffix(".json")).write_text(json.dumps(reports, indent=1))
     print(f"{len(manifest)} kernels prepared in {out}")
 
 
@@ -117,7 +131,7 @@ def _scalar(ctype: str, value):
 def _cubin(entry: dict, root: Path, tmp: Path) -> tuple[Path | None, str]:
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     src = root / entry["src"]
-    incs = [f"-I{src.parent}", *[f"-I{root / entry['dir'] / i}" for i in entry["includes"]]]
+    incs = [f"-I{src.parent}", *[f"-I{root / i}" for i in entry["includes"]]]
     text = src.read_text(errors="replace")
     targs = entry.get("template_args") or []
     inst = f"\nvoid* ksearch_instantiate_{entry['kernel']} = (void*)&{entry['kernel']}<{', '.join(targs)}>;\n" \
@@ -225,13 +239,14 @@ def main(argv=None) -> int:
     p.add_argument("dirs", nargs="+")
     p.add_argument("--out", default=".portgpu")
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--markdown", help="also write the coverage summary (bench/port_corpus.py's) here")
     r = sub.add_parser("run")
     r.add_argument("root")
     r.add_argument("--json")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     if a.cmd == "prepare":
-        prepare(a.dirs, Path(a.out), a.jobs)
+        prepare(a.dirs, Path(a.out), a.jobs, Path(a.markdown) if a.markdown else None)
     else:
         run(Path(a.root), Path(a.json) if a.json else None)
     print(f"{time.monotonic() - t0:.0f} s")
