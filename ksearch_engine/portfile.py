@@ -373,6 +373,12 @@ def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=
             h.update(f.name.encode() + b"\0" + f.read_bytes())
         except OSError:
             pass
+    from .sim import build as _build   # a new runtime (ksim_host.h, ...) records differently: capture again
+    for n in ("ksim.h", "ksim_cuda.h", "ksim_host.h"):
+        try:
+            h.update(_build.HEADER.with_name(n).read_bytes())
+        except OSError:
+            pass
     h.update(json.dumps([str(prog), list(argv), dict(defines), list(include_dirs)], sort_keys=True).encode())
     return h.hexdigest()[:24]
 
