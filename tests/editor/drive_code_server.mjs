@@ -192,8 +192,10 @@ async function waitToast(page, text, timeout) {
 
 /** Opens a workspace file beside the active editor (Quick Open, Ctrl+Enter). */
 async function openToSide(page, name) {
-  await page.keyboard.press("Control+P");
   const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "hidden", timeout: 10_000 }).catch(() => undefined);   // an earlier Quick Open closed
+  await sleep(800);
+  await page.keyboard.press("Control+P");
   await input.waitFor({ state: "visible", timeout: 20_000 });
   await input.fill(name);
   await page.locator(".quick-input-list .monaco-list-row", { hasText: name }).first().waitFor({ timeout: 20_000 });
@@ -233,13 +235,24 @@ async function waitJobsIdle(page, timeout, quietMs = 3000, graceMs = 15_000) {
   throw new Error(`ksearch jobs still running after ${timeout} ms`);
 }
 
+/** Folds the top-level regions of the active editor (Fold Level 1: the licence comment, every function body) and
+ * goes to the top, so that all the kernels' signature lines and their lenses are on one screen. */
+async function foldAll(page) {
+  await page.locator(".editor-instance .view-lines").first().click();
+  await page.keyboard.press("Control+K");
+  await page.keyboard.press("Control+1");
+  await sleep(500);
+  await page.keyboard.press("Control+Home");
+  await sleep(800);
+}
+
 /** Issue 16's must-show on a real multi-kernel CUDA file: lenses on every kernel, both kernels ported and
  * accepted side by side into their own modules, an Optimize that found nothing better saying so, a broken
  * file refused with its actions disabled and the reason. */
 async function corpusScenario(page) {
   const kernels = cfg.kernels;   // [{name, line}] of cfg.file
   // (a) Every kernel of the file gets its lenses (the file folded so that all of them are on one screen).
-  await runCommand(page, "Fold All");
+  await foldAll(page);
   seen.corpusLenses = await waitLenses(page, (l) => count(l, cfg.portTitle) >= kernels.length, cfg.timeoutsMs.lens,
     `${kernels.length} "${cfg.portTitle}" lenses`);
   await sleep(2000);   // diagnostics arrive with the first parse
@@ -263,7 +276,7 @@ async function corpusScenario(page) {
   seen.portAllNotifications = await toasts(page);
   step("port all ended", { progress: seen.portAllProgress, notifications: seen.portAllNotifications });
   await openFile(page, cfg.file);
-  await runCommand(page, "Fold All");
+  await foldAll(page);
   seen.corpusLensesAfterPort = await waitLenses(page, (l) => count(l, cfg.acceptTitle) >= kernels.length, 60_000,
     `an "${cfg.acceptTitle}" lens over each of the ${kernels.length} kernels`);
   seen.modules = {};
@@ -408,7 +421,7 @@ try {
   step("workbench loaded");
 
   await openFile(page, cfg.file);
-  await page.locator(".editor-instance .view-lines", { hasText: cfg.kernel }).first().waitFor({ timeout: 60_000 });
+  await page.locator(".editor-instance .view-lines", { hasText: cfg.firstScreenText ?? cfg.kernel }).first().waitFor({ timeout: 60_000 });
   step("file opened");
 
   if (cfg.mode === "missing") {

@@ -272,16 +272,19 @@ def test_real_multi_kernel_file_in_vscode(tools, language_server, corpus_workspa
                 # Optimize times on MLX's CPU backend here; two evaluations (yours and one candidate) so that the
                 # search ends quickly; Port checks in the simulator either way.
                 "ksearch.backend": "mlx-cpu", "ksearch.budget.evaluations": 2,
-                "editor.codeLens": True}
+                "editor.codeLens": True,
+                # both kernels' lines (the file folded to its top level) on one screen for the screenshots
+                "editor.fontSize": 12}
     with running_code_server(tools, ws, tmp_path / "home", artifacts, settings, "corpus") as url:
         run, seen = drive(tools, {
             "mode": "corpus", "url": url, "folder": str(ws), "file": source.name, "kernel": CONV_KERNELS[0],
+            "firstScreenText": "NVIDIA CORPORATION",
             "kernels": [{"name": k, "line": kernel_line(source, k)} for k in CONV_KERNELS],
             "portTitle": "Port to MLX", "acceptTitle": "Accept", "optimizeTitle": "Optimize kernel",
             "optimizeFile": "softmax.cu", "optimizeKernel": KERNEL,
             "brokenFile": "convolutionSeparable_broken.cu",
             "brokenLine": kernel_line(ws / "convolutionSeparable_broken.cu", CONV_KERNELS[1]),
-            "viewport": {"width": 1800, "height": 950},
+            "viewport": {"width": 1800, "height": 1100},
             "timeoutsMs": {"start": 60_000, "lens": 90_000, "job": 240_000},
         }, artifacts, "corpus")
     assert run.returncode == 0 and seen.get("ok"), (
