@@ -374,8 +374,22 @@ async function answerTrust(page) {
     if (seen.trustDialog) throw error;     // there was a dialog and it could not be answered
   }
   await sleep(1000);
-  seen.restrictedMode = await page.locator(".statusbar-item", { hasText: "Restricted Mode" }).first().isVisible()
-    .catch(() => false);
+  const restricted = page.locator(".statusbar-item", { hasText: "Restricted Mode" }).first();
+  if (cfg.trust && !seen.trustDialog && (await restricted.isVisible().catch(() => false))) {
+    // No prompt (code-server opened the folder in Restricted Mode): the user trusts it from the trust editor, and
+    // the extension restarts the server with the workspace's settings.
+    await runCommand(page, "Workspaces: Manage Workspace Trust");
+    const trust = page.locator(".workspace-trust-editor .monaco-button", { hasText: /^\s*Trust\s*$/ }).first();
+    await trust.waitFor({ state: "visible", timeout: 20_000 });
+    await trust.click();
+    await restricted.waitFor({ state: "hidden", timeout: 20_000 });
+    await page.keyboard.press("Control+W");
+    const deadline = Date.now() + cfg.timeoutsMs.lens;
+    while (Date.now() < deadline && countInLogs(cfg.logs, "ksearch-lsp started") < 2) await sleep(250);
+    seen.serverStarts = countInLogs(cfg.logs, "ksearch-lsp started");
+    step("workspace trusted from the trust editor", { serverStarts: seen.serverStarts });
+  }
+  seen.restrictedMode = await restricted.isVisible().catch(() => false);
   step("workspace trust", { dialog: seen.trustDialog, restricted: seen.restrictedMode });
 }
 

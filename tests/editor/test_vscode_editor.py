@@ -419,13 +419,16 @@ def server_processes(root_pid: int) -> list[dict]:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the server process from /proc")
-def test_hostile_cloned_workspace_runs_none_of_its_code_in_vscode(tools, language_server, tmp_path, artifacts):
+@pytest.mark.parametrize("trusted", [False, True], ids=["restricted", "trusted"])
+def test_hostile_cloned_workspace_runs_none_of_its_code_in_vscode(tools, language_server, tmp_path, artifacts, trusted):
     """Issue 17: a cloned workspace holding ksearch_server/, ksearch_engine/, an 'interpreter' script and a
     .vscode/settings.json that sets ksearch.proposer to openai at a local listener, opened in VS Code with
-    workspace trust on and the trust prompt answered "No" (Restricted Mode): Port and Optimize run, yet the
-    marker those files write never appears, the listener gets no connection (OPENAI_API_KEY is in the
-    environment), and the server that ran is ours: `<our python> -P -m ksearch_server` from outside the
-    workspace, its log naming the offline proposer."""
+    workspace trust on. Restricted Mode (not trusted): Port and Optimize run, yet the marker those files write
+    never appears, the listener gets no connection (OPENAI_API_KEY is in the environment), and the server that
+    ran is ours: `<our python> -P -m ksearch_server` from outside the workspace, its log naming the offline
+    proposer. Trusted (the user chose to trust it): its settings apply — its interpreter script runs and its
+    endpoint is called, which shows the same detectors see an attack when the restriction is off — yet its
+    ksearch_server/ and ksearch_engine/ folders still never run (-P, started outside the workspace)."""
     ws = tmp_path / "cloned"
     ws.mkdir()
     example = REPO / "examples" / "softmax" / "softmax.cu"
@@ -438,28 +441,39 @@ def test_hostile_cloned_workspace_runs_none_of_its_code_in_vscode(tools, languag
     info: dict = {}
     home = tmp_path / "home"
     try:
-        with running_code_server(tools, ws, home, artifacts, settings, "hostile", workspace_trust=True,
+        with running_code_server(tools, ws, home, artifacts, settings, f"hostile-{'trusted' if trusted else 'restricted'}",
+                                 workspace_trust=True,
                                  env={"OPENAI_API_KEY": "sk-hostile-test-" + os.urandom(6).hex()}, info=info) as url:
             run, seen = drive(tools, {
-                "mode": "hostile", "trust": False, "url": url, "folder": str(ws), "file": "softmax.cu",
+                "mode": "hostile", "trust": trusted, "url": url, "folder": str(ws), "file": "softmax.cu",
+                "logs": str(home / "user-data" / "logs"),
                 "kernel": KERNEL, "portTitle": "Port to MLX", "optimizeTitle": "Optimize kernel",
                 "acceptTitle": "Accept", "timeoutsMs": {"start": 60_000, "lens": 90_000, "job": 180_000},
-            }, artifacts, "hostile")
+            }, artifacts, f"hostile-{'trusted' if trusted else 'restricted'}")
             servers = server_processes(info["pid"])
     finally:
         listener.close()
-    (artifacts / "hostile-servers.json").write_text(json.dumps(servers, indent=2))
+    (artifacts / f"hostile-servers-{'trusted' if trusted else 'restricted'}.json").write_text(json.dumps(servers, indent=2))
     assert run.returncode == 0 and seen.get("ok"), (
         f"the hostile-workspace scenario stopped: {seen.get('error')}\nsteps: {[s['name'] for s in seen.get('steps', [])]}\n"
         f"notifications: {seen.get('notifications')}\nsee {artifacts}/error.png and drive-hostile.log")
-    assert seen["restrictedMode"], f"the window is not in Restricted Mode (trust dialog: {seen.get('trustDialog')})"
+    assert seen["restrictedMode"] is (not trusted), (
+        f"Restricted Mode is {seen['restrictedMode']} (trust dialog: {seen.get('trustDialog')}, trusted: {trusted})")
 
     # the jobs ran (so every path that starts a Python or calls a proposer was taken)
     assert seen["candidateView"] in ("preview", "diff") and "mlx" in seen["candidateText"], seen.get("candidateText", "")[:300]
     assert not any("⟳" in t for t in seen["lensesAfter"]), seen["lensesAfter"]
 
-    assert not marker.exists(), f"code from the cloned workspace ran: {marker.read_text()!r}"
-    assert listener.connections == [], f"the workspace's endpoint was contacted: {listener.connections}"
+    # the workspace's own ksearch_server/ and ksearch_engine/ never run, trusted or not
+    ran = marker.read_text().split() if marker.exists() else []
+    assert not [m for m in ran if m != "interpreter"], f"code from the cloned workspace's packages ran: {ran}"
+    if trusted:
+        # the user trusted the folder: its ksearch.interpreter and its endpoint are used, and the detectors see both
+        assert "interpreter" in ran, f"the trusted workspace's interpreter setting was not used: {ran}"
+        assert listener.connections, "the trusted workspace's openaiBaseUrl was not used by the openai proposer"
+    else:
+        assert not marker.exists(), f"code from the cloned workspace ran: {marker.read_text()!r}"
+        assert listener.connections == [], f"the workspace's endpoint was contacted: {listener.connections}"
 
     # the server that ran is ours: our interpreter, -P, started outside the workspace
     assert servers, "no ksearch_server process was found under code-server"
@@ -469,6 +483,9 @@ def test_hostile_cloned_workspace_runs_none_of_its_code_in_vscode(tools, languag
         assert not Path(proc["cwd"]).resolve().is_relative_to(ws.resolve()), f"the server runs inside the workspace: {proc}"
     log = "".join(p.read_text(errors="replace") for p in walk_files(home / "user-data" / "logs") if p.name == "ksearch.log")
     started = [line for line in log.splitlines() if "ksearch-lsp started" in line]
+    if trusted:
+        assert started and "proposer openai" in started[-1], f"the trusted restart did not apply its settings: {started}"
+        return
     assert started and all("proposer offline" in line for line in started), (
         f"the server's start line does not name the offline proposer: {started or log[-2000:]}")
     assert str(ws / "tools" / "python") not in log, "the workspace's interpreter was named in the log"
