@@ -1152,6 +1152,47 @@ inline unsigned atomicInc(unsigned* p, unsigned lim) { ksim::atomic_tick(); unsi
 inline unsigned atomicDec(unsigned* p, unsigned lim) { ksim::atomic_tick(); unsigned o = *p; *p = (o == 0 || o > lim) ? lim : o - 1; return o; }
 #define atomicAdd_block atomicAdd
 #define atomicAdd_system atomicAdd
+// block- and system-scoped atomics: one device here, so the same operations
+#ifndef atomicSub_block
+#define atomicSub_block atomicSub
+#define atomicSub_system atomicSub
+#endif
+#ifndef atomicExch_block
+#define atomicExch_block atomicExch
+#define atomicExch_system atomicExch
+#endif
+#ifndef atomicMax_block
+#define atomicMax_block atomicMax
+#define atomicMax_system atomicMax
+#endif
+#ifndef atomicMin_block
+#define atomicMin_block atomicMin
+#define atomicMin_system atomicMin
+#endif
+#ifndef atomicInc_block
+#define atomicInc_block atomicInc
+#define atomicInc_system atomicInc
+#endif
+#ifndef atomicDec_block
+#define atomicDec_block atomicDec
+#define atomicDec_system atomicDec
+#endif
+#ifndef atomicCAS_block
+#define atomicCAS_block atomicCAS
+#define atomicCAS_system atomicCAS
+#endif
+#ifndef atomicAnd_block
+#define atomicAnd_block atomicAnd
+#define atomicAnd_system atomicAnd
+#endif
+#ifndef atomicOr_block
+#define atomicOr_block atomicOr
+#define atomicOr_system atomicOr
+#endif
+#ifndef atomicXor_block
+#define atomicXor_block atomicXor
+#define atomicXor_system atomicXor
+#endif
 
 // Math beyond <math.h>
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
@@ -1607,6 +1648,13 @@ inline unsigned reverse_bits(unsigned x) {
   return r;
 }
 inline unsigned ctz(unsigned x) { return x ? __builtin_ctz(x) : 32; }
+// Metal's clz/ctz return the argument's type and count over its width (64 for long / ulong)
+inline int clz(int x) { return (int)clz((unsigned)x); }
+inline int ctz(int x) { return (int)ctz((unsigned)x); }
+inline long clz(long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+inline unsigned long clz(unsigned long x) { return x ? __builtin_clzll(x) : 64; }
+inline long ctz(long x) { return x ? __builtin_ctzll((unsigned long long)x) : 64; }
+inline unsigned long ctz(unsigned long x) { return x ? __builtin_ctzll(x) : 64; }
 template <class To, class From> inline To as_type(const From& f) {
   static_assert(sizeof(To) == sizeof(From), "as_type needs types of the same size");
   To t;

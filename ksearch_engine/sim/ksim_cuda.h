@@ -59,3 +59,11 @@ template <class T, class S, class... A> inline void surf2Dwrite(T, S, A...) { ks
 template <class T, class S, class... A> inline void surf3Dwrite(T, S, A...) { ksim::tex_in_kernel("surf3Dwrite"); }
 template <class T, class S, class... A> inline void surf2Dread(T*, S, A...) { ksim::tex_in_kernel("surf2Dread"); }
 #endif
+// the CUDA version a kernel file sees (as in ksim_host.h): `#if CUDART_VERSION < 3000` blocks are old-CUDA code
+#ifndef CUDART_VERSION
+#define CUDART_VERSION 12040
+#endif
+#ifndef __CUDACC_VER_MAJOR__
+#define __CUDACC_VER_MAJOR__ 12
+#define __CUDACC_VER_MINOR__ 4
+#endif

@@ -47,6 +47,11 @@ MX_TEMPLATE = {"float": "float32", "double": "float32", "half": "float16", "__ha
                                                                           if k not in ("double",)}}
 
 
+def _no_comments(text: str | None) -> str:
+    """A parameter's text without its comments (`float *out /* inverted */`: one pointer level)."""
+    return re.sub(r"/\*.*?\*/|//[^\n]*", " ", text or "", flags=re.S).strip()
+
+
 def norm_type(t: str) -> str:
     words = [w for w in t.replace("*", " ").split()
              if w not in ("const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "signed")
@@ -123,7 +128,8 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
     line0 = k.range.start.line
     for p in k.params:
         base = norm_type(p.type)
-        ctype = re.sub(r"\b" + re.escape(p.name) + r"\b(?!.*\b" + re.escape(p.name) + r"\b)", "", p.text or p.type)
+        ctype = re.sub(r"\b" + re.escape(p.name) + r"\b(?!.*\b" + re.escape(p.name) + r"\b)", "",
+                       _no_comments(p.text) or p.type)
         entry = {"name": p.name, "ctype": " ".join(ctype.split()),
                  "pointer": p.pointer, "written": False, "dtype": None, "elem_bytes": None}
         if base in template_types:
@@ -174,7 +180,7 @@ def pointer_prologue(k: KernelInfo, params: list[dict], dialect: str, metal_type
         const = "const " if (p.is_const and not e["written"]) else ""
         vol = "volatile " if "volatile" in p.qualifiers else ""
         t = p.type if dialect == "cuda" else metal_type(p.type)
-        stars = "*" * max(1, (p.text or "*").count("*"))
+        stars = "*" * max(1, _no_comments(p.text or "*").count("*"))
         space = "" if dialect == "cuda" else "device "
         ptype = f"{const}{vol}{space}{t}{stars}"
         lines.append(f"    {ptype} {p.name} = ({ptype}){src};\n")
@@ -199,6 +205,8 @@ METAL_ATOMIC_OPS = {   # helper suffix -> Metal call on an atomic<T>* `a`
 CUDA_ATOMICS = {"atomicAdd": "add", "atomicSub": "sub", "atomicMax": "max", "atomicMin": "min", "atomicExch": "exch",
                 "atomicAnd": "and", "atomicOr": "or", "atomicXor": "xor", "atomicAdd_block": "add",
                 "atomicAdd_system": "add", "atomicCAS": "cas", "atomicInc": "inc", "atomicDec": "dec"}
+CUDA_ATOMICS.update({f"{n}{scope}": op for n, op in list(CUDA_ATOMICS.items()) if "_" not in n
+                     for scope in ("_block", "_system")})   # one device, one scope: the same operation
 
 
 def metal_atomic_helpers() -> str:

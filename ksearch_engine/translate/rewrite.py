@@ -101,7 +101,10 @@ class Rewriter:
             return self._emit(root), ""
         self.grid_objects = self._find_grid_objects(fn)
         if helper:
-            return self._emit_helper(fn), ""
+            prefix = ""
+            if fn.parent is not None and fn.parent.type == "template_declaration":   # `template <uint dir>` stays
+                prefix = self.data[fn.parent.start_byte:fn.start_byte].decode("utf-8", errors="replace")
+            return prefix + self._emit_helper(fn), ""
         body = fn.child_by_field_name("body")
         inner = self._emit_children(body, skip_braces=True) if body is not None else ""
         return "", inner

@@ -244,6 +244,13 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         cuda_header_parts.append("#include <cooperative_groups.h>")
         if re.search(r"::reduce\s*\(", k.text + "".join(h.text for h in helpers)):
             cuda_header_parts.append("#include <cooperative_groups/reduce.h>")
+    if re.search(r"\bdouble\b", "\n".join([k.text] + [h.text for h in helpers] + preamble)):
+        # MLX arrays on a GPU have no float64 (launch() passes double buffers as float32, as the Metal port takes
+        # them): the CUDA-backend port computes in float like the Metal port
+        cuda_header_parts.append("#define double float   // ksearch: MLX GPU arrays have no float64")
+        issues.append(Issue(construct="double", line=line0, severity="warning",
+                            message="double buffers and arithmetic are float in both ports (MLX GPU arrays have no "
+                                    "float64; Metal has no double)"))
     cuda_header_parts += preamble
     cuda_header_parts += [h.text for h in helpers]
     cuda_header = "\n\n".join(cuda_header_parts) + "\n"

@@ -92,3 +92,63 @@ __global__ void k(View v, float* out) { out[threadIdx.x] = v.data[threadIdx.x]; 
     from ksearch_engine.source import find_kernels as fk
     tr = translate_kernel(fk(src, "t.cu"), "k", "t.cu")
     assert any("holding pointers" in i.message for i in tr.errors)
+
+
+def test_double_buffers_port_as_float_in_both_dialects():
+    src = """
+__global__ void k(double* x, const double* u, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    double* p = x + 0;
+    if (i < n) { double acc = u[i] * 0.5; p[i] = acc + (double)i; }
+}"""
+    _, res = port(src, "k", {"x": rng.random(128), "u": rng.random(128), "n": 100})
+    assert_ported(res)
+
+
+def test_fast_and_rounded_float_intrinsics():
+    src = """
+__global__ void k(const float* x, float* y, int* n, int count) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float v = x[i] + 0.25f;
+    for (int j = 1; j <= __log2f(16.0f); j++) v += __powf(2, j) * 1e-3f;
+    y[i] = __fadd_rn(__fmul_rn(v, 2.0f), __frcp_rn(v)) + __fmaf_rn(v, v, 1.0f) + __exp10f(v * 0.1f)
+         + __tanf(v * 0.1f) + fdividef(v, 3.0f) + __fsqrt_rn(v) + __int2float_rn(i);
+    n[i] = __float2int_rn(v * 10.0f) + __float2int_rd(v) + __float2int_ru(v) + __float2int_rz(-v)
+         + __popcll((unsigned long long)i << 33) + __clzll((long long)i + 1);
+    __threadfence_system();
+}"""
+    _, res = port(src, "k", {"x": rng.random(128, dtype=np.float32), "y": np.zeros(128, np.float32),
+                             "n": np.zeros(128, np.int32), "count": 120})
+    assert_ported(res)
+
+
+def test_template_helpers_keep_their_template_line_and_umin_umax():
+    src = """
+template <unsigned int sortDir> static inline __device__ unsigned int pick(unsigned int a, unsigned int b) {
+    return sortDir ? umin(a, b) : umax(a, b);
+}
+template <int bs, typename size_type> __device__ void store(float* C, size_type i, float v) { C[i * bs / bs] = v; }
+__global__ void k(float* C, const unsigned int* a) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    store<16, unsigned int>(C, i, (float)(pick<1>(a[i], 7u) + pick<0>(a[i], 7u)));
+}"""
+    tr, res = port(src, "k", {"C": np.zeros(128, np.float32), "a": rng.integers(0, 15, 128).astype(np.uint32)})
+    assert "template <unsigned int sortDir>" in tr.launch_metal_header
+    assert_ported(res)
+
+
+def test_comments_inside_the_parameter_list_do_not_change_pointer_types():
+    src = """
+__global__ void inv(float *input,   /* original */
+                    float *output,  /* inverted: [dim][point] */
+                    int npoints,    // points
+                    int nfeatures)
+{
+    int p = threadIdx.x + blockDim.x * blockIdx.x;
+    if (p < npoints) for (int i = 0; i < nfeatures; i++) output[p + npoints * i] = input[p * nfeatures + i];
+}"""
+    tr, res = port(src, "inv", {"input": rng.random(512, dtype=np.float32), "output": np.zeros(512, np.float32),
+                                "npoints": 128, "nfeatures": 4})
+    assert "***" not in tr.launch_metal_source
+    assert_ported(res)
