@@ -302,6 +302,11 @@ class Rewriter:
             return f"ks_atomic_{_CUDA_ATOMICS[name]}{suffix}(" + ", ".join(self._emit(a) for a in args) + ")"
         if name in self.unsupported:
             rule = self.unsupported[name]
+            if rule.metal is not None:   # dropped with a note (printf, assert): the port computes the same
+                self._report(f"{name}(...)", node, rule.reason or f"{name} is dropped in Metal",
+                             rule.severity or "warning")
+                self._apply(rule)
+                return rule.metal
             self._report(f"{name}(...)", node, rule.reason or f"{name} has no Metal equivalent")
             return self._emit_children(node)
         args = [a for a in (args_node.named_children if args_node is not None else []) if a.type != "comment"]

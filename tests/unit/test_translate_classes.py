@@ -152,3 +152,18 @@ __global__ void inv(float *input,   /* original */
                                 "npoints": 128, "nfeatures": 4})
     assert "***" not in tr.launch_metal_source
     assert_ported(res)
+
+
+def test_printf_and_assert_are_dropped_from_the_metal_port_and_the_results_still_match():
+    src = """
+#include <assert.h>
+#include <stdio.h>
+__global__ void k(int* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    assert(i >= 0);
+    if (i == 0) printf("n = %d\\n", n);
+    if (i < n) out[i] = 2 * i;
+}"""
+    tr, res = port(src, "k", {"out": np.zeros(128, np.int32), "n": 100})
+    assert not tr.errors and "printf" not in tr.launch_metal_source
+    assert_ported(res)
