@@ -8,7 +8,17 @@ namespace cooperative_groups {
 template <class G> inline void sync(const G& g) { g.sync(); }
 template <class G> inline unsigned long long thread_rank(const G& g) { return g.thread_rank(); }
 template <class G> inline unsigned long long group_size(const G& g) { return g.size(); }
-using thread_group = thread_block;   // a block-wide group handle (tiled_partition(block, 32) is not modelled)
+// a group handle of either kind (CUDA's thread_group base): a block or a tile of it, synced as its kind is
+struct thread_group {
+  unsigned long long sz, rk;
+  bool tile;
+  thread_group(const thread_block& b) : sz(b.size()), rk(b.thread_rank()), tile(false) {}
+  template <unsigned N> thread_group(const thread_block_tile<N>& t) : sz(t.size()), rk(t.thread_rank()), tile(true) {}
+  unsigned long long size() const { return sz; }
+  unsigned long long num_threads() const { return sz; }
+  unsigned long long thread_rank() const { return rk; }
+  void sync() const { if (tile) ksim::warp_sync(); else thread_block().sync(); }
+};
 struct coalesced_group : thread_block_tile<32> {};
 inline coalesced_group coalesced_threads() { return coalesced_group(); }
 template <unsigned N, class T = void> struct block_tile_memory {};

@@ -42,6 +42,18 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
     return unique
 
 
+_WRAPPED_QUALIFIERS = re.compile(
+    r"^[ \t]*#[ \t]*(?:ifdef[ \t]+__CUDACC__|if[ \t]+defined[ \t]*\(?[ \t]*__CUDACC__[ \t]*\)?)[ \t]*\n"
+    r"((?:[ \t]*(?:__host__|__device__|__forceinline__|inline|static)[ \t]*)+\n)"
+    r"[ \t]*#[ \t]*endif[^\n]*$", re.M)
+
+
+def _unwrap_qualifiers(text: str) -> str:
+    """`#ifdef __CUDACC__ / __host__ __device__ / #endif` before a function (headers shared with host code):
+    the qualifiers as nvcc sees them, same line count."""
+    return _WRAPPED_QUALIFIERS.sub(lambda m: "\n" + m.group(1).rstrip("\n") + "\n", text)
+
+
 def header_helpers(text: str, include_dirs, _seen: set | None = None, _depth: int = 0) -> list:
     """The `__device__` helpers (KernelInfo, as ParseResult.helpers) of the local headers `text` includes, nested
     ones first: a kernel that calls `Comparator()` from `common.cuh` gets it in both ports' headers."""
@@ -68,7 +80,9 @@ def header_helpers(text: str, include_dirs, _seen: set | None = None, _depth: in
         except OSError:
             continue
         out += header_helpers(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1)
-        out += [h for h in find_kernels(inner, os.path.basename(real)).helpers if h.language == "cuda"]
+        name = os.path.basename(real)   # parsed as CUDA whatever its extension (util.h, bisect_util.cu)
+        name = name if name.endswith((".cu", ".cuh")) else name + ".cuh"
+        out += [h for h in find_kernels(_unwrap_qualifiers(inner), name).helpers if h.language == "cuda"]
     return out
 
 

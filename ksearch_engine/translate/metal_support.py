@@ -75,6 +75,19 @@ template <uint N> struct thread_block_tile {
   bool any(bool p) const { return ballot(p) != 0u; }
   bool all(bool p) const { return ballot(p) == (N >= 32u ? 0xffffffffu : ((1u << N) - 1u)); }
 };
+// CUDA's thread_group (the base of both): a block or a tile, synced as its kind is
+struct thread_group {
+  uint rank, count;
+  bool tile;
+  thread_group(const thread_block b) : rank(b.thread_rank()), count(b.size()), tile(false) {}
+  template <uint N> thread_group(const thread_block_tile<N> t) : rank(t.thread_rank()), count(N), tile(N <= 32u) {}
+  void sync() const { if (tile) simdgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device);
+                      else threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device); }
+  uint thread_rank() const { return rank; }
+  uint size() const { return count; }
+  uint num_threads() const { return count; }
+};
+inline void sync(const thread_group g) { g.sync(); }
 template <uint N> inline thread_block_tile<N> tiled_partition(const thread_block b) {
   return thread_block_tile<N>(b.thread_rank(), b.size()); }
 inline void sync(const thread_block b) { b.sync(); }

@@ -391,8 +391,8 @@ def lp_struct_ok(ctype: str, preamble: list[str]) -> bool:
 
 
 def _helper_pool(parse_result: ParseResult, src_path: str | None) -> list[KernelInfo]:
-    """The file's own device helpers, then those of the local headers it includes (next to the file) that it
-    does not define itself."""
+    """The device helpers of the local headers the file includes (next to the file) that it does not define
+    itself, then the file's own."""
     import os
     pool = list(parse_result.helpers)
     if not src_path or "#include" not in parse_result.source:
@@ -403,11 +403,8 @@ def _helper_pool(parse_result: ParseResult, src_path: str | None) -> list[Kernel
         extra = _header_helpers_cached(parse_result.source, os.path.dirname(os.path.abspath(src_path)))
     except Exception:   # a header that cannot be read or parsed gives no helpers
         extra = []
-    for h in extra:
-        if h.name not in names:
-            names.add(h.name)
-            pool.append(h)
-    return pool
+    # a header's helpers come first, as its #include puts them before the file's own code
+    return [h for h in extra if h.name not in names] + pool
 
 
 @lru_cache(maxsize=16)

@@ -167,3 +167,82 @@ __global__ void k(int* out, int n) {
     tr, res = port(src, "k", {"out": np.zeros(128, np.int32), "n": 100})
     assert not tr.errors and "printf" not in tr.launch_metal_source
     assert_ported(res)
+
+
+def test_helpers_of_a_dot_h_header_with_qualifiers_under_ifdef_cudacc_come_before_the_files_own(tmp_path):
+    (tmp_path / "util.h").write_text("""
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+inline float sign_f(const float &val) { return (val < 0.0f) ? -1.0f : 1.0f; }
+""")
+    src = """#include "util.h"
+__device__ float twice_sign(float v) { return 2.0f * sign_f(v); }
+__global__ void k(float* x) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    x[i] = twice_sign(x[i] - 0.5f);
+}"""
+    (tmp_path / "k.cu").write_text(src)
+    tr, res = port(src, "k", {"x": rng.random(128, dtype=np.float32)}, path=tmp_path / "k.cu",
+                   include_dirs=[str(tmp_path)])
+    h = tr.launch_metal_header
+    assert 0 <= h.find("sign_f(const") < h.find("twice_sign(")
+    assert_ported(res)
+
+
+def test_the_kernel_simulator_passes_a_tile_where_a_thread_group_is_taken():
+    from ksearch_engine.sim import run_cuda_source
+    src = """
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__device__ int sumReduction(cg::thread_group g, int* x, int val) {
+    int lane = g.thread_rank();
+    for (int i = g.size() / 2; i > 0; i /= 2) {
+        x[lane] = val; g.sync();
+        if (lane < i) val += x[lane + i];
+        g.sync();
+    }
+    return g.thread_rank() == 0 ? val : -1;
+}
+__global__ void cgk(int* out) {
+    extern __shared__ int workspace[];
+    cg::thread_block b = cg::this_thread_block();
+    int s = sumReduction(b, workspace, threadIdx.x);
+    if (threadIdx.x == 0) out[0] = s;
+    b.sync();
+    cg::thread_block_tile<16> t = cg::tiled_partition<16>(b);
+    int s2 = sumReduction(t, workspace + b.thread_rank() - t.thread_rank(), t.thread_rank());
+    if (t.thread_rank() == 0) out[1 + b.thread_rank() / 16] = s2;
+}"""
+    out = run_cuda_source(src, "cgk", (1, 1, 1), (64, 1, 1), {"out": np.zeros(5, np.int32)}, 64 * 4)
+    assert out["out"].tolist() == [2016, 120, 120, 120, 120]
+
+
+def test_a_thread_group_parameter_takes_a_block_or_a_tile_in_both_ports():
+    src = """
+#include <cooperative_groups.h>
+using namespace cooperative_groups;
+__device__ int sumReduction(thread_group g, int* x, int val) {
+    int lane = g.thread_rank();
+    for (int i = g.size() / 2; i > 0; i /= 2) {
+        x[lane] = val; g.sync();
+        if (lane < i) val += x[lane + i];
+        g.sync();
+    }
+    return g.thread_rank() == 0 ? val : -1;
+}
+__global__ void cgk(int* out) {
+    extern __shared__ int workspace[];
+    thread_block b = this_thread_block();
+    int s = sumReduction(b, workspace, threadIdx.x);
+    if (threadIdx.x == 0) out[0] = s;
+    b.sync();
+    thread_block_tile<16> t = tiled_partition<16>(b);
+    int s2 = sumReduction(t, workspace + b.thread_rank() - t.thread_rank(), t.thread_rank());
+    if (t.thread_rank() == 0) out[1 + b.thread_rank() / 16] = s2;
+}"""
+    parsed = find_kernels(src, "t.cu")
+    tr = translate_kernel(parsed, "cgk", "t.cu")
+    res = check_port(tr.module_text, src, "cgk", {"args": {"out": np.zeros(5, np.int32)}, "grid": (1, 1, 1),
+                                                  "block": (64, 1, 1), "shared_mem": 256, "template_args": []})
+    assert_ported(res)
