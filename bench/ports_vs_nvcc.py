@@ -150,17 +150,50 @@ def _cubin(entry: dict, root: Path, tmp: Path) -> tuple[Path | None, str]:
     return None, " | ".join(errs)
 
 
-def run(root: Path, out_json: Path | None) -> int:
+def run(root: Path, out_json: Path | None, jobs: int = 6, only: list[int] | None = None) -> int:
+    """Each kernel in its own process (a fault in one original poisons its CUDA context, not the others')."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    manifest = json.loads((root / "manifest.json").read_text())
+    idx = [i for i in range(len(manifest)) if only is None or i in only]
+
+    def one(i: int) -> dict:
+        try:
+            r = subprocess.run([sys.executable, __file__, "run-one", str(root), str(i)], capture_output=True,
+                               text=True, timeout=120)
+            line = [x for x in r.stdout.splitlines() if x.startswith("{")]
+            if line:
+                return json.loads(line[-1])
+            return {"file": manifest[i]["file"], "kernel": manifest[i]["kernel"], "status": "error",
+                    "why": (r.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+        except subprocess.TimeoutExpired:
+            return {"file": manifest[i]["file"], "kernel": manifest[i]["kernel"], "status": "error",
+                    "why": "over 120 s"}
+
+    with ThreadPoolExecutor(jobs) as pool:
+        rows = list(pool.map(one, idx))
+    for row in rows:
+        print(f"{row['status']:<12} {row['kernel']:<32} {Path(row['file']).name}  {row.get('why') or ''}"[:220])
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    print("totals:", json.dumps(counts))
+    if out_json:
+        out_json.write_text(json.dumps({"device": _device(), "counts": counts, "rows": rows}, indent=1))
+    return 0
+
+
+def run_one(root: Path, index: int) -> dict:
     import cupy as cp
     import mlx.core as mx
 
     from ksearch_engine.translate.check import compare
 
     manifest = json.loads((root / "manifest.json").read_text())
-    tmp = root / "_build"
-    tmp.mkdir(exist_ok=True)
+    tmp = root / "_build" / str(index)
+    tmp.mkdir(parents=True, exist_ok=True)
     rows = []
-    for e in manifest:
+    for e in manifest[index:index + 1]:
         row = {"file": e["file"], "kernel": e["kernel"], "workload": e["workload"]}
         rows.append(row)
         if e.get("skipped"):
@@ -213,15 +246,8 @@ def run(root: Path, out_json: Path | None) -> int:
             row.update(status="match" if bad is None else "mismatch", why=bad or how)
         except Exception as ex:  # one kernel's failure is a row, not the end of the run
             row.update(status="error", why=f"{type(ex).__name__}: {str(ex)[:300]}")
-        print(f"{row['status']:<12} {row['kernel']:<32} {Path(row['file']).name}  {row.get('why') or ''}"[:220],
-              flush=True)
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    print("totals:", json.dumps(counts))
-    if out_json:
-        out_json.write_text(json.dumps({"device": _device(), "counts": counts, "rows": rows}, indent=1))
-    return 0
+    print(json.dumps(rows[0]), flush=True)
+    return rows[0]
 
 
 def _device() -> str:
@@ -243,12 +269,21 @@ def main(argv=None) -> int:
     r = sub.add_parser("run")
     r.add_argument("root")
     r.add_argument("--json")
+    r.add_argument("--jobs", type=int, default=6)
+    r.add_argument("--only", help="comma-separated manifest indices")
+    o = sub.add_parser("run-one")
+    o.add_argument("root")
+    o.add_argument("index", type=int)
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     if a.cmd == "prepare":
         prepare(a.dirs, Path(a.out), a.jobs, Path(a.markdown) if a.markdown else None)
+    elif a.cmd == "run-one":
+        run_one(Path(a.root), a.index)
+        return 0
     else:
-        run(Path(a.root), Path(a.json) if a.json else None)
+        run(Path(a.root), Path(a.json) if a.json else None, a.jobs,
+            [int(x) for x in a.only.split(",")] if a.only else None)
     print(f"{time.monotonic() - t0:.0f} s")
     return 0
 
