@@ -121,7 +121,8 @@ def param_from_node(node, data: bytes, orig: bytes) -> Param | None:
     quals = [text(c, data) for c in node.named_children if c.type == "type_qualifier"]
     decl = node.child_by_field_name("declarator")
     info = declarator_info(decl, data) if decl is not None else declarator_info(None, data)
-    quals += info["qualifiers"]
+    # `float *const out` is a const pointer to writable floats: a `const` after the `*` is not the pointee's
+    quals += [q for q in info["qualifiers"] if not (q == "const" and info["pointer"])]
     # Metal address spaces were blanked for parsing: read them back from the original text.
     # Blanked Metal keywords precede the node's start: widen back to the previous `(` or `,`.
     start = node.start_byte

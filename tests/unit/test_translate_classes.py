@@ -246,3 +246,15 @@ __global__ void cgk(int* out) {
     res = check_port(tr.module_text, src, "cgk", {"args": {"out": np.zeros(5, np.int32)}, "grid": (1, 1, 1),
                                                   "block": (64, 1, 1), "shared_mem": 256, "template_args": []})
     assert_ported(res)
+
+
+def test_a_const_pointer_to_writable_data_is_an_output():
+    src = """
+__global__ void k(float const *const a, float *const results, const int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) results[i] = 2.0f * a[i];
+}"""
+    tr, res = port(src, "k", {"a": rng.random(128, dtype=np.float32), "results": np.zeros(128, np.float32), "n": 100})
+    assert [p["written"] for p in tr.params] == [False, True, False]
+    assert tr.output_names == ["results"]
+    assert_ported(res)
