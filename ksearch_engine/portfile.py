@@ -196,6 +196,20 @@ def find_program_and_sources(path: Path) -> tuple[Path | None, list[Path]]:
     return None, []
 
 
+def sim_source(p: Path, include_dirs=()) -> str:
+    """The text the simulator runs `p`'s kernels from, standing alone: its program's prefix (when a program
+    includes it) and every local header inlined, so it needs no folder of the user's (the sandbox shows none)."""
+    from .sim.preprocess import _CURRENT, inline_local_includes
+
+    p = Path(p)
+    text = p.read_text(errors="replace")
+    prefix = program_prefix(find_program(p), p)
+    if prefix:
+        text = prefix + f'\n#line 1 "{p.name}"\n' + text
+    dirs = [str(p.parent)] + [str(d) for d in include_dirs if str(d) != str(p.parent)]
+    return inline_local_includes(text, dirs).replace(_CURRENT, p.name)
+
+
 def program_prefix(prog: Path | None, target: Path) -> str:
     """The program's text before the line that #includes `target` (what the kernels of `target` see first)."""
     if prog is None or prog == target:

@@ -190,8 +190,9 @@ def _family_of(task: KernelTask):
 def _captured(p: Path, text: str, parsed, k, fam_name, argv, defines, include_dirs, say) -> Resolved:
     """The captured task of a CUDA kernel: port it, take its verified launches, build the task."""
     from . import families
-    from .captask import CapturedTaskError, build_captured_task, inferred_launch, launches_from_capture
-    from .portfile import find_program, port_file
+    from .captask import (CapturedTaskError, KernelLaunch, build_captured_task, inferred_launch,
+                          launches_from_capture)
+    from .portfile import find_program, port_file, sim_source
 
     say(f"porting {k.name} and checking the port on its launches")
     report = port_file(p, kernels=[k.name], argv=list(argv), defines=dict(defines or {}),
@@ -208,6 +209,11 @@ def _captured(p: Path, text: str, parsed, k, fam_name, argv, defines, include_di
         cap = capture_for(p, argv, defines, include_dirs, progress=say)   # the capture port_file made (cached)
         if cap is not None:
             launches = launches_from_capture(cap, k.name)
+    if not launches and v.checked:    # the workload the port was verified on (found by running the kernel)
+        origin = v.workload
+        launches = [KernelLaunch(grid=tuple(rec.grid), block=tuple(rec.block), shared_mem=rec.shared_mem,
+                                 template_args=list(rec.template_args), args=dict(args), origin=v.workload)
+                    for rec, args in v.checked]
     if not launches:
         origin = "inferred"
         try:
@@ -215,7 +221,7 @@ def _captured(p: Path, text: str, parsed, k, fam_name, argv, defines, include_di
         except Exception as e:  # noqa: BLE001 - portinfer's own failures say why
             raise ResolveError(f"no launch of {k.name} to build a task from ({str(e)[:300]})") from None
     try:
-        ct = build_captured_task(v.module_text, text, k.name, launches, source_file=str(p))
+        ct = build_captured_task(v.module_text, sim_source(p, include_dirs), k.name, launches, source_file=str(p))
     except CapturedTaskError as e:
         raise ResolveError(str(e)) from None
     notes = list(ct.notes)
