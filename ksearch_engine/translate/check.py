@@ -129,11 +129,11 @@ def run_port(module_text: str, dialect: str, args: dict, grid, block, shared_mem
         params = ns["PARAMS"]
         call = []
         for p in params:
-            v = args[p["name"]]
-            call.append(_to_mx(v, p.get("dtype")) if p["pointer"] else v)
+            v = args.get(p["name"])   # absent or None: a NULL pointer (a defaulted `T* p = NULL` parameter)
+            call.append(_to_mx(v, p.get("dtype")) if p["pointer"] and v is not None else v)
         out = ns["launch"](*call, grid=tuple(grid), block=tuple(block), shared_mem=int(shared_mem or 0),
                            template=list(template_args or []) or None)
-        return {n: _from_mx(a, None, np.asarray(args[n])) for n, a in out.items()}
+        return {n: _from_mx(a, None, np.asarray(args[n])) for n, a in out.items() if args.get(n) is not None}
     finally:
         shim._options.clear()
         shim._options.update(saved)

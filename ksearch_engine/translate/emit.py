@@ -145,6 +145,12 @@ def launch(*args, grid, block, shared_mem=0, template=None):
     types = {n: v for n, v in tmpl if isinstance(v, mx.Dtype)}
     inputs, written = [], []
     for p, a in zip(PARAMS, args):
+        if p.get("nullable"):
+            tmpl = tmpl + [("KS_NULL_" + p["name"], a is None)]
+        if p["pointer"] and a is None:   # NULL: a placeholder buffer the kernel never reads (it tests for NULL)
+            inputs.append(mx.zeros((8,), dtype=getattr(mx, p["dtype"] or "float32") if p["dtype"] != "float64"
+                                   else mx.float32))
+            continue
         if p["pointer"]:
             a = a if isinstance(a, mx.array) else mx.array(a)
             flat = a.reshape(-1)

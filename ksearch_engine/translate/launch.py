@@ -136,6 +136,8 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
             entry["template_type"] = base
         if p.pointer:
             entry["written"] = p.name in written or not p.is_const
+            if tests_for_null(k.body, p.name):
+                entry["nullable"] = True   # launch() takes None for it: the kernel sees a null pointer
             if base in POINTEE:
                 entry["dtype"], entry["elem_bytes"] = POINTEE[base]
             elif base not in template_types:
@@ -170,6 +172,18 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
     return out
 
 
+def null_flag(name: str) -> str:
+    return f"KS_NULL_{name}"
+
+
+def tests_for_null(body: str, name: str) -> bool:
+    """The kernel compares pointer parameter `name` with NULL (`if (bias != NULL)`, `bias ? ... : ...`, `if (!p)`)."""
+    n = re.escape(name)
+    null = r"(?:NULL|nullptr|0)"
+    return bool(re.search(rf"\b{n}\s*[!=]=\s*{null}\b|\b{null}\s*[!=]=\s*{n}\b|\(\s*!?\s*{n}\s*\)|"
+                          rf"(?<![\w\]\)])\b{n}\s*\?|!\s*{n}\b\s*(?:&&|\|\||\))", body))
+
+
 def pointer_prologue(k: KernelInfo, params: list[dict], dialect: str, metal_type) -> str:
     """Declarations of the kernel's pointer parameters from the launch path's flat inputs."""
     lines = []
@@ -183,7 +197,10 @@ def pointer_prologue(k: KernelInfo, params: list[dict], dialect: str, metal_type
         stars = "*" * max(1, _no_comments(p.text or "*").count("*"))
         space = "" if dialect == "cuda" else "device "
         ptype = f"{const}{vol}{space}{t}{stars}"
-        lines.append(f"    {ptype} {p.name} = ({ptype}){src};\n")
+        if e.get("nullable"):   # a template flag says the caller passed no buffer (NULL in CUDA)
+            lines.append(f"    {ptype} {p.name} = {null_flag(p.name)} ? ({ptype})nullptr : ({ptype}){src};\n")
+        else:
+            lines.append(f"    {ptype} {p.name} = ({ptype}){src};\n")
     return "".join(lines)
 
 

@@ -258,3 +258,44 @@ __global__ void k(float const *const a, float *const results, const int n) {
     assert [p["written"] for p in tr.params] == [False, True, False]
     assert tr.output_names == ["results"]
     assert_ported(res)
+
+
+def test_a_null_pointer_argument_reaches_the_kernel_as_null_in_both_ports():
+    src = """
+__global__ void add_bias(float* out, const float* inp, const float* bias, float* partial, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = inp[i] + (bias != NULL ? bias[i % 4] : 0.0f);
+    out[i] = v;
+    if (partial) partial[i] = 2.0f * v;
+}"""
+    parsed = find_kernels(src, "t.cu")
+    tr = translate_kernel(parsed, "add_bias", "t.cu")
+    assert [p.get("nullable", False) for p in tr.params] == [False, False, True, True, False]
+    inp = rng.random(128, dtype=np.float32)
+    bias = rng.random(4, dtype=np.float32)
+    for b in (bias, None):
+        expected = {"out": inp + (bias[np.arange(128) % 4] if b is not None else 0)}
+        res = check_port(tr.module_text, src, "add_bias",
+                         {"args": {"out": np.zeros(128, np.float32), "inp": inp, "bias": b, "partial": None,
+                                   "n": 128}, "grid": (2, 1, 1), "block": (64, 1, 1), "shared_mem": 0,
+                          "template_args": []}, expected=expected)
+        assert res.dialects == {"metal": "passed", "cuda": "passed"}, res.message
+
+
+def test_half2_intrinsics():
+    src = """
+#include <cuda_fp16.h>
+__global__ void k(const half2* a, const half2* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    half2 acc = __float2half2_rn(0.f);
+    acc = __hfma2(a[i], b[i], acc);
+    acc = __hadd2(acc, __hmul2(a[i], __halves2half2(__low2half(b[i]), __high2half(b[i]))));
+    float2 f = __half22float2(__hsub2(acc, __floats2half2_rn(0.5f, 0.25f)));
+    out[i] = __low2float(acc) + __high2float(acc) + f.x - f.y;
+}"""
+    a = rng.random(256).astype(np.float16)
+    b = rng.random(256).astype(np.float16)
+    _, res = port(src, "k", {"a": a, "b": b, "out": np.zeros(128, np.float32), "n": 128})
+    assert_ported(res)
