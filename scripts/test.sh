@@ -27,7 +27,11 @@ if [ -f scripts/install-editor-deps.sh ]; then
       tail -20 .editor-deps.log; echo "test.sh: installing the editor test tools failed (log: .editor-deps.log)" >&2
       exit 1
     fi
-    reason="$(grep -h 'install-editor-deps.sh:' .editor-deps.log | tail -1)"
+    reason="$( (grep -h 'install-editor-deps.sh:' .editor-deps.log || true) | tail -1)"
+    if [ -z "$reason" ]; then
+      step="$( (grep -h '^==>' .editor-deps.log || true) | tail -1 | sed 's/^==> \[[0-9]*s\] //')"
+      reason="installing the editor test tools failed at: ${step:-the first step} (log: .editor-deps.log)"
+    fi
     export KSEARCH_EDITOR_SKIP="${reason:-the editor test tools could not be installed here (see .editor-deps.log)}"
     echo "test.sh: editor tests will be skipped: $KSEARCH_EDITOR_SKIP"
   fi
