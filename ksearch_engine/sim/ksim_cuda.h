@@ -53,6 +53,9 @@ template <class T, int dim = 1, cudaTextureReadMode mode = cudaReadModeElementTy
   int normalized; cudaTextureFilterMode filterMode; cudaTextureAddressMode addressMode[3];
 };
 template <class T = void, int dim = 1> struct surface {};
+// host-side handle types that file-scope structs of kernel files hold (IPC samples): declared, never used here
+struct cudaIpcMemHandle_t { char reserved[64]; };
+struct cudaIpcEventHandle_t { char reserved[64]; };
 namespace ksim {
 [[noreturn]] inline void tex_in_kernel(const char* what) {
   fail(9, "%s read in a kernel: textures and surfaces only run on a GPU (the port does not translate them)", what);

@@ -299,3 +299,29 @@ __global__ void k(const half2* a, const half2* b, float* out, int n) {
     b = rng.random(256).astype(np.float16)
     _, res = port(src, "k", {"a": a, "b": b, "out": np.zeros(128, np.float32), "n": 128})
     assert_ported(res)
+
+
+def test_vector_constructors_of_every_width():
+    src = """
+__global__ void k(uchar4* img, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uchar4 c = img[i];
+    float3 f = make_float3(c.x, c.y, c.z);
+    int2 p = make_int2(i, 2 * i);
+    uint3 u = make_uint3(1u, 2u, 3u);
+    img[i] = make_uchar4(c.z, c.y, c.x, 255);
+    out[i] = f.x + f.y * 0.5f + f.z * 0.25f + p.y + u.z;
+}"""
+    _, res = port(src, "k", {"img": rng.integers(0, 255, 512).astype(np.uint8), "out": np.zeros(128, np.float32),
+                             "n": 128})
+    assert_ported(res)
+
+
+def test_a_kernel_file_whose_file_scope_struct_holds_ipc_handles_runs_in_the_kernel_simulator():
+    from ksearch_engine.sim import run_cuda_source
+    src = """
+typedef struct shmStruct_st { int devices[4]; cudaIpcMemHandle_t memHandle[4]; cudaIpcEventHandle_t ev[4]; } shmStruct;
+__global__ void k(char* p, int sz, char val) { int i = threadIdx.x; if (i < sz) p[i] = val; }"""
+    out = run_cuda_source(src, "k", (1, 1, 1), (32, 1, 1), {"p": np.zeros(32, np.int8), "sz": 20, "val": 3})
+    assert out["p"].tolist() == [3] * 20 + [0] * 12
