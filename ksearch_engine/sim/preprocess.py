@@ -39,14 +39,22 @@ def strip_gpu_includes(text: str, dialect: str) -> str:
 _EXTERN_SHARED = re.compile(
     r"\bextern\s+__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)*)"
     r"([A-Za-z_][\w:<>, ]*?[\w>])\s+((?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)*)"
-    r"([A-Za-z_]\w*)\s*\[\s*\]\s*;"
+    r"([A-Za-z_]\w*)\s*\[\s*\]\s*((?:\[[^\[\];]+\]\s*)*);"
 )
+# `extern float __shared__ smem[];`: the qualifier after the type, as some samples write it
+_EXTERN_SHARED_AFTER = re.compile(r"\bextern(\s+)([A-Za-z_][\w:<>, ]*?[\w>])(\s+)__shared__(\s)")
 
 
 def rewrite_extern_shared(text: str) -> str:
+    text = _EXTERN_SHARED_AFTER.sub(lambda m: f"extern{m.group(1)}__shared__{m.group(3)}{m.group(2)}{m.group(4)}", text)
+
     def repl(m: re.Match) -> str:
-        typ, name = m.group(2).strip(), m.group(4)
-        new = f"{typ}* {name} = reinterpret_cast<{typ}*>(ksim::dyn_smem());"
+        typ, name, more = m.group(2).strip(), m.group(4), (m.group(5) or "").strip()
+        if more:   # `extern __shared__ half shmem[][K];`: rows of K
+            more = "".join(more.split())
+            new = f"{typ} (*{name}){more} = reinterpret_cast<{typ} (*){more}>(ksim::dyn_smem());"
+        else:
+            new = f"{typ}* {name} = reinterpret_cast<{typ}*>(ksim::dyn_smem());"
         pad = len(m.group(0)) - len(new)
         return new + " " * max(pad, 0) if "\n" not in m.group(0) else new + "\n" * m.group(0).count("\n")
 

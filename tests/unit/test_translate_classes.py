@@ -325,3 +325,38 @@ typedef struct shmStruct_st { int devices[4]; cudaIpcMemHandle_t memHandle[4]; c
 __global__ void k(char* p, int sz, char val) { int i = threadIdx.x; if (i < sz) p[i] = val; }"""
     out = run_cuda_source(src, "k", (1, 1, 1), (32, 1, 1), {"p": np.zeros(32, np.int8), "sz": 20, "val": 3})
     assert out["p"].tolist() == [3] * 20 + [0] * 12
+
+
+def test_extern_shared_written_after_the_type_and_2d_dynamic_shared_in_the_kernel_simulator():
+    from ksearch_engine.sim import run_cuda_source
+    src = """
+#define K 8
+__global__ void k(double* out) {
+    extern double __shared__ sdata[];
+    extern __shared__ float rows[][K + 1];
+    sdata[threadIdx.x] = threadIdx.x; __syncthreads();
+    out[threadIdx.x] = sdata[31 - threadIdx.x];
+    __syncthreads();
+    rows[threadIdx.x / K][threadIdx.x % K] = 2.0f * threadIdx.x; __syncthreads();
+    out[32 + threadIdx.x] = rows[(31 - threadIdx.x) / K][(31 - threadIdx.x) % K];
+}"""
+    out = run_cuda_source(src, "k", (1, 1, 1), (32, 1, 1), {"out": np.zeros(64)}, 32 * 9 * 4)
+    assert out["out"][:32].tolist() == list(range(31, -1, -1))
+    assert out["out"][32:].tolist() == [2.0 * (31 - i) for i in range(32)]
+
+
+def test_extern_shared_written_after_the_type_ports():
+    src = """
+__global__ void k(const float* x, float* out) {
+    extern float __shared__ smem[];
+    smem[threadIdx.x] = x[blockIdx.x * blockDim.x + threadIdx.x];
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = smem[blockDim.x - 1 - threadIdx.x];
+}"""
+    parsed = find_kernels(src, "t.cu")
+    tr = translate_kernel(parsed, "k", "t.cu")
+    res = check_port(tr.module_text, src, "k", {"args": {"x": rng.random(128, dtype=np.float32),
+                                                         "out": np.zeros(128, np.float32)},
+                                                "grid": (2, 1, 1), "block": (64, 1, 1), "shared_mem": 256,
+                                                "template_args": []})
+    assert_ported(res)
