@@ -30,7 +30,7 @@ from .task import KernelTask, TaskError
 
 # Piped output (CI logs, `| less`) would otherwise wrap tables at 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)   # messages name paths: never break them mid-name
 
 
 class UserError(Exception):
