@@ -360,3 +360,16 @@ __global__ void k(const float* x, float* out) {
                                                 "grid": (2, 1, 1), "block": (64, 1, 1), "shared_mem": 256,
                                                 "template_args": []})
     assert_ported(res)
+
+
+def test_float_math_functions_take_int_arguments_as_cuda_converts_them():
+    src = """
+#define HEIGHT 16
+__global__ void k(float* out) {
+    int i = threadIdx.x;
+    float acc = 0.0f;
+    for (int j = 1; j <= __log2f(HEIGHT); j++) acc += expf(j % 3) + sqrtf(i) + log2f(i + 1) + __logf(i + 1);
+    out[i] = acc;
+}"""
+    _, res = port(src, "k", {"out": np.zeros(64, np.float32)}, grid=(1, 1, 1))
+    assert_ported(res)

@@ -79,7 +79,7 @@ def test_shuffle_width_other_than_32_keeps_cuda_lane_rules():
 
 def test_nested_calls_are_rewritten_inside_out():
     got, _, _ = translate_snippet("m = fmaxf(m, __shfl_xor_sync(0xffffffff, __expf(v), 1));")
-    assert got == "m = metal::max(m, simd_shuffle_xor(fast::exp(v), 1));"
+    assert got == "m = metal::max(m, simd_shuffle_xor(fast::exp(float(v)), 1));"
 
 
 def test_identifiers_named_like_builtins_in_declarations_are_kept():
