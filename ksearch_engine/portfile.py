@@ -286,7 +286,7 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
         source = prefix + f'\n#line 1 "{p.name}"\n' + source
     from .translate.headers import header_preamble   # the local headers' macros and types reach both ports
     parsed.preamble = [e for e in header_preamble(source, include_dirs) if e not in parsed.preamble] + parsed.preamble
-    define_ints = _int_defines(parsed.preamble, defines or {})
+    define_ints = int_defines(parsed.preamble, defines or {})
     for k in chosen:
         say(f"{k.name}: translating")
         v = KernelVerdict(kernel=k.name, line=k.range.start.line + 1, status="not_ported")
@@ -410,7 +410,7 @@ def _launches_for(capture: Capture | None, kernel: str) -> list[LaunchRecord]:
     return (first + rest)[:MAX_CHECKED_LAUNCHES]
 
 
-def _int_defines(preamble: list[str], given: dict[str, str]) -> dict[str, int]:
+def int_defines(preamble: list[str], given: dict[str, str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in preamble:
         m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+\(?\s*(\d+)\s*\)?\s*$", line)

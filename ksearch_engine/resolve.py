@@ -192,7 +192,7 @@ def _captured(p: Path, text: str, parsed, k, fam_name, argv, defines, include_di
     from . import families
     from .captask import (CapturedTaskError, KernelLaunch, build_captured_task, inferred_launch,
                           launches_from_capture)
-    from .portfile import find_program, port_file, sim_source
+    from .portfile import find_program, int_defines, port_file, sim_source
 
     say(f"porting {k.name} and checking the port on its launches")
     report = port_file(p, kernels=[k.name], argv=list(argv), defines=dict(defines or {}),
@@ -217,7 +217,7 @@ def _captured(p: Path, text: str, parsed, k, fam_name, argv, defines, include_di
     if not launches:
         origin = "inferred"
         try:
-            launches = [inferred_launch(text, k, p, _int_defines(parsed.preamble, defines or {}))]
+            launches = [inferred_launch(text, k, p, int_defines(parsed.preamble, defines or {}))]
         except Exception as e:  # noqa: BLE001 - portinfer's own failures say why
             raise ResolveError(f"no launch of {k.name} to build a task from ({str(e)[:300]})") from None
     try:
@@ -238,18 +238,6 @@ def _captured(p: Path, text: str, parsed, k, fam_name, argv, defines, include_di
     return Resolved(task=ct.task, family=family, source_file=str(p.resolve()), kernel=k.name,
                     how=f"{k.name} itself: its verified port on {len(ct.launches)} {origin} launch(es) "
                         f"({n_w} checked for correctness, {n_b} timed)", notes=notes)
-
-
-def _int_defines(preamble: list[str], given: dict[str, str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in preamble:
-        m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+\(?\s*(\d+)\s*\)?\s*$", line)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    for n, v in given.items():
-        if str(v).isdigit():
-            out[n] = int(v)
-    return out
 
 
 def optimizable(path: str | Path, kernel: str, language: str | None = None) -> tuple[bool, str | None]:
