@@ -79,7 +79,7 @@ def classify(reason: str | None) -> str:
         (r"mismatch|does not match|differs|got .* expected", "port mismatch"),
         (r"deadlock", "sim: deadlock"), (r"timeout|timed out", "sim: timeout"), (r"race", "sim: race"),
         (r"compile|error:", "compile error"), (r"translator failed", "translator crash"),
-        (r"CRASH", "tool crash"),
+        (r"(?-i:^CRASH )", "tool crash"), (r"killed by signal|Aborted", "sim: the original aborts (assert)"),
     ]:
         if re.search(pat, r, re.I):
             return cls
