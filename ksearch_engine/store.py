@@ -202,15 +202,15 @@ def vs_original(c: Candidate, original: Candidate | None) -> float | None:
 
 
 def beats(c: Candidate, original: Candidate | None) -> bool:
-    """The search's own rule for an improvement (search._beats): faster than the original by MIN_GAIN in
-    speedup over the baseline and in absolute median. Without a timed original (it failed, or nothing can be
-    timed here) a passing candidate counts when it is not flagged."""
+    """The search's own rule for an improvement (search.improves): its own median below the original's by
+    MIN_GAIN, same backend and workload. Without a timed original (it failed, or nothing can be timed here) a
+    passing candidate counts when it is not flagged."""
     t, ot = c.timing, (original.timing if original is not None else None)
     if t is not None and t.get("suspect"):
         return False
     if t is None or ot is None:
         return True
-    return t["speedup"] > ot["speedup"] * (1 + MIN_GAIN) and t["median_ms"] < ot["median_ms"]
+    return t["median_ms"] * (1 + MIN_GAIN) < ot["median_ms"]
 
 
 def default_path(workspace: str | Path | None = None) -> Path:
