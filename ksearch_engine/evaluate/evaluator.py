@@ -603,6 +603,7 @@ class Evaluator:
             cpu0 = child.cpu_seconds()
             _, _, pt = self._t({"op": "prepare", "slot": slot_t, "workload": name, "seeds": seeds})
             brep, _, bt = self._t({"op": "call", "slot": slot_t, "fn": "baseline"})
+            self._gpu_timer_seen = getattr(self, "_gpu_timer_seen", False) or "gpu" in brep
             idle_cpu += child.cpu_seconds() - cpu0
             idle_wall += pt + bt
             if small is None:
@@ -694,7 +695,9 @@ class Evaluator:
 
     def _timing(self, wl, rows, ov, k, prep_t, prep_c, fetch_t, fetch_c, *, small: bool, checked: bool) -> Timing:
         gpu = self._gpu_rows(rows, ov)
-        fell_back = gpu is None and any(r[6] is not None or r[7] is not None for r in rows)
+        # a GPU timer ran (its replies carry "gpu") but the timing is wall time: say so
+        fell_back = gpu is None and (getattr(self, "_gpu_timer_seen", False)
+                                     or any(r[6] is not None or r[7] is not None for r in rows))
         if gpu is not None:
             b, c, host_charge = gpu
         elif "parent_clock" in self.off:   # the worker's own clock: what a patched worker could lie about
