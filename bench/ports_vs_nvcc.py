@@ -116,16 +116,13 @@ def prepare(dirs: list[str], out: Path, jobs: int, markdown: Path | None = None)
 
 
 # ----------------------------------------------------------------------------------------------- run (GPU)
-_SCALAR = {"int": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32, "uint": np.uint32, "float": np.float32,
-           "double": np.float64, "size_t": np.uint64, "long": np.int64, "long long": np.int64, "bool": np.bool_,
-           "unsigned long long": np.uint64, "int64_t": np.int64, "uint64_t": np.uint64, "int32_t": np.int32,
-           "uint32_t": np.uint32, "char": np.int8, "unsigned char": np.uint8, "short": np.int16}
-
-
 def _scalar(ctype: str, value):
-    from ksearch_engine.translate.launch import norm_type
-    t = norm_type(ctype or "int")
-    return _SCALAR.get(t, np.float32 if isinstance(value, float) else np.int32)(value)
+    """The kernel argument as nvcc's kernel takes it (C type sizes from translate.launch.POINTEE)."""
+    from ksearch_engine.translate.launch import POINTEE, norm_type
+    dt = POINTEE.get(norm_type(ctype or "int"), (None,))[0]
+    if dt is None or dt == "bfloat16":
+        return (np.float32 if isinstance(value, float) else np.int32)(value)
+    return np.dtype(dt).type(value)
 
 
 def _cubin(entry: dict, root: Path, tmp: Path) -> tuple[Path | None, str]:

@@ -202,12 +202,15 @@ def sim_source(p: Path, include_dirs=()) -> str:
     from .sim.preprocess import _CURRENT, inline_local_includes
 
     p = Path(p)
-    text = p.read_text(errors="replace")
-    prefix = program_prefix(find_program(p), p)
-    if prefix:
-        text = prefix + f'\n#line 1 "{p.name}"\n' + text
+    text = with_program_prefix(p, p.read_text(errors="replace"))
     dirs = [str(p.parent)] + [str(d) for d in include_dirs if str(d) != str(p.parent)]
     return inline_local_includes(text, dirs).replace(_CURRENT, p.name)
+
+
+def with_program_prefix(p: Path, text: str) -> str:
+    """`text` (the file `p`) as its program's kernels see it: the program's text before the #include first."""
+    prefix = program_prefix(find_program(p), p)
+    return prefix + f'\n#line 1 "{p.name}"\n' + text if prefix else text
 
 
 def program_prefix(prog: Path | None, target: Path) -> str:
@@ -283,7 +286,7 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     prefix = program_prefix(find_program(p), p)
     if prefix:   # a kernel file included by its program sees the program's #defines and types first
         parsed.preamble = find_kernels(prefix, str(p)).preamble + parsed.preamble
-        source = prefix + f'\n#line 1 "{p.name}"\n' + source
+        source = with_program_prefix(p, source)
     from .translate.headers import header_preamble   # the local headers' macros and types reach both ports
     parsed.preamble = [e for e in header_preamble(source, include_dirs) if e not in parsed.preamble] + parsed.preamble
     define_ints = int_defines(parsed.preamble, defines or {})
