@@ -1315,3 +1315,4 @@ template <class T, class Op> inline T reduce(const coalesced_group& g, T v, Op o
   return acc;
 }
 }  // namespace cooperative_groups
+#include "ksim_tex.h"  // textures: arrays, references, objects, fetches (owned by the textures work)
