@@ -44,6 +44,8 @@ def _args_of(capture: Capture, rec: LaunchRecord) -> tuple[dict, dict]:
                              f"({a.kind.replace('_', ' ')})")
     for s in rec.symbols:
         args[s.name] = capture.load(s.before)
+    from .translate.textures import texture_args
+    texture_args(capture, rec, args)   # textures the launch read: the port takes them as buffers
     return args, expected
 
 
@@ -88,19 +90,30 @@ def check_inferred(module_text: str, source: str, k, path: Path, define_ints: di
                    include_dirs=()) -> KernelCheck:
     from .portinfer import InferError, infer_launch
 
+    geoms = source_geometries(k, path, define_ints)
     targs = None
     if k.template_params:
         site = next((s for s in k.launches if s.template_args), None)
         targs = site.template_args if site else [tp.default for tp in k.template_params]
-        if not targs or any(t is None for t in targs):
+        if (not targs or any(t is None for t in targs)) and not any(g.template_args for g in geoms):
             return KernelCheck(reason="a template kernel that no launch instantiates: run its program, or give the "
                                       "template arguments in a task file")
     try:
         rec, args = infer_launch(source, k, define_ints, filename=path.name, template_args=targs,
-                                 include_dirs=include_dirs)
+                                 include_dirs=include_dirs, geometries=geoms)
     except InferError as e:
         return KernelCheck(reason=str(e))
     except Exception as e:  # the simulator's own failures name the line; anything else is ours
         return KernelCheck(reason=f"no workload could be found ({str(e)[:300]})")
     return _run_checks(module_text, source, k, path, [(rec, {n: (v.copy() if isinstance(v, np.ndarray) else v)
                                                              for n, v in args.items()}, {})], include_dirs)
+
+
+def source_geometries(k, path: Path, define_ints: dict[str, int]) -> list:
+    """The launch geometries the source gives `k` (launchsites); none where it cannot be read."""
+    from .launchsites import kernel_geometries
+
+    try:
+        return kernel_geometries(k, path, given_defines=define_ints)
+    except Exception:   # a reading this module does not follow: the made-up geometry still applies
+        return []

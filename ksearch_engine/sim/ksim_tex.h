@@ -78,7 +78,10 @@ inline void finish(Tex& t, const int addr[3], int filter, int normalized, int re
     if (!t.normalized && (a == cudaAddressModeWrap || a == cudaAddressModeMirror)) a = cudaAddressModeClamp;
     t.addr[i] = a;
   }
-  if (t.cubemap) t.addr[0] = t.addr[1] = t.addr[2] = cudaAddressModeClamp;
+  if (t.cubemap) {   // face coordinates are normalized, clamped (no seamless filtering)
+    t.addr[0] = t.addr[1] = t.addr[2] = cudaAddressModeClamp;
+    t.normalized = true;
+  }
   if (t.linear_mem) t.addr[0] = cudaAddressModeBorder;  // tex1Dfetch out of range reads zero
   t.bound = true;
 }
@@ -161,8 +164,8 @@ template <class R> inline R sample(const Tex& t, int nd, float x, float y, float
       i0[k] = addr_index((long)floorf(X), n[k], t.addr[k]);
     }
   }
-  if (t.layered || t.cubemap) {   // the layer is the next coordinate (y of a 1D layered, z of a 2D one)
-    i0[nd] = i1[nd] = layer < 0 || layer >= n[nd] ? -1 : layer;
+  if (t.layered || t.cubemap) {   // the layer (cube face) is z: layered arrays are width x height x layers
+    i0[2] = i1[2] = layer < 0 || layer >= n[2] ? -1 : layer;
   }
   if (!t.linear) return texel<R>(t, i0[0], i0[1], i0[2]);
   using C = typename parts<R>::C;

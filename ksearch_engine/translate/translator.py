@@ -124,9 +124,15 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     if k.language != "cuda":
         raise TranslateError(f"{where}: '{kernel_name}' is a {k.language} kernel; Port to MLX translates CUDA "
                              "kernels (Metal and MLX kernels can be optimized directly)")
+    from .textures import TextureError, port_textures
+    issues: list[Issue] = []
+    try:   # texture reads become buffer reads with the texture unit's index arithmetic (textures.py)
+        parse_result, _textures = port_textures(parse_result, kernel_name)
+        k = parse_result.kernel(kernel_name) or k
+    except TextureError as e:
+        issues.append(Issue(construct=e.construct, line=e.line, severity="error", message=e.message))
     from .headers import resolve_param_types, type_aliases
     resolve_param_types(k, type_aliases(parse_result.preamble))   # `fp d_lambda` with #define fp float
-    issues: list[Issue] = []
     line0 = k.range.start.line
     source_bytes = parse_result.source.encode()
 
