@@ -66,17 +66,77 @@ def _geometry(k, defines: dict[str, int]) -> tuple[tuple[int, int, int], tuple[i
     return grid, block
 
 
-def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, template_args=None,
-                 max_tries: int = 12, timeout_s: float = 20.0, include_dirs=()) -> tuple[LaunchRecord, dict]:
-    """A launch of `k` that runs in the simulator without faults: (its record, {param: numpy array or number}).
-
-    Raises InferError when the kernel keeps faulting, hangs, or takes a parameter no workload can be made for.
-    """
+def _candidates(k, defines, geometries, template_args):
+    """(grid, block, smem, template args, scalars, origin, from the source) to try, the source's first."""
+    out = []
+    dyn = any(sh.dynamic for sh in k.shared)
+    two_d = re.search(r"(threadIdx|blockIdx|blockDim)\s*\.\s*y", k.body) is not None
+    for g in geometries or []:
+        block = tuple(g.block)
+        grid = tuple(g.grid) if g.grid else ((2, 2, 1) if two_d or block[1] > 1 else (2, 1, 1))
+        smem = g.shared_mem if g.shared_mem is not None else 0
+        if dyn and not smem:
+            smem = block[0] * block[1] * block[2] * 8
+        targs = g.template_args if g.template_args is not None else template_args
+        if k.template_params and (not targs or any(t is None for t in targs)):
+            continue
+        out.append((grid, block, smem, targs, dict(g.scalars), g.origin, True))
+    if k.template_params and (not template_args or any(t is None for t in template_args)):
+        return out
     grid, block = _geometry(k, defines)
     smem = 0
-    if any(sh.dynamic for sh in k.shared):
+    if dyn:
         given = next((v for v in (_eval_int(s.shared_mem, defines) for s in k.launches) if v), None)
         smem = given[0] if given else block[0] * block[1] * block[2] * 8
+    out.append((grid, block, smem, template_args, {}, "", False))
+    return out
+
+
+def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, template_args=None,
+                 max_tries: int = 12, timeout_s: float = 20.0, include_dirs=(),
+                 geometries=None) -> tuple[LaunchRecord, dict]:
+    """A launch of `k` that runs in the simulator without faults: (its record, {param: numpy array or number}).
+
+    `geometries` (launchsites.Geometry, best first) are the launches the source describes; each is tried in
+    turn, and the made-up one only where none of them runs. An original that races under the geometry its
+    source gives is not moved to another: InferError says so. Raises InferError when the kernel keeps faulting,
+    hangs, or takes a parameter no workload can be made for.
+    """
+    cands = _candidates(k, defines, geometries, template_args)
+    if not cands:
+        raise InferError("a template kernel that no launch instantiates: run its program, or give the "
+                         "template arguments in a task file")
+    first_err: InferError | None = None
+    raced: str | None = None
+    for i, (grid, block, smem, targs, scalars, origin, from_source) in enumerate(cands):
+        if raced and not from_source:
+            break            # the source's own geometry races: a made-up one would hide it
+        more = i + 1 < len(cands) and (from_source or not raced)
+        try:
+            rec, args = _infer_one(source, k, grid, block, smem, targs, scalars, filename=filename,
+                                   max_tries=max_tries, timeout_s=timeout_s, include_dirs=include_dirs,
+                                   race_check=from_source and more)
+        except InferError as e:
+            where = f" under {origin} (grid {grid}, block {block})" if origin else ""
+            if getattr(e, "race", False):
+                raced = raced or f"the original kernel races{where}: {e} -- the kernel is not deterministic " \
+                                 f"on the launch its source gives; check it on the real program (run its main(), " \
+                                 f"or write a task file)"
+                continue
+            if getattr(e, "final", False):    # a hang or a parameter no workload fits: no geometry helps
+                raise InferError(f"{e}{where}") from None
+            first_err = first_err or InferError(f"{e}{where}" if where else str(e))
+            continue
+        if origin:
+            m = re.search(r"at (.+):(\d+)$", origin)
+            if m:
+                rec.file, rec.line = m.group(1), int(m.group(2))
+        return rec, args
+    raise InferError(raced) if raced else (first_err or InferError("no workload found"))
+
+
+def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, filename, max_tries, timeout_s,
+               include_dirs, race_check: bool) -> tuple[LaunchRecord, dict]:
     threads = grid[0] * block[0] * grid[1] * block[1] * grid[2] * block[2]
     side = max(grid[0] * block[0], grid[1] * block[1])
     rng = np.random.default_rng(0)
@@ -87,12 +147,16 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
         if p.pointer:
             info = pointee(p.type)
             if info is None:
-                raise InferError(f"parameter '{p.name}' points to {p.type}: a workload for a struct buffer needs "
-                                 f"the program that fills it (run the file's main(), or write a task file)")
+                e = InferError(f"parameter '{p.name}' points to {p.type}: a workload for a struct buffer needs "
+                               f"the program that fills it (run the file's main(), or write a task file)")
+                e.final = True
+                raise e
             sizes[p.name] = max(4096, threads * 4) * info[1]
         elif pointee(p.type) is None and p.type not in ("bool",):
-            raise InferError(f"parameter '{p.name}' ({p.type}) is passed by value: give the program that launches "
-                             f"the kernel, or a task file")
+            e = InferError(f"parameter '{p.name}' ({p.type}) is passed by value: give the program that launches "
+                           f"the kernel, or a task file")
+            e.final = True
+            raise e
 
     def make(p):
         dt, lanes = pointee(p.type)
@@ -103,15 +167,25 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
             return rng.integers(0, 2, n).astype(np.bool_)
         return rng.integers(0, 16, n).astype(dt)
 
+    def scalar(p):
+        dt = pointee(p.type)[0]
+        v = scalars.get(p.name)
+        if dt.startswith("float"):
+            return float(v) if isinstance(v, (int, float)) else 0.5
+        if dt == "bool":
+            return bool(v) if v is not None else True
+        if isinstance(v, (int, float)):
+            v = int(v)
+            info = np.iinfo(np.dtype(dt)) if np.dtype(dt).kind in "iu" else None
+            if info is None or info.min <= v <= info.max:
+                return v
+        return side
+
     last = ""
     for _ in range(max_tries):
         args = {}
         for p in k.params:
-            if p.pointer:
-                args[p.name] = make(p)
-            else:
-                dt = pointee(p.type)[0]
-                args[p.name] = 0.5 if dt.startswith("float") else (True if dt == "bool" else side)
+            args[p.name] = make(p) if p.pointer else scalar(p)
         try:
             run_cuda_source(source, k.name, grid, block, dict(args), smem, template_args=template_args,
                             filename=filename, timeout_s=timeout_s, check_races=False, strict_barriers=False,
@@ -121,13 +195,25 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
             last = str(e)
             m = _PAST_END.search(e.message)
             if e.kind != "fault" or not m or m.group(1) not in sizes:
-                raise InferError(f"the kernel does not run on a made-up workload ({last[:300]})") from None
+                err = InferError(f"the kernel does not run on a made-up workload ({last[:300]})")
+                err.final = e.kind in ("timeout",)
+                raise err from None
             sizes[m.group(1)] *= 4
             if sizes[m.group(1)] * 8 > MAX_BUFFER_BYTES:
                 raise InferError(f"'{m.group(1)}' keeps growing past {MAX_BUFFER_BYTES >> 20} MB on a made-up "
                                  f"workload: give the program that launches the kernel") from None
     else:
         raise InferError(f"no fault-free workload after {max_tries} tries ({last[:300]})")
+    if race_check:
+        try:
+            run_cuda_source(source, k.name, grid, block, {n: (v.copy() if isinstance(v, np.ndarray) else v)
+                                                          for n, v in args.items()}, smem,
+                            template_args=template_args, filename=filename, timeout_s=timeout_s,
+                            check_races=True, strict_barriers=False, include_dirs=list(include_dirs) or None)
+        except SimError as e:
+            err = InferError(str(e)[:400])
+            err.race = e.kind == "race"
+            raise err from None
     for p in k.params:
         v = args[p.name]
         if p.pointer:
