@@ -568,6 +568,7 @@ def related_sources(path: Path) -> list[tuple[Path, str]]:
 def build_scope(texts: list[str], given: dict | None = None) -> Scope:
     """The kernel's own file is read last: its #defines are what the kernel sees."""
     scope = Scope()
+    scope.macros.update({n: str(v) for n, v in (given or {}).items()})   # -D: seen by every #if
     for t in texts[1:]:
         scope.add_text(t)
     scope.add_text(texts[0], given)
