@@ -159,10 +159,12 @@ class Scope:
                         self.macros[om.group(1)] = om.group(2).strip()
             elif d == "undef" and active[-1]:
                 self.macros.pop(rest.split()[0] if rest else "", None)
-        # file-scope constants and enums (anywhere: host-local ones are read again per function)
+        # file-scope constants and enums (anywhere: host-local ones are read again per function); a file read
+        # later (nearer the kernel) overrides an earlier one's
+        consts: dict[str, str] = {}
         for m in re.finditer(r"\b(?:static\s+)?(?:const|constexpr)\s+(?:static\s+)?" + _INT_TYPES +
                              r"\s+([A-Za-z_]\w*)\s*=\s*([^;{}]+);", clean):
-            self.consts.setdefault(m.group(1), m.group(2))
+            consts.setdefault(m.group(1), m.group(2))
         for m in re.finditer(r"\benum\b(?:\s+class)?\s*\w*\s*(?::\s*\w+\s*)?\{([^}]*)\}", clean):
             prev = None
             for item in split_top(m.group(1)):
@@ -170,8 +172,9 @@ class Scope:
                 if not em:
                     continue
                 expr = em.group(2) if em.group(2) else (f"({prev}) + 1" if prev else "0")
-                self.consts.setdefault(em.group(1), expr)
+                consts.setdefault(em.group(1), expr)
                 prev = em.group(1)
+        self.consts.update(consts)
         for n, v in (given or {}).items():
             self.macros[n] = str(v)
         self.cache.clear()
@@ -386,15 +389,16 @@ class Site:
 def find_sites(text: str, path: Path) -> list[Site]:
     clean = strip_comments(text)
     out: list[Site] = []
-    for m in re.finditer(r"\b([A-Za-z_][\w:]*)\s*(<[^;<>]*(?:<[^;<>]*>[^;<>]*)*>)?\s*<<<", clean):
-        close = clean.find(">>>", m.end())
-        if close < 0:
+    for m in re.finditer(r"\b([A-Za-z_][\w:]*)\s*(<[^;<>]*(?:<[^;<>]*>[^;<>]*)*>)?\s*<\s*<\s*<", clean):
+        cm = re.compile(r">\s*>\s*>").search(clean, m.end())     # `<< <` / `>> >` as old nvcc code writes them
+        if cm is None:
             continue
+        close, after = cm.start(), cm.end()
         cfg = split_top(clean[m.end():close])
-        po = re.match(r"\s*\(", clean[close + 3:])
+        po = re.match(r"\s*\(", clean[after:])
         args = None
         if po:
-            start = close + 3 + po.end() - 1
+            start = after + po.end() - 1
             end = balanced(clean, start)
             if end > 0:
                 inner = clean[start + 1:end - 1].strip()
@@ -569,7 +573,7 @@ def build_scope(texts: list[str], given: dict | None = None) -> Scope:
     """The kernel's own file is read last: its #defines are what the kernel sees."""
     scope = Scope()
     scope.macros.update({n: str(v) for n, v in (given or {}).items()})   # -D: seen by every #if
-    for t in texts[1:]:
+    for t in reversed(texts[1:]):      # the program's sources over the other files next to it
         scope.add_text(t)
     scope.add_text(texts[0], given)
     return scope
@@ -721,8 +725,8 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
                         v, unk = evaluate(a, scope, benv, unknown=n)
                     except (EvalError, Unknown):
                         continue
-                    if unk and isinstance(v, (int, float)) and v <= 0:
-                        continue     # a runtime size the stand-in made empty: the made-up default serves better
+                    if unk and isinstance(v, (int, float)) and not 0 < v <= 1 << 22:
+                        continue     # a runtime size the stand-in made empty or huge: the made-up default serves
                     if isinstance(v, (int, float)) and not isinstance(v, tuple):
                         scalars[p.name] = v
             how = "launch" if s.kernel == k.name else f"launch through '{s.kernel}'"

@@ -167,3 +167,16 @@ def test_a_driver_api_launch_names_its_kernel_through_the_module_lookup(tmp_path
     f = tmp_path / "scale_kernel.cu"
     g = kernel_geometries(_kernel(f, "scale"), f)[0]
     assert (g.grid, g.block, g.shared_mem) == ((4, 1, 1), (128, 1, 1), 512)
+
+
+def test_a_spaced_launch_and_the_kernel_files_own_constant_win_over_a_neighbours(tmp_path):
+    (tmp_path / "other_variant.cu").write_text("const int threads_per_block = 128;\n")
+    f = tmp_path / "mine.cu"
+    f.write_text("const int threads_per_block = 256;\n"
+                 "__global__ void inc(int *a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; "
+                 "if (i < n) a[i] += 1; }\n"
+                 "void go(int *a, int n) { int blocks = (n + threads_per_block - 1) / threads_per_block;\n"
+                 "  inc << < blocks, threads_per_block >> > (a, n); }\n")
+    g = kernel_geometries(_kernel(f, "inc"), f)[0]
+    assert g.block == (256, 1, 1)
+    assert g.grid == (-(-g.scalars["n"] // 256), 1, 1)
