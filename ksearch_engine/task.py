@@ -7,12 +7,15 @@ the evaluator runs them in their own processes, never in the candidate's.
 from __future__ import annotations
 
 import hashlib
+import math
 import tomllib
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from .defaults import DEVICE_INPUT_BYTES
 
 DType = Literal["float32", "float16", "bfloat16", "int32", "uint32", "int64", "bool",
                 "int8", "uint8", "int16", "uint16", "uint64"]
@@ -148,6 +151,22 @@ class KernelTask(BaseModel):
             arrays.append(_generate(rng, spec, shape))
         return arrays
 
+    def device_inputs(self, workload: Workload) -> bool:
+        """Whether a workload's inputs are drawn by MLX's own generator on the worker's device instead of numpy
+        on the host: large sets of generated (not captured) inputs, where numpy would take longer than the
+        calls it feeds (33M normals: ~0.5 s a set, several sets per timed request on a GPU)."""
+        if any(s.init == "captured" for s in self.inputs):
+            return False
+        nbytes = sum(math.prod(s.resolve_shape(workload.dims)) * _ITEMSIZE.get(s.dtype, 4) for s in self.inputs)
+        return nbytes >= DEVICE_INPUT_BYTES
+
+    def make_inputs_mx(self, mx, workload: Workload, seed: int) -> list:
+        """`make_inputs`' device twin (same inits and ranges, MLX's counter-based generator keyed by the seed):
+        every worker of one backend draws the same arrays for one (workload, seed)."""
+        keys = mx.random.split(mx.random.key(seed % (1 << 63)), max(2, len(self.inputs)))
+        return [_generate_mx(mx, spec, spec.resolve_shape(workload.dims), keys[i])
+                for i, spec in enumerate(self.inputs)]
+
     # -- loading -------------------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | Path) -> "KernelTask":
@@ -174,6 +193,33 @@ class KernelTask(BaseModel):
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'task'}: {err['msg']}" for err in e.errors())
             raise TaskError(f"{path}: invalid task: {problems}") from None
+
+
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "int64": 8, "bool": 1, "int8": 1,
+             "uint8": 1, "int16": 2, "uint16": 2, "uint64": 8}
+
+
+def _generate_mx(mx, spec: InputSpec, shape: tuple[int, ...], key):
+    dt = getattr(mx, spec.dtype)
+    if spec.init == "uniform":
+        a = mx.random.uniform(spec.low, spec.high, shape, key=key)
+    elif spec.init == "normal":
+        a = mx.random.normal(shape, loc=(spec.high + spec.low) / 2, scale=(spec.high - spec.low) / 2, key=key)
+    elif spec.init == "positive":
+        a = mx.random.uniform(max(spec.low, 1e-3), max(spec.high, 1e-3 + 1e-6), shape, key=key)
+    elif spec.init == "randint":
+        a = mx.random.randint(int(spec.low), int(spec.high), shape, key=key)
+    elif spec.init == "zeros":
+        a = mx.zeros(shape)
+    elif spec.init == "ones":
+        a = mx.ones(shape)
+    elif spec.init == "arange":
+        a = mx.arange(math.prod(shape)).reshape(shape)
+    elif spec.init == "permutation":
+        a = mx.random.permutation(math.prod(shape), key=key).reshape(shape)
+    else:  # pragma: no cover - Literal guards this; captured inputs never come here (device_inputs)
+        raise TaskError(f"unknown init {spec.init}")
+    return a.astype(dt)
 
 
 def _generate(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...]) -> np.ndarray:

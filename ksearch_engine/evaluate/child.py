@@ -488,11 +488,17 @@ class Worker:
         mx = self.mx
         wl = next(w for w in self.task.workloads + self.task.timing_workloads() if w.name == req["workload"])
         sets, copies = [], []
+        on_device = self.task.device_inputs(wl)
         for seed in req["seeds"]:
-            arrays = self.task.make_inputs(wl, seed)
-            xs = [_to_mx(mx, a, s.dtype) for a, s in zip(arrays, self.task.inputs)]
-            mx.eval(*xs)
-            if self.backend == "mlx-cuda":
+            if on_device:
+                xs = self.task.make_inputs_mx(mx, wl, seed)
+                mx.eval(*xs)
+                arrays = [_to_np(mx, x) for x in xs] if req.get("check") else None
+            else:
+                arrays = self.task.make_inputs(wl, seed)
+                xs = [_to_mx(mx, a, s.dtype) for a, s in zip(arrays, self.task.inputs)]
+                mx.eval(*xs)
+            if self.backend == "mlx-cuda" and not on_device:
                 # MLX's CUDA backend keeps arrays in managed memory: inputs made on the host would migrate to
                 # the GPU inside the first timed kernel (seen on the H200: mx.softmax timed at 6.3 ms instead of
                 # 0.09 ms). A read on the GPU here moves them before anything is timed.

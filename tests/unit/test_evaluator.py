@@ -294,3 +294,45 @@ def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_a_silent_exit_0(monkey
     monkeypatch.setattr(evaluator_mod.Evaluator, "evaluate", broken)
     rc = cli.main(["eval", "softmax", str(cand), "--backend", "mlx-cpu"])
     assert rc != 0 and "Broken pipe" in capsys.readouterr().err
+
+
+def test_baseline_is_timed_once_then_reused_and_retimed(softmax_task, monkeypatch):
+    """One run times the baseline in its first evaluation and every BASELINE_EVERY after; in between its times are
+    reused, and the timing says so (a slow baseline must not be paid again with every candidate)."""
+    import ksearch_engine.evaluate.evaluator as evmod
+
+    monkeypatch.setattr(evmod, "BASELINE_EVERY", 2)
+    with Evaluator(softmax_task, "mlx-cpu", limits=Limits(wall_s=60, memory_mb=2048), repeats=4, warmup=1,
+                   timing_max_s=5) as e:
+        first, second, third = (e.evaluate(GOOD) for _ in range(3))
+    for r in (first, second, third):
+        assert r.status == "passed", r.message
+    assert "from evaluation" not in first.timing.method
+    assert "the baseline's times are from evaluation 1 of this run" in second.timing.method
+    assert second.timing.baseline_ms == pytest.approx(first.timing.baseline_ms, rel=0.5)
+    assert "from evaluation" not in third.timing.method   # re-timed after BASELINE_EVERY evaluations
+
+
+def test_large_inputs_are_drawn_on_the_device_reproducibly():
+    """Large generated inputs come from MLX's generator keyed by the seed: the same arrays for the same seed in any
+    process, other arrays for another seed, within each input's init range and dtype."""
+    import mlx.core as mx
+    import numpy as np
+
+    from ksearch_engine.task import InputSpec, KernelTask, Workload
+
+    t = KernelTask(name="big", inputs=[InputSpec(name="x", shape=["N"], dtype="float16", init="uniform", low=-2, high=3),
+                                       InputSpec(name="i", shape=["N"], dtype="int32", init="randint", low=0, high=7),
+                                       InputSpec(name="p", shape=[64], init="permutation")],
+                   reference="def reference(x, i, p):\n    return x\n",
+                   workloads=[Workload(name="small", dims={"N": 16}), Workload(name="big", dims={"N": 1 << 21})])
+    small, big = t.workloads
+    assert not t.device_inputs(small) and t.device_inputs(big)
+    a = [np.array(v) for v in t.make_inputs_mx(mx, big, 12345)]
+    b = [np.array(v) for v in t.make_inputs_mx(mx, big, 12345)]
+    c = [np.array(v) for v in t.make_inputs_mx(mx, big, 12346)]
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(a[0], c[0])
+    assert a[0].dtype == np.float16 and a[0].shape == (1 << 21,) and -2 <= a[0].min() and a[0].max() <= 3
+    assert a[1].dtype == np.int32 and set(np.unique(a[1])) == set(range(7))
+    assert sorted(a[2].tolist()) == list(range(64))
