@@ -19,6 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import build as _build
@@ -115,8 +116,12 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
         srcs.append(s)
     tmp = d / f"cap{key}.{os.getpid()}.tmp"
     pch = _pch(cxx)
-    cmd = [cxx, *_flags(), *([f"-I{pch}"] if pch else []), f"-I{_build.HEADER.parent}", "-isystem", str(inc),
+    # OpenMP host code (omp.h, #pragma omp): built with -fopenmp, as the program's Makefile would
+    omp = ["-fopenmp"] if any(re.search(r"#\s*include\s*<omp\.h>|#\s*pragma\s+omp\b", t) for t in texts) else []
+    cmd = [cxx, *_flags(), *omp, *([f"-I{pch}"] if pch else []), f"-I{_build.HEADER.parent}", "-isystem", str(inc),
            *dflags, *map(str, srcs), "-o", str(tmp), "-lm", "-lpthread",
+           # failed opens of input files are noted (ksim_host.h's __wrap_fopen)
+           "-Wl,--wrap=fopen", "-Wl,--wrap=fopen64",
            # several translation units each carry ksim.h's context-switch routine (identical copies)
            *(["-Wl,--allow-multiple-definition"] if extra else [])]
     try:
@@ -288,8 +293,10 @@ def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: 
     wd.mkdir(parents=True, exist_ok=True)
     cap = Capture(file=str(path), dir=str(wd.resolve()), argv=[str(a) for a in argv], defines=defines)
     try:
-        _run(cap, path, wd, [Path(d).resolve() for d in include_dirs], defines, timeout_s, byte_budget,
-             max_per_kernel, entry, [Path(s) for s in sources])
+        exe, prog = _run(cap, path, wd, [Path(d).resolve() for d in include_dirs], defines, timeout_s, byte_budget,
+                         max_per_kernel, entry, [Path(s) for s in sources])
+        if not argv and entry == "main" and _needs_arguments(cap):
+            cap = _with_documented_argv(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
     except CaptureFailed as e:
         cap.status = "failed"
         cap.error = e.error
@@ -305,8 +312,180 @@ def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: 
     return cap
 
 
+_STOPPED_EARLY = ("before any kernel launch", "without launching a kernel", "killed by signal", "host program crashed")
+
+
+def _needs_arguments(cap: Capture) -> bool:
+    """The run stopped before its first launch for want of arguments or input (not a GPU-only construct)."""
+    return (cap.status == "failed" and not cap.launches and cap.exit_code is not None
+            and any(w in (cap.error or "") for w in _STOPPED_EARLY))
+
+
+_DOC_NAME = re.compile(r"^(readme|run|usage|howto)([._-].*)?$|\.sh$|^makefile$|^gnumakefile$", re.I)
+_SHELL_OPS = re.compile(r"^(?:\d?>>?|<|\||\|\||&&?|;|//|#).*")
+_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[fF]?$")
+_MAX_ARG_INT = 4096   # documented sizes above this are scaled down for a run on the CPU
+
+
+@dataclass
+class DocumentedRun:
+    """A command line the program's folder documents (README, run script, Makefile recipe)."""
+    argv: list[str]
+    where: str                                   # "README:3"
+    name: str = ""                               # the binary as the line names it ("./needle")
+    missing: list[str] = field(default_factory=list)   # files it names that are not there
+
+
+def _binary_names(path: Path, docs: list[Path], output: str) -> set[str]:
+    names = {path.stem, path.parent.name}
+    for d in docs:
+        text = _read_text(d)
+        if d.name.lower() in ("makefile", "gnumakefile") or d.suffix == ".mk":
+            names |= set(re.findall(r"(?:^|\s)-o\s+([A-Za-z_][\w.+-]*)", text))
+            names |= set(re.findall(r"^\s*(?:EXE|EXECUTABLE|TARGET\w*|PROG\w*|BIN\w*|APP\w*)\s*[:?]?=\s*([A-Za-z_][\w.+-]*)",
+                                    text, re.M))
+    names |= set(re.findall(r"[Uu]sage:\s*(?:\./)?([A-Za-z_][\w.+-]*)", output))
+    return {n.removesuffix(".exe") for n in names if n and not n.startswith("$")}
+
+
+def _read_text(p: Path) -> str:
+    try:
+        return p.read_text(errors="replace")[:200_000]
+    except OSError:
+        return ""
+
+
+def documented_command_lines(path: Path, output: str = "") -> list[DocumentedRun]:
+    """Command lines that run the program at `path` with arguments, as its folder documents them: run scripts,
+    READMEs ("Usage: needle 32 10", "$ ./prog -n 64") and Makefile recipes. Lines whose arguments are
+    placeholders (<rows>, [-v], row_len) are left out; files they name that are absent are listed in
+    `missing` (such a line is not run: input data is never made up)."""
+    import shlex
+    folder = path.parent
+    docs = [f for f in sorted(folder.iterdir()) if f.is_file() and _DOC_NAME.search(f.name)]
+    if folder.parent != folder:   # a program in a subfolder (lud/cuda/lud.cu): the benchmark's README
+        docs += [f for f in sorted(folder.parent.iterdir()) if f.is_file() and f.name.lower().startswith("readme")]
+    names = _binary_names(path, docs, output)
+    runs: list[DocumentedRun] = []
+    for d in docs[:12]:
+        script = d.suffix == ".sh" or d.name.lower() in ("run", "makefile", "gnumakefile")
+        for i, raw in enumerate(_read_text(d).splitlines()[:2000], 1):
+            line = raw.strip()
+            if line.startswith("#") and (script or line[1:2] in (" ", "#")):
+                continue   # a comment, or a markdown heading
+            line = re.sub(r"^(?:(?:[#>*`$-]+|//)\s*)+", "", line)
+            line = re.sub(r"^(?:usage|example|e\.g\.|run|command)\s*:?\s*", "", line, flags=re.I).strip("` ")
+            try:
+                toks = shlex.split(line, comments=False)
+            except ValueError:
+                toks = line.split()
+            if not toks or not _names_program(toks[0], names):
+                continue
+            start = 0
+            args = []
+            for t in toks[start + 1:]:
+                if _SHELL_OPS.match(t):
+                    break
+                args.append(t)
+            run = _check_args(args, folder, f"{os.path.relpath(d, folder)}:{i}")
+            if run is not None:
+                run.name = toks[0]
+            if run is not None and all(r.argv != run.argv for r in runs):
+                runs.append(run)
+    return runs
+
+
+def _names_program(tok: str, names: set[str]) -> bool:
+    """`tok` (a line's first word) invokes the program: its binary's name, or ./X with X close to it
+    (./gaussianElimination for gaussian.cu)."""
+    base = os.path.basename(tok).removesuffix(".exe")
+    if base in names:
+        return True
+    if not tok.startswith("./") or re.search(r"\.(sh|py|pl)$", base):
+        return False
+    return any(len(os.path.commonprefix([base.lower(), n.lower()])) >= 4 for n in names)
+
+
+def _check_args(args: list[str], folder: Path, where: str) -> DocumentedRun | None:
+    if not args or any(re.search(r"[<>\[\]{}$|]|\.\.\.|%[sd]", a) for a in args):
+        return None
+    if any(re.search(r"\.(cu|cuh|c|cc|cpp|cxx|h|hpp|o)$", a) for a in args):
+        return None   # a compile line
+    run = DocumentedRun(argv=list(args), where=where)
+    for k, a in enumerate(args):
+        value = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
+        if _NUMBER.match(value) or (re.match(r"^--?[A-Za-z]", a) and "=" not in a):
+            continue
+        if (folder / value).exists():
+            continue
+        if "/" in value or re.search(r"\.[A-Za-z]\w{0,4}$", value):
+            run.missing.append(value)
+            continue
+        if k > 0 and re.match(r"^--?[A-Za-z]", args[k - 1]):
+            continue   # a flag's word value: --type float
+        return None    # a placeholder such as row_len
+    return run
+
+
+def _scaled(argv: list[str]) -> list[str]:
+    """Integer arguments above _MAX_ARG_INT divided by a power of two (a multiple of 16 stays one)."""
+    out = []
+    for a in argv:
+        head, _, val = a.rpartition("=") if a.startswith("-") and "=" in a else ("", "", a)
+        if re.fullmatch(r"\d+", val) and int(val) > _MAX_ARG_INT:
+            v, k = int(val), 1
+            while v // k > _MAX_ARG_INT:
+                k *= 2
+            nv = v // k
+            if v % 16 == 0 and nv % 16:
+                nv = max(16, nv // 16 * 16)
+            val = str(nv)
+        out.append(f"{head}={val}" if head else val)
+    return out
+
+
+def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeout_s: float,
+                          byte_budget: int, max_per_kernel: int) -> Capture:
+    """The bare run stopped before its first launch: run the command lines its folder documents (sizes scaled
+    down where large), and keep the first that launches a kernel. Otherwise say what the program needs."""
+    runs = documented_command_lines(path, cap.stdout_tail or "")
+    tries: list[tuple[list[str], DocumentedRun]] = []
+    for r in runs:
+        if r.missing:
+            continue
+        s = _scaled(r.argv)
+        for a in ([s, r.argv] if s != r.argv else [r.argv]):
+            if all(a != t[0] for t in tries):
+                tries.append((a, r))
+    last: Capture | None = None
+    for argv, r in tries[:3]:
+        att = Capture(file=cap.file, dir=cap.dir, argv=argv, defines=cap.defines,
+                      notes=[n for n in cap.notes if n.kind == "include"])
+        _execute(att, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
+        scaled = " (its sizes scaled down from `" + " ".join(r.argv) + "`)" if argv != r.argv else ""
+        file, _, line = r.where.rpartition(":")
+        att.notes.append(CaptureNote(kind="argv", file=file, line=int(line), message=(
+            f"ran as `{r.name or path.stem} {' '.join(argv)}`, the command line documented at {r.where}{scaled}, since the "
+            f"program needs arguments; pass --arg to give your own")))
+        if att.launches:
+            return att
+        last = att
+    if last is not None:
+        last.error = f"with the command line documented at {tries[min(len(tries), 3) - 1][1].where} " \
+                     f"(`{' '.join(last.argv)}`): {last.error}"
+        return last
+    absent = [r for r in runs if r.missing]
+    if absent:
+        r = absent[0]
+        cap.error = (f"{r.where}: the program needs arguments, and the command line documented there "
+                     f"(`{r.name or path.stem} {' '.join(r.argv)}`) names {', '.join(r.missing)}, which is not there — put "
+                     f"the file there (relative to {path.parent}) or pass a command line naming your own input "
+                     f"(--arg ...); ksearch never makes up input data. Without arguments: {cap.error}")
+    return cap
+
+
 def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: dict[str, str],
-         timeout_s: float, byte_budget: int, max_per_kernel: int, entry: str, sources: list[Path]) -> None:
+         timeout_s: float, byte_budget: int, max_per_kernel: int, entry: str, sources: list[Path]) -> tuple[Path, Program]:
     if not path.is_file():
         raise CaptureFailed(f"{path}: no such file — give the path of a .cu file with a main()")
     try:
@@ -340,6 +519,13 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
                 "); pass sources=[...] to choose", file=prog.display.get(path.name, path.name)))
             extra += [build_program(m, include_dirs) for m in more]
             _merge_kernels(prog, extra)
+    _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
+    return exe, prog
+
+
+def _execute(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeout_s: float, byte_budget: int,
+             max_per_kernel: int) -> None:
+    """One run of the compiled program with cap.argv; fills cap (launches, notes, status, error)."""
     for f in wd.glob("*.npy"):
         f.unlink()
     env = dict(os.environ, KSIM_CAPTURE_DIR=str(wd.resolve()), KSIM_CAPTURE_BUDGET=str(int(byte_budget)),
@@ -356,8 +542,9 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
 
     timed_out = False
     with open(out_p, "wb") as out, open(err_p, "wb") as err:
-        proc = subprocess.Popen([str(exe), *cap.argv], cwd=str(path.parent.resolve()), env=env, stdout=out,
-                                stderr=err, stdin=subprocess.DEVNULL, preexec_fn=limits)
+        # argv[0] is the program's own name (usage lines, sample helpers that search data folders by it)
+        proc = subprocess.Popen([path.stem, *cap.argv], executable=str(exe), cwd=str(path.parent.resolve()), env=env,
+                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=limits)
         try:
             rc = proc.wait(timeout=timeout_s + 5)
         except subprocess.TimeoutExpired:
@@ -372,6 +559,7 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
     if err_tail.strip():
         cap.stdout_tail = (cap.stdout_tail + "\n[stderr]\n" + err_tail)[-_TAIL:]
     running, stop = _read_log(cap, wd, prog, exe)
+    _place_input_notes(cap, exe, prog)
     fault = ""
     try:
         raw = (wd / "fault.txt").read_bytes()
@@ -440,3 +628,42 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
             cap.error = (f"{path.name}: the program exited with status {rc} before any kernel launch — it may "
                          f"need arguments or input files (argv=...); stdout/stderr: "
                          + " ".join((cap.stdout_tail or "").split())[-300:])
+    if cap.status == "failed" and not cap.launches and any(w in (cap.error or "") for w in _STOPPED_EARLY):
+        missing = _missing_input(cap)
+        if missing:
+            cap.error = missing
+
+
+def _place_input_notes(cap: Capture, exe: Path, prog: Program) -> None:
+    """Input notes ("could not open X [site=0x..]"): the source line of the fopen call instead of the marker."""
+    lines: dict[str, tuple[str, int | None, str | None]] = {}
+    for n in cap.notes:
+        if n.kind != "input":
+            continue
+        m = re.search(r"\[site=0x[0-9a-f]+\]", n.message)
+        if not m:
+            continue
+        if m.group(0) not in lines:
+            lines[m.group(0)] = _line_of(exe, m.group(0))
+        _, line, file = lines[m.group(0)]
+        n.message = (n.message[:m.start()] + n.message[m.end():]).rstrip()
+        if line:
+            n.file, n.line = prog.display.get(file or "", file), line
+
+
+def _missing_input(cap: Capture) -> str | None:
+    """For a run that stopped before its first launch: the input file it could not open, and what to do."""
+    opens = [n for n in cap.notes if n.kind == "input"]
+    if not opens:
+        return None
+    path_of = lambda n: re.sub(r"^could not open (.*) for reading: .*$", r"\1", n.message)  # noqa: E731
+    last = opens[-1]
+    name = os.path.basename(path_of(last))
+    tried = [path_of(n) for n in opens if os.path.basename(path_of(n)) == name]
+    where = f"{last.file}:{last.line}: " if last.file and last.line else f"{Path(cap.file).name}: "
+    what = (f"{tried[0]}" if len(tried) == 1 else f"{name} (looked for at {len(tried)} paths, such as {tried[0]})")
+    run = " ".join(cap.argv)
+    return (f"{where}the program stopped before its first kernel launch: it could not open the input file {what}"
+            f"{f' (run as: {Path(cap.file).stem} {run})' if run else ''} — put the file there (relative paths are "
+            f"from {Path(cap.file).parent}), or pass a command line naming your own input (--arg ...); "
+            f"ksearch never makes up input data")

@@ -61,7 +61,8 @@ class LaunchRecord(BaseModel):
 
 class CaptureNote(BaseModel):
     """Something the capture stubbed, skipped or could not do: one line a user can act on."""
-    kind: Literal["stubbed", "skipped", "gpu_only", "limit", "program", "include"]
+    # input: a file the program could not open for reading; argv: the command line the capture chose
+    kind: Literal["stubbed", "skipped", "gpu_only", "limit", "program", "include", "input", "argv"]
     message: str
     file: str | None = None
     line: int | None = None

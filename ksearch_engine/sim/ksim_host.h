@@ -283,6 +283,9 @@ struct State {
   FILE* log = nullptr;
   long long byte_budget = 64ll << 20, bytes_used = 0;
   int max_per_kernel = 4;
+  int skip_after = 8;  // launches of a kernel run before a benchmark loop may be fast-forwarded
+  long long skipped = 0;
+  double t0 = 0, timeout_s = 0;
   long long launches = 0;
   std::map<std::string, int> recorded_of, count_of;
   std::map<std::string, int> usable_of;  // launches recorded with their contents, per kernel
@@ -699,12 +702,23 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
          " bytes is invalid on the device: not run (cudaGetLastError reports it)", s.file, s.line);
     return;
   }
+  std::string kname = std::string(s.kernel) + (s.targs[0] ? "<" + std::string(s.targs) + ">" : "");
+  int& nrec = S.recorded_of[kname];
+  // a benchmark loop: once a kernel has run skip_after times with a launch recorded, and a quarter of the time
+  // budget is gone, its further launches are not run (counted only), so the program reaches its other kernels
+  if (S.skip_after > 0 && S.count_of[kname] >= S.skip_after && (S.usable_of[kname] >= 1 || nrec >= S.max_per_kernel) &&
+      S.timeout_s > 0 && now_s() - S.t0 > 0.25 * S.timeout_s) {
+    S.count_of[kname]++;
+    S.skipped++;
+    note("skipped", "launches of " + kname + " after its first " + std::to_string(S.skip_after) +
+         " were not run, to stay within the time budget (its recorded launches are kept); the program's own "
+         "results after that point may be wrong", s.file, s.line);
+    return;
+  }
   long long index = S.launches++;
   std::vector<ArgInfo> infos = describe_all(args, std::make_index_sequence<std::tuple_size<Tup>::value>{});
   std::string sig = std::string(s.kernel) + "|" + s.targs + dim_json(c.grid) + dim_json(c.block);
   for (auto& a : infos) if (a.kind == "scalar") sig += "|" + a.value;
-  std::string kname = std::string(s.kernel) + (s.targs[0] ? "<" + std::string(s.targs) + ">" : "");
-  int& nrec = S.recorded_of[kname];
   bool is_new = S.signatures.insert(sig).second;
   bool record = nrec < 2 || (is_new && nrec < S.max_per_kernel);
   S.count_of[kname]++;
@@ -853,6 +867,8 @@ inline State& st() {
   S->dir = dir ? dir : ".";
   if (const char* e = getenv("KSIM_CAPTURE_BUDGET")) S->byte_budget = atoll(e);
   if (const char* e = getenv("KSIM_CAPTURE_MAX_PER_KERNEL")) S->max_per_kernel = atoi(e);
+  if (const char* e = getenv("KSIM_CAPTURE_SKIP_AFTER")) S->skip_after = atoi(e);
+  S->t0 = now_s();
   if (const char* e = getenv("KSIM_CAPTURE_DEVICE_LIMIT")) S->device_limit = (size_t)atoll(e);
   if (dir) {
     S->log = fopen((S->dir + "/launches.jsonl").c_str(), "w");
@@ -890,6 +906,7 @@ inline State& st() {
   sigaction(SIGFPE, &sa, nullptr);
   if (const char* e = getenv("KSIM_CAPTURE_TIMEOUT_MS")) {
     long long ms = atoll(e);
+    S->timeout_s = ms / 1000.0;
     if (ms > 0) {
       signal(SIGALRM, on_alarm);
       struct itimerval it;
@@ -905,7 +922,30 @@ inline State& st() {
 struct Init { Init() { st(); } };
 inline Init init_at_start;
 
+// Input files the program could not open: the link wraps fopen (capture.py: -Wl,--wrap=fopen), and each
+// failed open for reading is noted with the caller's address, so a capture that stops before its first launch
+// can name the file it needed and the line that opened it.
+inline int failed_opens = 0;
+inline void note_failed_open(const char* path, const char* mode, void* caller) {
+  if (!path || !mode || strchr(mode, 'w') || strchr(mode, 'a') || failed_opens >= 64) return;
+  failed_opens++;
+  char site[48];
+  snprintf(site, sizeof site, " [site=0x%lx]", (unsigned long)ksim::code_offset((uintptr_t)caller));
+  note("input", std::string("could not open ") + path + " for reading: " + strerror(errno) + site);
+}
 }  // namespace ksim_host
+extern "C" FILE* __real_fopen(const char*, const char*);
+extern "C" __attribute__((used, noinline)) inline FILE* __wrap_fopen(const char* path, const char* mode) {
+  FILE* f = __real_fopen(path, mode);
+  if (!f) { int e = errno; ksim_host::note_failed_open(path, mode, __builtin_return_address(0)); errno = e; }
+  return f;
+}
+extern "C" FILE* __real_fopen64(const char*, const char*);
+extern "C" __attribute__((used, noinline)) inline FILE* __wrap_fopen64(const char* path, const char* mode) {
+  FILE* f = __real_fopen64(path, mode);
+  if (!f) { int e = errno; ksim_host::note_failed_open(path, mode, __builtin_return_address(0)); errno = e; }
+  return f;
+}
 
 // ================================================================================================
 // The runtime API
@@ -1314,5 +1354,78 @@ template <class T, class Op> inline T reduce(const coalesced_group& g, T v, Op o
   }
   return acc;
 }
+}  // namespace cooperative_groups
+
+// Tiles of more than one warp (thread_block_tile<64..1024>, made with block_tile_memory's scratch on a GPU):
+// ranks within the tile, sync as a block barrier (every tile of the block syncs at once, as CUDA requires of
+// multi-warp tiles), and reduce/shfl through a block-wide scratch between two barriers.
+namespace ksim_host {
+alignas(16) inline char tile_scratch[1024 * 64];
+template <class T> inline T* tile_slots() {
+  static_assert(sizeof(T) <= 64, "a multi-warp tile collective on a value larger than 64 bytes");
+  return reinterpret_cast<T*>(tile_scratch);
+}
+}  // namespace ksim_host
+namespace cooperative_groups {
+template <unsigned N = 1024, unsigned M = 0> struct block_tile_memory { char unused; };
+template <unsigned N, unsigned M> inline thread_block this_thread_block(block_tile_memory<N, M>&) { return thread_block(); }
+namespace experimental {
+using cooperative_groups::block_tile_memory;
+using cooperative_groups::this_thread_block;
+using cooperative_groups::tiled_partition;
+}  // namespace experimental
+template <unsigned N> struct multi_warp_tile {
+  unsigned long long thread_rank() const { return ksim::cur->lin % N; }
+  unsigned long long size() const { return N; }
+  unsigned long long num_threads() const { return N; }
+  unsigned long long meta_group_rank() const { return ksim::cur->lin / N; }
+  unsigned long long meta_group_size() const { return (ksim::g.n + N - 1) / N; }
+  dim3 group_dim() const { return dim3(N, 1, 1); }
+  void sync() const { ksim::barrier(0, 0); }
+  template <class T> T shfl(T v, unsigned src) const {
+    T* s = ksim_host::tile_slots<T>();
+    unsigned lin = ksim::cur->lin;
+    s[lin] = v;
+    ksim::barrier(0, 0);
+    unsigned from = lin - lin % N + src % N;
+    T r = from < (unsigned)ksim::g.n ? s[from] : v;
+    ksim::barrier(0, 0);
+    return r;
+  }
+  template <class T, class Op> T reduce(T v, Op op) const {
+    T* s = ksim_host::tile_slots<T>();
+    unsigned lin = ksim::cur->lin, base = lin - lin % N;
+    s[lin] = v;
+    ksim::barrier(0, 0);
+    T acc = s[base];
+    for (unsigned i = 1; i < N && base + i < (unsigned)ksim::g.n; i++) acc = op(acc, s[base + i]);
+    ksim::barrier(0, 0);
+    return acc;
+  }
+  template <class T, class Op> T scan(T v, Op op, bool inclusive) const {
+    T* s = ksim_host::tile_slots<T>();
+    unsigned lin = ksim::cur->lin, base = lin - lin % N;
+    s[lin] = v;
+    ksim::barrier(0, 0);
+    T acc{};
+    bool first = true;
+    for (unsigned i = base; i < lin + (inclusive ? 1u : 0u); i++) { acc = first ? s[i] : op(acc, s[i]); first = false; }
+    ksim::barrier(0, 0);
+    return acc;
+  }
+  int any(int p) const { return reduce(p ? 1 : 0, [](int a, int b) { return a | b; }); }
+  int all(int p) const { return reduce(p ? 1 : 0, [](int a, int b) { return a & b; }); }
+};
+#define KSIM_MULTI_WARP_TILE(N)                                                                            \
+  template <> struct thread_block_tile<N> : multi_warp_tile<N> {};                                       \
+  template <class T, class Op> inline T reduce(const thread_block_tile<N>& t, T v, Op op) { return t.reduce(v, op); } \
+  template <class T, class Op> inline T inclusive_scan(const thread_block_tile<N>& t, T v, Op op) { return t.scan(v, op, true); } \
+  template <class T, class Op> inline T exclusive_scan(const thread_block_tile<N>& t, T v, Op op) { return t.scan(v, op, false); }
+KSIM_MULTI_WARP_TILE(64)
+KSIM_MULTI_WARP_TILE(128)
+KSIM_MULTI_WARP_TILE(256)
+KSIM_MULTI_WARP_TILE(512)
+KSIM_MULTI_WARP_TILE(1024)
+#undef KSIM_MULTI_WARP_TILE
 }  // namespace cooperative_groups
 #include "ksim_tex.h"  // textures: arrays, references, objects, fetches (owned by the textures work)

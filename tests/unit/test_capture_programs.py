@@ -1,0 +1,214 @@
+"""Launch capture of whole programs that do not run bare (sim/capture.py, ksim_host.h): documented command
+lines, missing input files, benchmark loops past the time budget, multi-warp cooperative-groups tiles, OpenMP.
+
+Every program here is written for these tests and runs on the CPU runtime for real."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+
+import numpy as np
+import pytest
+
+from ksearch_engine.sim.capture import capture_program, documented_command_lines
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+def line_of(text, needle):
+    return next(i for i, ln in enumerate(textwrap.dedent(text).splitlines(), 1) if needle in ln)
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+SIZED = """
+#include <cstdio>
+#include <cstdlib>
+__global__ void fill(float* o, int n, float v) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) o[i] = v * i;
+}
+int main(int argc, char** argv) {
+  if (argc != 3) { fprintf(stderr, "Usage: %s <n> <value>\\n", argv[0]); return 1; }
+  int n = atoi(argv[1]);
+  float v = (float)atof(argv[2]);
+  float* d;
+  cudaMalloc(&d, n * sizeof(float));
+  fill<<<(n + 63) / 64, 64>>>(d, n, v);
+  cudaFree(d);
+  return 0;
+}
+"""
+
+
+def test_documented_command_line_runs_a_program_that_needs_arguments(tmp_path):
+    src = write(tmp_path, "sized.cu", SIZED)
+    write(tmp_path, "README", """
+        Sized fill.
+        Usage: sized <n> <value>
+        Example:
+          ./sized 100 2.5 > out.txt
+    """)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    assert cap.argv == ["100", "2.5"]
+    (ln,) = cap.launches
+    assert [a.value for a in ln.args if a.kind == "scalar"] == [100, 2.5]
+    out = np.load(f"{cap.dir}/{ln.args[0].after}")
+    assert np.allclose(out[:100], 2.5 * np.arange(100))
+    (note,) = [n for n in cap.notes if n.kind == "argv"]
+    assert note.file == "README" and note.line == 5 and "./sized 100 2.5" in note.message
+
+
+def test_documented_sizes_are_scaled_down_and_placeholders_skipped(tmp_path):
+    src = write(tmp_path, "sized.cu", SIZED)
+    write(tmp_path, "run.sh", "#!/bin/sh\n./sized n value\n./sized 1048576 1\n")
+    runs = documented_command_lines(src)
+    assert [r.argv for r in runs] == [["1048576", "1"]]
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    assert cap.argv == ["4096", "1"]
+    assert "scaled down" in [n for n in cap.notes if n.kind == "argv"][0].message
+
+
+def test_documented_command_line_naming_an_absent_file_is_not_run(tmp_path):
+    src = write(tmp_path, "sized.cu", SIZED)
+    write(tmp_path, "README.txt", "Run it as:\n$ ./sized ../data/sizes.txt 3\n")
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "failed" and not cap.launches and cap.argv == []
+    assert cap.error.startswith("README.txt:2:") and "../data/sizes.txt" in cap.error and "--arg" in cap.error
+
+
+READS = """
+#include <cstdio>
+__global__ void twice(float* o) { o[threadIdx.x] *= 2; }
+int main() {
+  FILE* f = fopen("inputs/values.txt", "r");
+  if (!f) { printf("cannot read input\\n"); return 1; }
+  float h[32];
+  for (int i = 0; i < 32; i++) fscanf(f, "%f", &h[i]);
+  float* d;
+  cudaMalloc(&d, sizeof h);
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+  twice<<<1, 32>>>(d);
+  return 0;
+}
+"""
+
+
+def test_missing_input_file_is_named_with_the_line_that_opens_it(tmp_path):
+    src = write(tmp_path, "reads.cu", READS)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "failed" and not cap.launches
+    line = line_of(READS, "fopen(")
+    assert cap.error.startswith(f"reads.cu:{line}:"), cap.error
+    assert "inputs/values.txt" in cap.error and "--arg" in cap.error and "Traceback" not in cap.error
+    # with the file there, the same program runs
+    write(tmp_path, "inputs/values.txt", " ".join(str(i) for i in range(32)))
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    assert np.allclose(np.load(f"{cap.dir}/{cap.launches[0].args[0].after}"), 2 * np.arange(32))
+
+
+LOOP = """
+__global__ void spin(float* o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) for (int k = 0; k < 64; k++) o[i] = o[i] * 0.5f + 1.0f;
+}
+__global__ void after(float* o) { o[threadIdx.x] = 7; }
+int main() {
+  float* d;
+  int n = 1 << 14;
+  cudaMalloc(&d, n * sizeof(float));
+  for (int it = 0; it < 100000; it++) spin<<<n / 256, 256>>>(d, n);
+  after<<<1, 32>>>(d);
+  return 0;
+}
+"""
+
+
+def test_benchmark_loop_is_fast_forwarded_within_the_time_budget(tmp_path):
+    src = write(tmp_path, "loop.cu", LOOP)
+    cap = capture_program(src, timeout_s=6)
+    assert cap.status == "ok", cap.error
+    assert cap.kernels() == ["spin", "after"]
+    assert cap.launch_counts["spin"] == 100000 and cap.launch_counts["after"] == 1
+    (note,) = [n for n in cap.notes if n.kind == "skipped"]
+    assert "spin" in note.message and note.line == line_of(LOOP, "spin<<<")
+    assert np.all(np.load(f"{cap.dir}/{cap.launches[-1].args[0].after}")[:32] == 7)
+
+
+TILES = """
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+template <unsigned Tile>
+__global__ void tile_sums(const int* in, int* out) {
+  __shared__ cg::block_tile_memory<256> scratch;
+  cg::thread_block cta = cg::this_thread_block(scratch);
+  cg::thread_block_tile<Tile> t = cg::tiled_partition<Tile>(cta);
+  int v = in[blockIdx.x * blockDim.x + threadIdx.x];
+  int s = cg::reduce(t, v, cg::plus<int>());
+  t.sync();
+  if (t.thread_rank() == 0) out[blockIdx.x * t.meta_group_size() + t.meta_group_rank()] = s;
+}
+int main() {
+  const int n = 512;
+  int h[n];
+  for (int i = 0; i < n; i++) h[i] = i % 7;
+  int *d, *o;
+  cudaMalloc(&d, sizeof h);
+  cudaMalloc(&o, 8 * sizeof(int));
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+  tile_sums<128><<<2, 256>>>(d, o);
+  int r[4];
+  cudaMemcpy(r, o, sizeof r, cudaMemcpyDeviceToHost);
+  for (int k = 0; k < 4; k++) {
+    int want = 0;
+    for (int i = 128 * k; i < 128 * (k + 1); i++) want += h[i];
+    if (r[k] != want) return 1;
+  }
+  return 0;
+}
+"""
+
+
+def test_multi_warp_tiles_reduce_across_warps(tmp_path):
+    src = write(tmp_path, "tiles.cu", TILES)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok" and cap.exit_code == 0, (cap.error, cap.stdout_tail)
+    (ln,) = cap.launches
+    h = np.arange(512) % 7
+    got = np.load(f"{cap.dir}/{ln.args[1].after}")[:4]
+    assert list(got) == [int(h[128 * k:128 * (k + 1)].sum()) for k in range(4)]
+
+
+OMP = """
+#include <omp.h>
+#include <cstdio>
+__global__ void set(int* o, int v) { o[threadIdx.x] = v; }
+int main() {
+  int* d;
+  cudaMalloc(&d, 2 * 32 * sizeof(int));
+  omp_set_num_threads(2);
+#pragma omp parallel
+  {
+    int t = omp_get_thread_num();
+    set<<<1, 32>>>(d + 32 * t, t + 1);
+  }
+  return 0;
+}
+"""
+
+
+def test_openmp_host_code_links(tmp_path):
+    src = write(tmp_path, "omp.cu", OMP)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    assert cap.launch_counts == {"set": 2}
