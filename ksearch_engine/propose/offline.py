@@ -150,7 +150,8 @@ class OfflineProposer:
 
     def _transform_children(self, tree: PlanTree, parent: str, source: str, analysis: dict, kind: str,
                             base: float) -> list:
-        done = {tuple(map(tuple, _chain(tree, n.id))) for n in tree.nodes.values()
+        # the same set of edits in another order is the same candidate: tried once
+        done = {frozenset(map(tuple, _chain(tree, n.id))) for n in tree.nodes.values()
                 if n.template and n.template.startswith(XFORM)}
         prefix = _chain(tree, parent) if parent != ROOT else []
         used = {tid for tid, _ in prefix}
@@ -159,7 +160,7 @@ class OfflineProposer:
             if t.id in used:
                 continue
             for v in values:
-                if tuple(map(tuple, prefix + [(t.id, v)])) in done:
+                if frozenset(map(tuple, prefix + [(t.id, v)])) in done:
                     continue
                 impact, factor = t.predict(analysis, v)
                 specs.append(NodeSpec(

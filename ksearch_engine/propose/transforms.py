@@ -192,8 +192,7 @@ class Transform:
     def options(self, text: str) -> list:
         """The knob values worth trying on this module (those that change it)."""
         if self.id == "block_size":
-            cur = get_const(text, "KS_BLOCK") if _assign(text, "KS_BLOCK") else None
-            return [v for v in self.values if v != cur]
+            return _block_options(text, list(self.values))
         if self.id == "grid_stride":
             return list(self.values)
         return list(self.values)
@@ -231,6 +230,53 @@ def _check_block(text: str) -> str | None:
 
 def _apply_block(text: str, v) -> Change:
     return Change(set_const(text, "KS_BLOCK", int(v)), f"{v} threads per block, grid resized to cover the same threads")
+
+
+def _captured_blocks(text: str) -> tuple[set[int], int]:
+    """Threads per block the program launched with, and the most blocks of one captured launch."""
+    geo = get_const(text, "KS_GEOMETRY") if _assign(text, "KS_GEOMETRY") else None
+    sizes, most = set(), 0
+    for g in (geo or {}).values():
+        try:
+            b, gr = g["block"], g["grid"]
+            sizes.add(int(b[0]) * int(b[1]) * int(b[2]))
+            most = max(most, int(gr[0]) * int(gr[1]) * int(gr[2]))
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+    return sizes, most
+
+
+def _block_options(text: str, values: list[int]) -> list[int]:
+    """Block sizes that change the launch (never the one the program used), smaller first when the captured
+    grid has fewer blocks than a large GPU has compute units to fill twice (few blocks: each idle unit is lost),
+    larger first otherwise."""
+    cur = get_const(text, "KS_BLOCK") if _assign(text, "KS_BLOCK") else None
+    used, blocks = _captured_blocks(text)
+    if cur:
+        used = {int(cur)}
+    opts = [v for v in sorted(set(values) | {32}) if v not in used]
+    base = min(used) if used else 256
+    if blocks and blocks < 2 * _largest_gpu_units():
+        return sorted(opts, key=lambda v: (v >= base, abs(v - base)))   # smaller than now first, nearest first
+    return sorted(opts, key=lambda v: (v < 128, abs(v - 256)))
+
+
+_UNITS: list[int] = []
+
+
+def _largest_gpu_units() -> int:
+    """Compute units (SMs, GPU cores) of the largest GPU the hardware specs list (specs/hardware/*.yaml)."""
+    if not _UNITS:
+        n = 0
+        try:
+            from ..specs import load_specs
+            for hw in load_specs().hardware_files.values():
+                for chip in getattr(hw, "chips", None) or []:
+                    n = max(n, max(getattr(chip, "compute_units", None) or [0]))
+        except Exception:  # noqa: BLE001 - an ordering prior only: without specs, sizes keep their default order
+            n = 0
+        _UNITS.append(n or 1)
+    return _UNITS[0]
 
 
 def _predict_block(a: dict, v) -> tuple[Impact, float]:

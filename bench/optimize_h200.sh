@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the H200: issue 14's side-by-side runs.   carry .whl .whl2 .device; then: bash bench/optimize_h200.sh PHASE
+#   A: `ksearch optimize` on softmax, layernorm, decode, scan (24 evaluations each, GPU time) + the README command
+#   B: bench/families.py's sweep on the same four families (the reference figures) + optimize on corpus kernels
+# Corpus files travel in .corpus14/ (copies from ../shared/corpus, ignored by git; list: bench/optimize_corpus_kernels.txt).
+# Every run's store is exported with `ksearch show --json`; bench/optimize_summary.py makes the table.
+set -uo pipefail
+phase=${1:-A}
+final=${OUT:-/tmp/out}; out=/tmp/opt$phase; mkdir -p "$out" "$final"
+trap 'tar czf "$final/opt$phase.tgz" -C "$out" . 2>/dev/null' EXIT
+source .device/device-env.sh .whl > "$out/setup.log" 2>&1 || { cat "$out/setup.log"; exit 1; }
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl2/*.whl >> "$out/setup.log" 2>&1
+export KSEARCH_SANDBOX=${KSEARCH_SANDBOX:-unshare}
+show() {  # store -> json of its newest run
+  local id; id=$(python3 -m ksearch_engine.cli runs --store "$1" --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print((d[0] if isinstance(d,list) else d["runs"][0])["id"])' 2>/dev/null)
+  python3 -m ksearch_engine.cli show --store "$1" "$id" --json > "$2" 2>/dev/null
+}
+opt() {  # name timeout target [args...]
+  local name=$1 lim=$2; shift 2
+  ( time timeout "$lim" python3 -m ksearch_engine.cli optimize "$@" --store "/tmp/$name.db" ) > "$out/opt_$name.log" 2>&1
+  echo "== $name"; tail -3 "$out/opt_$name.log"
+  show "/tmp/$name.db" "$out/show_$name.json"
+}
+if [ "$phase" = A ]; then
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+  opt readme 150 examples/mamba/selective_scan.cu --budget 12
+  for fam in softmax layernorm decode scan; do opt "$fam" 130 "$fam" --budget 24 --max-seconds 110; done
+else
+  timeout 330 python3 bench/families.py --families softmax,layernorm,decode,scan --budget-s 300 \
+      --out "$out/families_issue14.json" > "$out/families.log" 2>&1; tail -25 "$out/families.log"
+  while read -r f k; do
+    [ -f "$f" ] || { echo "missing $f"; continue; }
+    opt "corpus_$k" 75 "$f" --kernel "$k" --budget 12 --max-seconds 60
+  done < bench/optimize_corpus_kernels.txt
+fi
