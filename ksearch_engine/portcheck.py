@@ -45,7 +45,10 @@ def _args_of(capture: Capture, rec: LaunchRecord) -> tuple[dict, dict]:
     for s in rec.symbols:
         args[s.name] = capture.load(s.before)
     from .translate.textures import texture_args
-    texture_args(capture, rec, args)   # textures the launch read: the port takes them as buffers
+    if texture_args(capture, rec, args) and not expected:   # textures the launch read: the port takes them as
+        # buffers; a launch that changed nothing must leave its buffers as they were (the original cannot re-run
+        # without its program's textures)
+        expected = {a.name: args[a.name].copy() for a in rec.args if a.kind == "buffer" and a.before}
     return args, expected
 
 

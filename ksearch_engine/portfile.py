@@ -391,7 +391,7 @@ def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=
         except OSError:
             pass
     from .sim import build as _build   # a new runtime (ksim_host.h, ...) records differently: capture again
-    for n in ("ksim.h", "ksim_cuda.h", "ksim_host.h"):
+    for n in ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_tex.h"):
         try:
             h.update(_build.HEADER.with_name(n).read_bytes())
         except OSError:

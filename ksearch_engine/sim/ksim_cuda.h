@@ -58,7 +58,8 @@ struct cudaIpcMemHandle_t { char reserved[64]; };
 struct cudaIpcEventHandle_t { char reserved[64]; };
 namespace ksim {
 [[noreturn]] inline void tex_in_kernel(const char* what) {
-  fail(9, "%s read in a kernel: textures and surfaces only run on a GPU (the port does not translate them)", what);
+  fail(9, "%s read in a kernel run without its program: no texture is bound here; a texture kernel's port is "
+          "checked on the launches captured from the program that binds its textures (run its main())", what);
 }
 }  // namespace ksim
 #define KSIM_TEX_FN(name) \

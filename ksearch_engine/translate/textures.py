@@ -367,13 +367,15 @@ def _put(args: dict, name: str, rec: dict | None, capture_dir: str | Path) -> No
                  f"{name}__m": mode_bits(rec)})
 
 
-def texture_args(capture, rec, args: dict) -> None:
+def texture_args(capture, rec, args: dict) -> bool:
     """Adds to `args` (a captured launch's {param: value}) what the port takes for the textures the launch read:
     each texture object parameter becomes its texels, and each texture reference its texels under its name,
-    with <name>__w/__h/__d/__m."""
+    with <name>__w/__h/__d/__m. True when the launch read a texture."""
     if not Path(capture.dir, "textures.jsonl").is_file():
-        return
+        return False
     recs = recorded(capture.dir).get(rec.index, {})
+    if not recs:
+        return False
     for a in rec.args:
         base = " ".join(a.ctype.replace("const", " ").split())
         if base in OBJECT_TYPES and a.kind == "scalar":
@@ -381,6 +383,7 @@ def texture_args(capture, rec, args: dict) -> None:
     for key, r in recs.items():
         if key.startswith("ref:"):
             _put(args, key[4:], r, capture.dir)
+    return True
 
 
 __all__ = ["TextureError", "port_textures", "rewrite", "texture_args", "references", "recorded", "mode_bits"]
