@@ -285,6 +285,7 @@ def normalize_extern_shared(text: str) -> str:
     return _EXTERN_SHARED_2D.sub(rows, text)
 
 
+_SHARED_ALIGNAS = re.compile(r"\b__shared__\s+((?:alignas\s*\((?:[^()]|\([^()]*\))*\)\s*)+)")
 _HOST_ONLY_EXT = (".cpp", ".cc", ".cxx", ".c")
 _VOID_KERNEL = re.compile(r"(\bcudaLaunch(?:Cooperative)?Kernel\s*\(\s*)\(\s*(?:const\s+)?void\s*\*\s*\)\s*")
 _STATIC_FN = re.compile(r"^[ \t]*(?:static|inline)\b[^;{}()=]*?\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{", re.M)
@@ -391,6 +392,8 @@ def build_program(path: Path, include_dirs: list[Path]) -> Program:
     # cudaLaunchKernel((void*)k, ...): the runtime needs k's own type to read its argument slots
     body = _VOID_KERNEL.sub(lambda m: m.group(1) + " " * (len(m.group(0)) - len(m.group(1))), body)
     body = rewrite_launches(body, prog.kernels)
+    # `__shared__ alignas(16) float a[..]`: the alignment first, where g++ takes it once __shared__ is `static`
+    body = _SHARED_ALIGNAS.sub(lambda m: m.group(1) + "__shared__ ", body)
     body = rewrite_block_shared(rewrite_extern_shared(normalize_extern_shared(body)), ("__shared__",), 0)
     syms = []
     for s in file_symbols(body):

@@ -1428,4 +1428,187 @@ KSIM_MULTI_WARP_TILE(512)
 KSIM_MULTI_WARP_TILE(1024)
 #undef KSIM_MULTI_WARP_TILE
 }  // namespace cooperative_groups
+
+// libcu++ asynchronous copies (<cuda/pipeline>, <cuda/barrier>): a copy is queued and done when the program may
+// first rely on it (the stage's consumer_wait, the barrier phase's completion), the latest a GPU could finish it,
+// so a kernel that reads a buffer before waiting, or refills one still being read, shows its race here too.
+namespace ksim_host {
+struct AsyncCopy { void* dst; const void* src; size_t n; };
+// queued copies of block-scoped objects (barriers, shared pipeline stages), by the object's address
+inline std::map<const void*, std::vector<AsyncCopy>>& async_lists() { static std::map<const void*, std::vector<AsyncCopy>> m; return m; }
+inline void run_copies(std::vector<AsyncCopy>& v) {
+  for (auto& c : v) memcpy(c.dst, c.src, c.n);
+  v.clear();
+}
+inline void run_copies_of(const void* key) {
+  auto it = async_lists().find(key);
+  if (it != async_lists().end()) run_copies(it->second);
+}
+// a thread waiting for others of its block (a barrier phase, a pipeline stage): let them run
+inline void spin_wait() {
+  ksim::cur->state = ksim::F_RUN;
+  ksim::yield_to_sched();
+}
+}  // namespace ksim_host
+namespace cuda {
+enum thread_scope { thread_scope_system = 0, thread_scope_device = 1, thread_scope_block = 2, thread_scope_thread = 3 };
+template <size_t Align> struct aligned_size_t {
+  size_t value;
+  constexpr explicit aligned_size_t(size_t v) : value(v) {}
+  constexpr operator size_t() const { return value; }
+};
+enum class pipeline_role { producer, consumer };
+
+// cuda::barrier<thread_scope_block>: init(&bar, count) by one thread, arrive() -> token, wait(token)
+template <thread_scope Scope, class F = void> struct barrier {
+  long expected, arrived;
+  unsigned long phase;
+  typedef unsigned long arrival_token;
+  arrival_token arrive(long n = 1) {
+    arrival_token t = phase;
+    arrived += n;
+    if (arrived >= expected) {
+      ksim_host::run_copies_of(this);
+      arrived = 0;
+      phase++;
+    }
+    return t;
+  }
+  void wait(arrival_token t) const {
+    while (*(volatile unsigned long*)&phase == t) ksim_host::spin_wait();
+  }
+  void arrive_and_wait() { wait(arrive()); }
+  void arrive_and_drop() { expected--; arrive(0); }
+  static constexpr long max() { return 1L << 30; }
+};
+template <thread_scope Scope, class F> inline void init(barrier<Scope, F>* b, long count) {
+  b->expected = count;
+  b->arrived = 0;
+  b->phase = 0;
+  ksim_host::async_lists().erase(b);
+}
+template <thread_scope Scope, class F> inline void memcpy_async(void* dst, const void* src, size_t n, barrier<Scope, F>& b) {
+  ksim_host::async_lists()[&b].push_back({dst, src, n});
+}
+template <class G, thread_scope Scope, class F> inline void memcpy_async(const G&, void* dst, const void* src, size_t n, barrier<Scope, F>& b) {
+  memcpy_async(dst, src, n, b);   // a group's collective copy: queued once per calling thread, same bytes
+}
+
+// shared state of a block-scoped pipeline: a ring of stages (plain data: __shared__ objects start as garbage)
+struct pipeline_stage { unsigned long gen; int commits, releases; bool done; };
+template <thread_scope Scope, unsigned char Stages> struct pipeline_shared_state {
+  pipeline_stage st[Stages];
+  int producers, consumers;
+};
+template <thread_scope Scope> struct pipeline;
+// a thread's own pipeline: stages are committed batches of copies, done at consumer_wait
+template <> struct pipeline<thread_scope_thread> {
+  std::vector<std::vector<ksim_host::AsyncCopy>> stages;
+  std::vector<ksim_host::AsyncCopy> open;
+  void producer_acquire() {}
+  void producer_commit() { stages.push_back(std::move(open)); open.clear(); }
+  void consumer_wait() {
+    if (stages.empty()) ksim_host::run_copies(open);
+    else ksim_host::run_copies(stages.front());
+  }
+  void consumer_release() { if (!stages.empty()) stages.erase(stages.begin()); }
+  void wait_prior(size_t n) {
+    for (size_t i = 0; i + n < stages.size(); i++) ksim_host::run_copies(stages[i]);
+  }
+  void add(void* d, const void* s, size_t n) { open.push_back({d, s, n}); }
+  void quit() {}
+};
+inline pipeline<thread_scope_thread> make_pipeline() { return pipeline<thread_scope_thread>(); }
+// a block's pipeline over shared state: producers fill stage k while consumers read stage k-1
+template <> struct pipeline<thread_scope_block> {
+  void* state;
+  pipeline_stage* st;
+  int nstages;
+  int* producers;
+  int* consumers;
+  bool producer, consumer;
+  unsigned long p_seq = 0, c_seq = 0;
+  std::vector<ksim_host::AsyncCopy> open;
+  const void* key(unsigned long seq) const { return (const char*)state + 1 + seq % nstages; }
+  pipeline_stage& stage(unsigned long seq) const { return st[seq % nstages]; }
+  void producer_acquire() {
+    while (*(volatile unsigned long*)&stage(p_seq).gen != p_seq / nstages) ksim_host::spin_wait();
+  }
+  void add(void* d, const void* s, size_t n) { ksim_host::async_lists()[key(p_seq)].push_back({d, s, n}); }
+  void producer_commit() {
+    stage(p_seq).commits++;
+    p_seq++;
+  }
+  void consumer_wait() {
+    auto& s = stage(c_seq);
+    while (*(volatile unsigned long*)&s.gen != c_seq / nstages || *(volatile int*)&s.commits < *producers)
+      ksim_host::spin_wait();
+    if (!s.done) {
+      ksim_host::run_copies_of(key(c_seq));
+      s.done = true;
+    }
+  }
+  void wait_prior(size_t) { consumer_wait(); }
+  void consumer_release() {
+    auto& s = stage(c_seq);
+    if (++s.releases >= *consumers) {
+      s.commits = 0;
+      s.releases = 0;
+      s.done = false;
+      s.gen++;
+    }
+    c_seq++;
+  }
+  void quit() {}
+};
+template <class G, unsigned char S>
+inline pipeline<thread_scope_block> make_block_pipeline(const G& g, pipeline_shared_state<thread_scope_block, S>* ss,
+                                                          bool producer, bool consumer, int nprod, int ncons) {
+  if (g.thread_rank() == 0) {
+    for (int i = 0; i < S; i++) ss->st[i] = {0, 0, 0, false};
+    for (int i = 0; i < S; i++) ksim_host::async_lists().erase((const char*)ss + 1 + i);
+    ss->producers = 0;
+    ss->consumers = 0;
+  }
+  ksim::barrier(0, 0);
+  if (nprod < 0) {   // roles given per thread: count them
+    if (producer) ss->producers++;
+    if (consumer) ss->consumers++;
+  } else if (g.thread_rank() == 0) {
+    ss->producers = nprod;
+    ss->consumers = ncons;
+  }
+  ksim::barrier(0, 0);
+  pipeline<thread_scope_block> p;
+  p.state = ss;
+  p.st = ss->st;
+  p.nstages = S;
+  p.producers = &ss->producers;
+  p.consumers = &ss->consumers;
+  p.producer = producer;
+  p.consumer = consumer;
+  return p;
+}
+template <class G, unsigned char S>
+inline pipeline<thread_scope_block> make_pipeline(const G& g, pipeline_shared_state<thread_scope_block, S>* ss) {
+  return make_block_pipeline(g, ss, true, true, (int)g.size(), (int)g.size());
+}
+template <class G, unsigned char S>
+inline pipeline<thread_scope_block> make_pipeline(const G& g, pipeline_shared_state<thread_scope_block, S>* ss, pipeline_role r) {
+  return make_block_pipeline(g, ss, r == pipeline_role::producer, r == pipeline_role::consumer, -1, -1);
+}
+template <class G, unsigned char S>
+inline pipeline<thread_scope_block> make_pipeline(const G& g, pipeline_shared_state<thread_scope_block, S>* ss, size_t producer_count) {
+  bool prod = g.thread_rank() < producer_count;
+  return make_block_pipeline(g, ss, prod, !prod, (int)producer_count, (int)(g.size() - producer_count));
+}
+template <thread_scope Scope> inline void memcpy_async(void* dst, const void* src, size_t n, pipeline<Scope>& p) { p.add(dst, src, n); }
+template <class G, thread_scope Scope> inline void memcpy_async(const G&, void* dst, const void* src, size_t n, pipeline<Scope>& p) { p.add(dst, src, n); }
+template <unsigned char Prior, thread_scope Scope> inline void pipeline_consumer_wait_prior(pipeline<Scope>& p) { p.wait_prior(Prior); }
+template <thread_scope Scope> inline void pipeline_producer_commit(pipeline<thread_scope_thread>& p, barrier<Scope>& b) {
+  // the committed copies complete with the barrier's phase
+  for (auto& c : p.open) ksim_host::async_lists()[&b].push_back(c);
+  p.open.clear();
+}
+}  // namespace cuda
 #include "ksim_tex.h"  // textures: arrays, references, objects, fetches (owned by the textures work)

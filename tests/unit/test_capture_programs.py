@@ -212,3 +212,91 @@ def test_openmp_host_code_links(tmp_path):
     cap = capture_program(src, timeout_s=30)
     assert cap.status == "ok", cap.error
     assert cap.launch_counts == {"set": 2}
+
+
+ASYNC = """
+#include <cooperative_groups.h>
+#include <cuda/pipeline>
+#include <cuda/barrier>
+namespace cg = cooperative_groups;
+constexpr int T = 64, STAGES = 2, CHUNKS = 8;
+// thread-scoped pipeline, two stages in flight: out[b] = sum of in[b*T*CHUNKS ...] chunk by chunk
+__global__ void staged(const float* in, float* out) {
+  __shared__ float buf[STAGES][T];
+  __shared__ float acc[T];
+  cuda::pipeline<cuda::thread_scope_thread> pipe = cuda::make_pipeline();
+  const float* base = in + blockIdx.x * T * CHUNKS;
+  acc[threadIdx.x] = 0;
+  int issued = 0;
+  for (int c = 0; c < CHUNKS; c++) {
+    for (; issued < CHUNKS && issued < c + STAGES; issued++) {
+      pipe.producer_acquire();
+      cuda::memcpy_async(&buf[issued % STAGES][threadIdx.x], base + issued * T + threadIdx.x,
+                         cuda::aligned_size_t<4>(sizeof(float)), pipe);
+      pipe.producer_commit();
+    }
+    pipe.consumer_wait();
+    acc[threadIdx.x] += buf[c % STAGES][threadIdx.x];
+    pipe.consumer_release();
+  }
+  out[blockIdx.x * T + threadIdx.x] = acc[threadIdx.x];
+}
+// a block barrier completing copies; the neighbour's value is read after the phase
+__global__ void rotate(const float* in, float* out) {
+  __shared__ cuda::barrier<cuda::thread_scope_block> bar;
+  __shared__ float s[T];
+  if (threadIdx.x == 0) init(&bar, blockDim.x);
+  __syncthreads();
+  cuda::memcpy_async(&s[threadIdx.x], in + threadIdx.x, sizeof(float), bar);
+  bar.arrive_and_wait();
+  out[threadIdx.x] = s[(threadIdx.x + 1) % T];
+}
+// block-scoped pipeline with roles: warp 1 produces, warp 0 consumes
+__global__ void roles(const float* in, float* out) {
+  __shared__ float buf[STAGES][32];
+  __shared__ cuda::pipeline_shared_state<cuda::thread_scope_block, STAGES> state;
+  auto cta = cg::this_thread_block();
+  bool producer = threadIdx.x >= 32;
+  auto pipe = cuda::make_pipeline(cta, &state, producer ? cuda::pipeline_role::producer : cuda::pipeline_role::consumer);
+  float sum = 0;
+  for (int c = 0; c < CHUNKS; c++) {
+    if (producer) {
+      pipe.producer_acquire();
+      cuda::memcpy_async(&buf[c % STAGES][threadIdx.x - 32], in + c * 32 + threadIdx.x - 32, sizeof(float), pipe);
+      pipe.producer_commit();
+    } else {
+      pipe.consumer_wait();
+      sum += buf[c % STAGES][threadIdx.x] * (c + 1);
+      pipe.consumer_release();
+    }
+  }
+  if (!producer) out[threadIdx.x] = sum;
+}
+int main() {
+  const int n = 2 * T * CHUNKS;
+  float h[n];
+  for (int i = 0; i < n; i++) h[i] = (float)(i % 13);
+  float *d, *o1, *o2, *o3;
+  cudaMalloc(&d, sizeof h);
+  cudaMalloc(&o1, 2 * T * sizeof(float));
+  cudaMalloc(&o2, T * sizeof(float));
+  cudaMalloc(&o3, 32 * sizeof(float));
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+  staged<<<2, T>>>(d, o1);
+  rotate<<<1, T>>>(d, o2);
+  roles<<<1, 64>>>(d, o3);
+  return 0;
+}
+"""
+
+
+def test_async_copies_pipelines_and_barriers(tmp_path):
+    src = write(tmp_path, "async.cu", ASYNC)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    h = (np.arange(2 * 64 * 8) % 13).astype(np.float32)
+    after = {ln.kernel: np.load(f"{cap.dir}/{ln.args[1].after}") for ln in cap.launches}
+    want = h.reshape(2, 8, 64).sum(axis=1).reshape(-1)
+    assert np.allclose(after["staged"], want)
+    assert np.allclose(after["rotate"], np.roll(h[:64], -1))
+    assert np.allclose(after["roles"], (h[:8 * 32].reshape(8, 32) * np.arange(1, 9)[:, None]).sum(axis=0))
