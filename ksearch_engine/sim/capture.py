@@ -39,6 +39,7 @@ class CaptureFailed(Exception):
         self.error = error
         self.notes = notes or []
         self.undefined = undefined or []  # functions the link did not find
+        self.stderr = ""
 
 
 def _flags() -> list[str]:
@@ -136,7 +137,9 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
         srcs[0].unlink(missing_ok=True)
         err, notes = _explain_compile(r.stderr, prog)
         undefined = sorted(set(re.findall(r"undefined reference to [`']([^'`(]+)", r.stderr)))
-        raise CaptureFailed(err, notes, undefined)
+        failed = CaptureFailed(err, notes, undefined)
+        failed.stderr = r.stderr
+        raise failed
     os.replace(tmp, exe)
     os.replace(srcs[0], d / f"cap{key}.cpp")
     return exe
@@ -249,7 +252,8 @@ def _defining_siblings(path: Path, prog: Program, extra: list[Program], undefine
     """Source files next to the program's files (not inlined, without a main) that define `undefined`."""
     used = {f.resolve() for f in prog.files} | {f.resolve() for p in extra for f in p.files}
     dirs = {f.parent for f in used}
-    names = [u.split("::")[-1].strip() for u in undefined]
+    # "int nStage2dDWT<float>" (a function template's instantiation) -> nStage2dDWT
+    names = [re.split(r"[\s:*&]+", re.sub(r"<.*$", "", u).strip())[-1] for u in undefined]
     found = []
     for d in sorted(dirs):
         for f in sorted(d.iterdir()):
@@ -261,7 +265,8 @@ def _defining_siblings(path: Path, prog: Program, extra: list[Program], undefine
                 continue
             if re.search(r"^\s*(?:int|void)\s+main\s*\(", text, re.M):
                 continue
-            if any(re.search(rf"\b{re.escape(n)}\s*\([^;{{}}]*\)\s*(?:const\s*)?\{{", text) for n in names if n):
+            if any(re.search(rf"\b{re.escape(n)}\s*\([^;{{}}]*\)\s*(?:const\s*)?(?:[^;{{}}()]*;\s*)*\{{", text)
+                   for n in names if n):
                 found.append(f)
     return found[:8]
 
@@ -488,36 +493,48 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
          timeout_s: float, byte_budget: int, max_per_kernel: int, entry: str, sources: list[Path]) -> tuple[Path, Program]:
     if not path.is_file():
         raise CaptureFailed(f"{path}: no such file — give the path of a .cu file with a main()")
+    def make(resolve_targs: bool, more: list[Path]) -> tuple[Program, list[Program]]:
+        prog = build_program(path, include_dirs, resolve_targs)
+        extra = [build_program(s, include_dirs, resolve_targs) for s in [*sources, *more]]
+        _merge_kernels(prog, extra)
+        if entry != "main":
+            prog.text += (f"\n#line 1 \"ksim-launch\"\nint main(int argc, char** argv) {{ "
+                          f"return ksim_host_call_entry({entry}, argc, argv); }}\n")
+            prog.text = prog.text.replace('#include "ksim_host.h"\n', '#include "ksim_host.h"\n'
+                                          "template <class F> int ksim_host_call_entry(F f, int c, char** v) {\n"
+                                          "  if constexpr (std::is_invocable<F, int, char**>::value) return (int)(f(c, v), 0);\n"
+                                          "  else return (f(), 0); }\n", 1)
+        return prog, extra
+
     try:
-        prog = build_program(path, include_dirs)
-        extra = [build_program(s, include_dirs) for s in sources]
+        prog, extra = make(True, [])
     except OSError as e:
         raise CaptureFailed(f"{path}: cannot read ({e}) — check the path") from None
     cap.notes.extend(CaptureNote(**n) for n in prog.notes)
-    _merge_kernels(prog, extra)
     if entry != "main":
-        prog.text += (f"\n#line 1 \"ksim-launch\"\nint main(int argc, char** argv) {{ "
-                      f"return ksim_host_call_entry({entry}, argc, argv); }}\n")
         defines = {**defines, "main": "ksim_user_main"}
-        prog.text = prog.text.replace('#include "ksim_host.h"\n', '#include "ksim_host.h"\n'
-                                      "template <class F> int ksim_host_call_entry(F f, int c, char** v) {\n"
-                                      "  if constexpr (std::is_invocable<F, int, char**>::value) return (int)(f(c, v), 0);\n"
-                                      "  else return (f(), 0); }\n", 1)
-    for attempt in range(3):
+    resolve_targs, linked = True, []
+    for attempt in range(4):
         try:
             exe = _compile(prog, defines, extra)
             break
         except CaptureFailed as e:
-            if attempt < 2 and ("ksim-launch" in e.error or "ksim_symreg" in e.error):
+            if attempt < 3 and ("ksim-launch" in e.error or "ksim_symreg" in e.error):
                 prog.text = re.sub(r"^static ksim_host::SymReg .*$", "", prog.text, flags=re.M)
                 continue
-            more = _defining_siblings(path, prog, extra, e.undefined) if e.undefined and attempt < 2 else []
+            if attempt < 3 and resolve_targs and re.search(r"\btarg<|join_targs", e.stderr):
+                # a launch's template arguments that do not resolve where it is instantiated: as written
+                resolve_targs = False
+                prog, extra = make(False, linked)
+                continue
+            more = _defining_siblings(path, prog, extra, e.undefined) if e.undefined and attempt < 3 else []
             if not more:
                 raise
             cap.notes.append(CaptureNote(kind="include", message="linked with " + ", ".join(
                 os.path.relpath(m, path.parent) for m in more) + " (they define " + ", ".join(e.undefined[:4]) +
                 "); pass sources=[...] to choose", file=prog.display.get(path.name, path.name)))
-            extra += [build_program(m, include_dirs) for m in more]
+            linked += more
+            extra += [build_program(m, include_dirs, resolve_targs) for m in more]
             _merge_kernels(prog, extra)
     _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
     return exe, prog

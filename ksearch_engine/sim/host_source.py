@@ -169,7 +169,17 @@ def _split_top(s: str) -> list[str]:
     return parts
 
 
-def rewrite_launches(text: str, kernels: dict[str, object]) -> str:
+def _targs_expr(targs: str, resolve: bool = True) -> str:
+    """The launch's template arguments as a C++ expression: each resolved where the launch is instantiated
+    (`T` inside a host template names the type it stands for), else the text as written."""
+    parts = [p.strip() for p in _split_top(targs)] if targs.strip() else []
+    if not resolve or not parts or any("..." in p or not p for p in parts):
+        return f'"{_escape(targs)}"'
+    each = ", ".join(f'ksim_host::targ<{p}>("{_escape(p)}")' for p in parts)
+    return f"[]() -> const char* {{ static const std::string s = ksim_host::join_targs({{{each}}}); return s.c_str(); }}()"
+
+
+def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool = True) -> str:
     """``k<<<cfg>>>(args)`` -> ``ksim_host::launch(site, ksim_host::cfg(cfg), &k, args)``; lines are kept."""
     code = mask_comments(text)
     out, pos = [], 0
@@ -221,7 +231,7 @@ def rewrite_launches(text: str, kernels: dict[str, object]) -> str:
         short = name.split("::")[-1]
         info = kernels.get(short)
         targs_flat = " ".join(targs.split())
-        site = f'ksim_host::Site{{"{_escape(name)}", "{_escape(targs_flat)}", __FILE__, __LINE__}}'
+        site = f'ksim_host::Site{{"{_escape(name)}", {_targs_expr(targs_flat, resolve_targs)}, __FILE__, __LINE__}}'
         kexpr = name + (f"<{targs}>" if targs else "")
         nparams = len(info.params) if info is not None else -1
         nargs = 0 if not args.strip() else len(_split_top(args))
@@ -314,7 +324,7 @@ def host_only_clashes(text: str) -> list[str]:
     return out
 
 
-def build_program(path: Path, include_dirs: list[Path]) -> Program:
+def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = True) -> Program:
     """The whole program as one translation unit (see the module's docstring)."""
     root = path.parent.resolve()
     prog = Program(text="")
@@ -391,7 +401,7 @@ def build_program(path: Path, include_dirs: list[Path]) -> Program:
             prog.kernels.setdefault(kname, info)
     # cudaLaunchKernel((void*)k, ...): the runtime needs k's own type to read its argument slots
     body = _VOID_KERNEL.sub(lambda m: m.group(1) + " " * (len(m.group(0)) - len(m.group(1))), body)
-    body = rewrite_launches(body, prog.kernels)
+    body = rewrite_launches(body, prog.kernels, resolve_targs)
     # `__shared__ alignas(16) float a[..]`: the alignment first, where g++ takes it once __shared__ is `static`
     body = _SHARED_ALIGNAS.sub(lambda m: m.group(1) + "__shared__ ", body)
     body = rewrite_block_shared(rewrite_extern_shared(normalize_extern_shared(body)), ("__shared__",), 0)

@@ -492,6 +492,21 @@ template <class T> inline std::string type_name() {
   return r;
 }
 
+// a launch's template arguments as the instantiation sees them: reduce7<T, 256> in a host template -> "int", "256"
+template <class T> inline std::string targ(const char*) { return type_name<T>(); }
+template <auto V> inline std::string targ(const char* text) {
+  using D = decltype(V);
+  if constexpr (std::is_same<D, bool>::value) return V ? "true" : "false";
+  else if constexpr (std::is_integral<D>::value) return std::to_string(V);
+  else if constexpr (std::is_enum<D>::value) return std::to_string((long long)V);
+  else return text;
+}
+inline std::string join_targs(std::initializer_list<std::string> l) {
+  std::string o;
+  for (auto& x : l) o += (o.empty() ? "" : ", ") + x;
+  return o;
+}
+
 struct ArgInfo {
   std::string ctype, kind;  // buffer, scalar, struct, null, unknown_pointer
   std::string value = "null", raw_hex;

@@ -300,3 +300,26 @@ def test_async_copies_pipelines_and_barriers(tmp_path):
     assert np.allclose(after["staged"], want)
     assert np.allclose(after["rotate"], np.roll(h[:64], -1))
     assert np.allclose(after["roles"], (h[:8 * 32].reshape(8, 32) * np.arange(1, 9)[:, None]).sum(axis=0))
+
+
+HOST_TEMPLATE = """
+template <class T, int N, bool Twice>
+__global__ void scale(T* o) { o[threadIdx.x] = (T)(threadIdx.x * N * (Twice ? 2 : 1)); }
+constexpr int kBlock = 32;
+template <class T> void run(T* d) { scale<T, kBlock, true><<<1, kBlock>>>(d); }
+int main() {
+  double* d;
+  cudaMalloc(&d, 32 * sizeof(double));
+  run(d);
+  return 0;
+}
+"""
+
+
+def test_template_arguments_of_a_launch_in_a_host_template_are_the_instantiation(tmp_path):
+    src = write(tmp_path, "tmpl.cu", HOST_TEMPLATE)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    (ln,) = cap.launches
+    assert ln.template_args == ["double", "32", "true"]
+    assert np.allclose(np.load(f"{cap.dir}/{ln.args[0].after}"), 64.0 * np.arange(32))
