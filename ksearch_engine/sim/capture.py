@@ -372,9 +372,10 @@ def documented_command_lines(path: Path, output: str = "") -> list[DocumentedRun
         docs += [f for f in sorted(folder.parent.iterdir()) if f.is_file() and f.name.lower().startswith("readme")]
     names = _binary_names(path, docs, output)
     runs: list[DocumentedRun] = []
-    for d in docs[:12]:
-        script = d.suffix == ".sh" or d.name.lower() in ("run", "makefile", "gnumakefile")
-        for i, raw in enumerate(_read_text(d).splitlines()[:2000], 1):
+    sources = [(d, _read_text(d)) for d in docs[:12]] + [(None, output)]   # last: the program's usage message
+    for d, text in sources:
+        script = d is not None and (d.suffix == ".sh" or d.name.lower() in ("run", "makefile", "gnumakefile"))
+        for i, raw in enumerate(text.splitlines()[:2000], 1):
             line = raw.strip()
             if line.startswith("#") and (script or line[1:2] in (" ", "#")):
                 continue   # a comment, or a markdown heading
@@ -384,7 +385,8 @@ def documented_command_lines(path: Path, output: str = "") -> list[DocumentedRun
                 toks = shlex.split(line, comments=False)
             except ValueError:
                 toks = line.split()
-            if not toks or not _names_program(toks[0], names):
+            # the program's own usage message: an example starting ./X runs the program itself
+            if not toks or not (_names_program(toks[0], names) or (d is None and toks[0].startswith("./"))):
                 continue
             start = 0
             args = []
@@ -392,7 +394,7 @@ def documented_command_lines(path: Path, output: str = "") -> list[DocumentedRun
                 if _SHELL_OPS.match(t):
                     break
                 args.append(t)
-            run = _check_args(args, folder, f"{os.path.relpath(d, folder)}:{i}")
+            run = _check_args(args, folder, f"{os.path.relpath(d, folder)}:{i}" if d else "its usage message")
             if run is not None:
                 run.name = toks[0]
             if run is not None and all(r.argv != run.argv for r in runs):
@@ -469,7 +471,7 @@ def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: P
         _execute(att, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
         scaled = " (its sizes scaled down from `" + " ".join(r.argv) + "`)" if argv != r.argv else ""
         file, _, line = r.where.rpartition(":")
-        att.notes.append(CaptureNote(kind="argv", file=file, line=int(line), message=(
+        att.notes.append(CaptureNote(kind="argv", file=file or None, line=int(line) if line.isdigit() else None, message=(
             f"ran as `{r.name or path.stem} {' '.join(argv)}`, the command line documented at {r.where}{scaled}, since the "
             f"program needs arguments; pass --arg to give your own")))
         if att.launches:
@@ -482,7 +484,8 @@ def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: P
     absent = [r for r in runs if r.missing]
     if absent:
         r = absent[0]
-        cap.error = (f"{r.where}: the program needs arguments, and the command line documented there "
+        cap.error = (f"{r.where if r.where[-1:].isdigit() else Path(cap.file).name}: the program needs arguments, "
+                     f"and the command line documented {'there' if r.where[-1:].isdigit() else 'in ' + r.where} "
                      f"(`{r.name or path.stem} {' '.join(r.argv)}`) names {', '.join(r.missing)}, which is not there — put "
                      f"the file there (relative to {path.parent}) or pass a command line naming your own input "
                      f"(--arg ...); ksearch never makes up input data. Without arguments: {cap.error}")
@@ -666,6 +669,24 @@ def _place_input_notes(cap: Capture, exe: Path, prog: Program) -> None:
         n.message = (n.message[:m.start()] + n.message[m.end():]).rstrip()
         if line:
             n.file, n.line = prog.display.get(file or "", file), line
+    # a helper that searches many folders for one file (sdkFindFilePath): one note for the file
+    inputs = [n for n in cap.notes if n.kind == "input"]
+    by_name: dict[str, list[CaptureNote]] = {}
+    for n in inputs:
+        by_name.setdefault(os.path.basename(_opened(n)), []).append(n)
+    drop = set()
+    for name, group in by_name.items():
+        if len(group) > 3:
+            first = group[0]
+            first.message = (f"could not open {name} for reading (looked for at {len(group)} paths, such as "
+                             f"{_opened(first)})")
+            drop |= {id(g) for g in group[1:]}
+    cap.notes = [n for n in cap.notes if id(n) not in drop]
+
+
+def _opened(n: CaptureNote) -> str:
+    m = re.match(r"^could not open (.*?)(?: for reading: .*| for reading \(looked for at .*)?$", n.message)
+    return m.group(1) if m else n.message
 
 
 def _missing_input(cap: Capture) -> str | None:
@@ -673,12 +694,9 @@ def _missing_input(cap: Capture) -> str | None:
     opens = [n for n in cap.notes if n.kind == "input"]
     if not opens:
         return None
-    path_of = lambda n: re.sub(r"^could not open (.*) for reading: .*$", r"\1", n.message)  # noqa: E731
     last = opens[-1]
-    name = os.path.basename(path_of(last))
-    tried = [path_of(n) for n in opens if os.path.basename(path_of(n)) == name]
     where = f"{last.file}:{last.line}: " if last.file and last.line else f"{Path(cap.file).name}: "
-    what = (f"{tried[0]}" if len(tried) == 1 else f"{name} (looked for at {len(tried)} paths, such as {tried[0]})")
+    what = _opened(last) + (last.message.split(" for reading", 1)[1].split(":")[0] if "looked for" in last.message else "")
     run = " ".join(cap.argv)
     return (f"{where}the program stopped before its first kernel launch: it could not open the input file {what}"
             f"{f' (run as: {Path(cap.file).stem} {run})' if run else ''} — put the file there (relative paths are "
