@@ -7,7 +7,8 @@
 set -uo pipefail
 phase=${1:-A}
 final=${OUT:-/tmp/out}; out=/tmp/opt$phase; mkdir -p "$out" "$final"
-trap 'tar czf "$final/opt$phase.tgz" -C "$out" . 2>/dev/null' EXIT
+pack() { tar czf "$final/.opt$phase.tmp" -C "$out" . 2>/dev/null && mv -f "$final/.opt$phase.tmp" "$final/opt$phase.tgz"; }
+trap pack EXIT   # also after every run: a command killed at its time limit still returns what finished
 source .device/device-env.sh .whl > "$out/setup.log" 2>&1 || { cat "$out/setup.log"; exit 1; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl2/*.whl >> "$out/setup.log" 2>&1
 export KSEARCH_SANDBOX=${KSEARCH_SANDBOX:-unshare}
@@ -20,11 +21,12 @@ opt() {  # name timeout target [args...]
   ( time timeout "$lim" python3 -m ksearch_engine.cli optimize "$@" --store "/tmp/$name.db" ) > "$out/opt_$name.log" 2>&1
   echo "== $name"; tail -3 "$out/opt_$name.log"
   show "/tmp/$name.db" "$out/show_$name.json"
+  pack
 }
 if [ "$phase" = A ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-  opt readme 150 examples/mamba/selective_scan.cu --budget 12
-  for fam in softmax layernorm decode scan; do opt "$fam" 130 "$fam" --budget 24 --max-seconds 110; done
+  for fam in ${FAMS:-softmax layernorm decode scan}; do opt "$fam" ${LIM:-95} "$fam" --budget 24 --max-seconds ${MAXS:-80}; done
+  [ -n "${README_CMD:-1}" ] && opt readme 120 examples/mamba/selective_scan.cu --budget 12
 else
   timeout 330 python3 bench/families.py --families softmax,layernorm,decode,scan --budget-s 300 \
       --out "$out/families_issue14.json" > "$out/families.log" 2>&1; tail -25 "$out/families.log"

@@ -193,7 +193,7 @@ def cmd_eval(args) -> int:
     except OSError as e:
         raise UserError(f"{args.candidate}: cannot read the candidate ({e.strerror})") from None
     try:
-        with Evaluator(task, args.backend, limits=Limits(wall_s=args.timeout)) as ev:
+        with Evaluator(task, args.backend, limits=Limits(wall_s=args.timeout), time_all=True) as ev:
             r = ev.evaluate(source)
     except (OSError, EOFError) as e:   # never the silent exit 0 of main()'s BrokenPipeError (stdout's reader left)
         raise UserError(f"the evaluation did not finish: {type(e).__name__}: {e}") from None
