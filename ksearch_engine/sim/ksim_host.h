@@ -719,10 +719,15 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   }
   std::string kname = std::string(s.kernel) + (s.targs[0] ? "<" + std::string(s.targs) + ">" : "");
   int& nrec = S.recorded_of[kname];
-  // a benchmark loop: once a kernel has run skip_after times with a launch recorded, and a quarter of the time
-  // budget is gone, its further launches are not run (counted only), so the program reaches its other kernels
-  if (S.skip_after > 0 && S.count_of[kname] >= S.skip_after && (S.usable_of[kname] >= 1 || nrec >= S.max_per_kernel) &&
-      S.timeout_s > 0 && now_s() - S.t0 > 0.25 * S.timeout_s) {
+  long long index = S.launches;
+  std::vector<ArgInfo> infos = describe_all(args, std::make_index_sequence<std::tuple_size<Tup>::value>{});
+  std::string sig = std::string(s.kernel) + "|" + s.targs + dim_json(c.grid) + dim_json(c.block);
+  for (auto& a : infos) if (a.kind == "scalar") sig += "|" + a.value;
+  // a benchmark loop: once a kernel has run skip_after times and a quarter of the time budget is gone, its
+  // further launches are not run (counted only) unless they bring a geometry or scalars not seen yet and it
+  // has no launch recorded with contents: the program reaches its other kernels
+  if (S.skip_after > 0 && S.count_of[kname] >= S.skip_after && S.timeout_s > 0 && now_s() - S.t0 > 0.25 * S.timeout_s &&
+      (S.usable_of[kname] >= 1 || nrec >= S.max_per_kernel || S.signatures.count(sig))) {
     S.count_of[kname]++;
     S.skipped++;
     note("skipped", "launches of " + kname + " after its first " + std::to_string(S.skip_after) +
@@ -730,10 +735,7 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
          "results after that point may be wrong", s.file, s.line);
     return;
   }
-  long long index = S.launches++;
-  std::vector<ArgInfo> infos = describe_all(args, std::make_index_sequence<std::tuple_size<Tup>::value>{});
-  std::string sig = std::string(s.kernel) + "|" + s.targs + dim_json(c.grid) + dim_json(c.block);
-  for (auto& a : infos) if (a.kind == "scalar") sig += "|" + a.value;
+  S.launches++;
   bool is_new = S.signatures.insert(sig).second;
   bool record = nrec < 2 || (is_new && nrec < S.max_per_kernel);
   S.count_of[kname]++;
