@@ -329,6 +329,7 @@ def _needs_arguments(cap: Capture) -> bool:
 _DOC_NAME = re.compile(r"^(readme|run|usage|howto)([._-].*)?$|\.sh$|^makefile$|^gnumakefile$", re.I)
 _SHELL_OPS = re.compile(r"^(?:\d?>>?|<|\||\|\||&&?|;|//|#).*")
 _NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[fF]?$")
+_PLACEHOLDER_WORD = re.compile(r"(?i)file|name|size|len|num|dim|path|input|output|value|count|iter|rows|cols|^n$")
 _MAX_ARG_INT = 4096   # documented sizes above this are scaled down for a run on the CPU
 
 
@@ -430,6 +431,8 @@ def _check_args(args: list[str], folder: Path, where: str) -> DocumentedRun | No
             continue
         if k > 0 and re.match(r"^--?[A-Za-z]", args[k - 1]):
             continue   # a flag's word value: --type float
+        if re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,7}", value) and not _PLACEHOLDER_WORD.search(value):
+            continue   # a short literal word: `hybridsort r`
         return None    # a placeholder such as row_len
     return run
 
@@ -497,8 +500,8 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
     if not path.is_file():
         raise CaptureFailed(f"{path}: no such file — give the path of a .cu file with a main()")
     def make(resolve_targs: bool, more: list[Path]) -> tuple[Program, list[Program]]:
-        prog = build_program(path, include_dirs, resolve_targs)
-        extra = [build_program(s, include_dirs, resolve_targs) for s in [*sources, *more]]
+        prog = build_program(path, include_dirs, resolve_targs, leave_out)
+        extra = [build_program(s, include_dirs, resolve_targs, leave_out) for s in [*sources, *more]]
         _merge_kernels(prog, extra)
         if entry != "main":
             prog.text += (f"\n#line 1 \"ksim-launch\"\nint main(int argc, char** argv) {{ "
@@ -509,36 +512,43 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
                                           "  else return (f(), 0); }\n", 1)
         return prog, extra
 
+    leave_out = True   # headers of what the CPU cannot run: left out first (included but unused), else #error
     try:
         prog, extra = make(True, [])
     except OSError as e:
         raise CaptureFailed(f"{path}: cannot read ({e}) — check the path") from None
-    cap.notes.extend(CaptureNote(**n) for n in prog.notes)
+    cap.notes.extend(CaptureNote(**n) for n in prog.notes if "left out" not in n["message"])
     if entry != "main":
         defines = {**defines, "main": "ksim_user_main"}
     resolve_targs, linked = True, []
-    for attempt in range(4):
+    for attempt in range(5):
         try:
             exe = _compile(prog, defines, extra)
             break
         except CaptureFailed as e:
-            if attempt < 3 and ("ksim-launch" in e.error or "ksim_symreg" in e.error):
+            if attempt < 4 and leave_out and not e.undefined and (prog.left_out or any(x.left_out for x in extra)):
+                leave_out = False   # it uses them: say so, naming the #include
+                prog, extra = make(resolve_targs, linked)
+                continue
+            if attempt < 4 and ("ksim-launch" in e.error or "ksim_symreg" in e.error):
                 prog.text = re.sub(r"^static ksim_host::SymReg .*$", "", prog.text, flags=re.M)
                 continue
-            if attempt < 3 and resolve_targs and re.search(r"\btarg<|join_targs", e.stderr):
+            if attempt < 4 and resolve_targs and re.search(r"\btarg<|join_targs", e.stderr):
                 # a launch's template arguments that do not resolve where it is instantiated: as written
                 resolve_targs = False
                 prog, extra = make(False, linked)
                 continue
-            more = _defining_siblings(path, prog, extra, e.undefined) if e.undefined and attempt < 3 else []
+            more = _defining_siblings(path, prog, extra, e.undefined) if e.undefined and attempt < 4 else []
             if not more:
                 raise
             cap.notes.append(CaptureNote(kind="include", message="linked with " + ", ".join(
                 os.path.relpath(m, path.parent) for m in more) + " (they define " + ", ".join(e.undefined[:4]) +
                 "); pass sources=[...] to choose", file=prog.display.get(path.name, path.name)))
             linked += more
-            extra += [build_program(m, include_dirs, resolve_targs) for m in more]
+            extra += [build_program(m, include_dirs, resolve_targs, leave_out) for m in more]
             _merge_kernels(prog, extra)
+    left = {n["message"]: n for p in [prog, *extra] for n in p.notes if "left out" in n["message"]}
+    cap.notes.extend(CaptureNote(**n) for n in left.values())
     _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
     return exe, prog
 

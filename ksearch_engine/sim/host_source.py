@@ -37,6 +37,7 @@ class Program:
     notes: list[dict] = field(default_factory=list)       # CaptureNote fields
     kernels: dict[str, object] = field(default_factory=dict)  # name -> preprocess.KernelInfo (or None)
     display: dict[str, str] = field(default_factory=dict)  # name used in #line -> path shown to users
+    left_out: list[str] = field(default_factory=list)      # unsupported headers left out (leave_out_unsupported)
 
 
 @functools.lru_cache(maxsize=1)
@@ -236,6 +237,12 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         nparams = len(info.params) if info is not None else -1
         nargs = 0 if not args.strip() else len(_split_top(args))
         typed = info is not None and (not info.is_template or targs) and nparams == nargs
+        if info is not None and nparams == nargs and nargs:
+            # a literal 0 / NULL for a pointer parameter: nullptr, so that it still converts once forwarded
+            parts = _split_top(args)
+            fixed = [re.sub(r"^(\s*)(?:0L?|NULL)(\s*)$", r"\1nullptr\2", a) if "*" in prm.type else a
+                     for a, prm in zip(parts, info.params)]
+            args = ",".join(fixed)
         generic = f"[&](auto&&... ksim_a) {{ {kexpr}(ksim_a...); }}"
         if typed:  # the kernel's own parameter types when the arguments convert to them, else generic
             fn = f"&{kexpr}, {generic}"
@@ -297,6 +304,9 @@ def normalize_extern_shared(text: str) -> str:
 
 _SHARED_ALIGNAS = re.compile(r"\b__shared__\s+((?:alignas\s*\((?:[^()]|\([^()]*\))*\)\s*)+)")
 _HOST_ONLY_EXT = (".cpp", ".cc", ".cxx", ".c")
+# headers of what the CPU cannot run that programs often include without using them on the compute path
+# (display, platform): left out first; a library such as Thrust is refused at its #include
+_OFTEN_UNUSED = ("OpenGL interop", "Direct3D interop", "Vulkan interop", "Windows")
 _VOID_KERNEL = re.compile(r"(\bcudaLaunch(?:Cooperative)?Kernel\s*\(\s*)\(\s*(?:const\s+)?void\s*\*\s*\)\s*")
 _STATIC_FN = re.compile(r"^[ \t]*(?:static|inline)\b[^;{}()=]*?\b([A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{", re.M)
 
@@ -324,7 +334,8 @@ def host_only_clashes(text: str) -> list[str]:
     return out
 
 
-def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = True) -> Program:
+def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = True,
+                  leave_out_unsupported: bool = False) -> Program:
     """The whole program as one translation unit (see the module's docstring)."""
     root = path.parent.resolve()
     prog = Program(text="")
@@ -359,6 +370,11 @@ def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = Tr
             out.append(text[pos:m.start()])
             pos = m.end()
             what = host_headers.unsupported(hname)
+            if what and leave_out_unsupported and what in _OFTEN_UNUSED:   # included, maybe unused: try without
+                prog.left_out.append(f"{hname} ({what})")
+                prog.notes.append(dict(kind="include", file=name, line=line,
+                                       message=f"{hname} ({what}) left out: the program compiles without it"))
+                continue
             if what:
                 out.append(f'#error "ksim-capture: {_escape(hname)} ({what}) cannot run in the CPU capture"')
                 continue

@@ -323,3 +323,28 @@ def test_template_arguments_of_a_launch_in_a_host_template_are_the_instantiation
     (ln,) = cap.launches
     assert ln.template_args == ["double", "32", "true"]
     assert np.allclose(np.load(f"{cap.dir}/{ln.args[0].after}"), 64.0 * np.arange(32))
+
+
+UNUSED_GL = """
+#include <GL/glew.h>
+__global__ void add(int* o, const int* a, int n) { if (threadIdx.x < n) o[threadIdx.x] += a ? a[threadIdx.x] : 1; }
+int main() {
+  int* d;
+  cudaMalloc(&d, 32 * sizeof(int));
+  cudaMemset(d, 0, 32 * sizeof(int));
+  add<<<1, 32>>>(d, 0, 32);
+  return 0;
+}
+"""
+
+
+def test_an_unsupported_header_that_is_not_used_is_left_out_and_literal_null_pointers_pass(tmp_path):
+    src = write(tmp_path, "gl.cu", UNUSED_GL)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    assert any(n.kind == "include" and "GL/glew.h" in n.message and "left out" in n.message for n in cap.notes)
+    assert np.all(np.load(f"{cap.dir}/{cap.launches[0].args[0].after}") == 1)
+    # the same header with OpenGL used: the capture names the #include
+    used = write(tmp_path, "gl2.cu", UNUSED_GL.replace("int main() {", "int main() {\n  glewInit();"))
+    cap = capture_program(used, timeout_s=30)
+    assert cap.status == "failed" and cap.error.startswith("gl2.cu:2:") and "OpenGL" in cap.error
