@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -210,12 +211,21 @@ def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[di
         lines = (workdir / "launches.jsonl").read_text(errors="replace").splitlines()
     except OSError:
         lines = []
+    fn_names = _fn_names(exe, re.findall(r"[\w:]+@fn=0x[0-9a-f]+", "\n".join(lines)))
     for ln in lines:
         try:
             ev = json.loads(ln)
         except json.JSONDecodeError:
             continue
         kind = ev.get("ev")
+        if "launch" in ev and "@fn=" in ev["launch"].get("kernel", ""):
+            ev["launch"]["kernel"], ev["launch"]["targs"] = fn_names.get(ev["launch"]["kernel"], (ev["launch"]["kernel"], ""))
+        if kind == "counts":
+            ev["counts"] = {(fn_names[k][0] + (f"<{fn_names[k][1]}>" if fn_names[k][1] else "") if k in fn_names else k): v
+                            for k, v in ev["counts"].items()}
+        if kind == "note":
+            for k, (nm, ta) in fn_names.items():
+                ev["message"] = ev["message"].replace(k, nm + (f"<{ta}>" if ta else ""))
         if kind == "begin":
             begun[ev["launch"]["index"]] = ev["launch"]
         elif kind == "end":
@@ -233,6 +243,9 @@ def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[di
         cur = (workdir / "current.json").read_bytes()
         if cur[:1] == b"{":
             running = json.loads(cur[1:].split(b"\0")[0].decode("utf-8", "replace"))
+            if "@fn=" in running.get("kernel", ""):
+                running["kernel"], running["targs"] = _fn_names(exe, [running["kernel"]]).get(
+                    running["kernel"], (running["kernel"], ""))
             begun.setdefault(running["index"], running)
     except (OSError, ValueError, KeyError):
         running = None
@@ -243,6 +256,31 @@ def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[di
             cap.launches.append(_to_record(begun[idx], prog, begun[idx]["recorded"]))
     cap.launch_counts = {k: int(v) for k, v in counts.items()}
     return running, stop
+
+
+def _fn_names(exe: Path, marked: list[str]) -> dict[str, tuple[str, str]]:
+    """Launches through a function pointer ("kernel@fn=0x1a2b"): the kernel each points to, as (name, template
+    arguments), from the executable's symbols; the name as written where unknown."""
+    out: dict[str, tuple[str, str]] = {}
+    tool = shutil.which("addr2line")
+    todo = sorted(set(marked))
+    if not todo or not tool:
+        return {m: (m.split("@fn=")[0], "") for m in todo}
+    try:
+        r = subprocess.run([tool, "-f", "-C", "-e", str(exe), *[m.split("@fn=")[1] for m in todo]],
+                           capture_output=True, text=True, timeout=30)
+        funcs = r.stdout.splitlines()[0::2]
+    except (OSError, subprocess.TimeoutExpired):
+        funcs = []
+    for i, m in enumerate(todo):
+        f = funcs[i] if i < len(funcs) else "??"
+        head = f.split("(")[0].strip()
+        name, targs = head, ""
+        if "<" in head and head.endswith(">"):
+            name, targs = head[:head.index("<")], head[head.index("<") + 1:-1]
+        name = name.split("::")[-1].split()[-1] if name.strip() else ""
+        out[m] = (name, targs) if name and name != "??" else (m.split("@fn=")[0], "")
+    return out
 
 
 _SOURCE_EXT = (".cu", ".cpp", ".cc", ".cxx", ".c")

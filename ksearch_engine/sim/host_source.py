@@ -247,6 +247,11 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         if typed:  # the kernel's own parameter types when the arguments convert to them, else generic
             fn = f"&{kexpr}, {generic}"
             call = "ksim_host::launch"
+        elif short not in kernels and not targs and re.fullmatch(r"[A-Za-z_]\w*", name):
+            # not a kernel's name: a function-pointer variable (kernel = &copy; kernel<<<..>>>): the runtime
+            # names the launch by the kernel it points to
+            fn = f"{name}, {generic}"
+            call = "ksim_host::launch_ptr"
         else:
             fn = generic
             call = "ksim_host::launch_g"

@@ -836,6 +836,28 @@ inline void launch_g(const Site& s, const Cfg& c, F f, A&&... a) {
   auto inv = [&f, &args]() { std::apply(f, args); };
   run_launch(s, c, args, inv);
 }
+// k<<<...>>>(args) where k is a function-pointer variable: the launch is named "k@fn=0x<code offset>", which
+// capture.py turns into the name of the kernel it points to
+inline const char* fn_site_name(const char* written, void* fn) {
+  static std::map<void*, std::string> names;
+  auto it = names.find(fn);
+  if (it == names.end()) {
+    char b[48];
+    snprintf(b, sizeof b, "@fn=0x%lx", (unsigned long)ksim::code_offset((uintptr_t)fn));
+    it = names.emplace(fn, std::string(written) + b).first;
+  }
+  return it->second.c_str();
+}
+template <class K, class G, class... A>
+inline void launch_ptr(Site s, const Cfg& c, K k, G generic, A&&... a) {
+  using D = std::decay_t<K>;
+  if constexpr (std::is_pointer<D>::value && std::is_function<std::remove_pointer_t<D>>::value) {
+    if (k) s.kernel = fn_site_name(s.kernel, (void*)k);
+    launch(s, c, (D)k, generic, std::forward<A>(a)...);
+  } else {
+    launch_g(s, c, generic, std::forward<A>(a)...);
+  }
+}
 // cudaLaunchKernel(func, grid, block, args, smem, stream): arguments through void* slots
 template <class... P, size_t... I>
 inline void launch_slots(const Site& s, const Cfg& c, void (*k)(P...), void** slots, std::index_sequence<I...>) {

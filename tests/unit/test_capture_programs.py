@@ -348,3 +348,29 @@ def test_an_unsupported_header_that_is_not_used_is_left_out_and_literal_null_poi
     used = write(tmp_path, "gl2.cu", UNUSED_GL.replace("int main() {", "int main() {\n  glewInit();"))
     cap = capture_program(used, timeout_s=30)
     assert cap.status == "failed" and cap.error.startswith("gl2.cu:2:") and "OpenGL" in cap.error
+
+
+POINTER = """
+__global__ void ones(float* o, int n) { if (threadIdx.x < n) o[threadIdx.x] = 1; }
+__global__ void twos(float* o, int n) { if (threadIdx.x < n) o[threadIdx.x] = 2; }
+int main() {
+  float* d;
+  cudaMalloc(&d, 32 * sizeof(float));
+  void (*kernel)(float*, int);
+  for (int k = 0; k < 2; k++) {
+    kernel = k == 0 ? &ones : &twos;
+    kernel<<<1, 32>>>(d, 32);
+  }
+  return 0;
+}
+"""
+
+
+def test_launches_through_a_function_pointer_are_named_by_the_kernel(tmp_path):
+    src = write(tmp_path, "ptr.cu", POINTER)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    assert [ln.kernel for ln in cap.launches] == ["ones", "twos"]
+    assert cap.launch_counts == {"ones": 1, "twos": 1}
+    assert [a.name for a in cap.launches[1].args] == ["o", "n"]
+    assert np.all(np.load(f"{cap.dir}/{cap.launches[1].args[0].after}") == 2)
