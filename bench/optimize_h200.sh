@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the H200: issue 14's side-by-side runs.   carry .whl .whl2 .device; then: bash bench/optimize_h200.sh PHASE
 #   A: `ksearch optimize` on softmax, layernorm, decode, scan (24 evaluations each, GPU time) + the README command
+#   C: three families (52 s each), the README command and three corpus kernels, in one call
 #   B: bench/families.py's sweep on the same four families (the reference figures) + optimize on corpus kernels
 # Corpus files travel in .corpus14/ (copies from ../shared/corpus, ignored by git; list: bench/optimize_corpus_kernels.txt).
 # Every run's store is exported with `ksearch show --json`; bench/optimize_summary.py makes the table.
@@ -27,6 +28,12 @@ if [ "$phase" = A ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
   for fam in ${FAMS:-softmax layernorm decode scan}; do opt "$fam" ${LIM:-95} "$fam" --budget 24 --max-seconds ${MAXS:-80}; done
   [ -n "${README_CMD:-1}" ] && opt readme 120 examples/mamba/selective_scan.cu --budget 12
+elif [ "$phase" = C ]; then   # one call: three families, the README command, three corpus kernels
+  for fam in softmax layernorm decode; do opt "$fam" 62 "$fam" --budget 24 --max-seconds 52; done
+  opt readme 100 examples/mamba/selective_scan.cu --budget 12
+  head -3 bench/optimize_corpus_kernels.txt | while read -r f k; do
+    opt "corpus_$k" 48 "$f" --kernel "$k" --budget 12 --max-seconds 38
+  done
 else
   timeout 330 python3 bench/families.py --families softmax,layernorm,decode,scan --budget-s 300 \
       --out "$out/families_issue14.json" > "$out/families.log" 2>&1; tail -25 "$out/families.log"

@@ -90,7 +90,7 @@ class LocalPool(EvalPool):
         for ev in stale:
             self._all.discard(ev)
             ev.close()
-        ev = Evaluator(task, backend, limits=self.limits, repeats=self.repeats)
+        ev = Evaluator(task, backend, limits=self.limits, repeats=self.repeats, first_is_reference=True)
         with self._lock:
             self._all.add(ev)
         return ev
