@@ -540,6 +540,10 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
     def make(resolve_targs: bool, more: list[Path]) -> tuple[Program, list[Program]]:
         prog = build_program(path, include_dirs, resolve_targs, leave_out)
         extra = [build_program(s, include_dirs, resolve_targs, leave_out) for s in [*sources, *more]]
+        # a source another unit already #includes (bucketsort.cu includes histogram1024_kernel.cu) is not
+        # compiled again on its own
+        units = [prog, *extra]
+        extra = [e for e in extra if not any(u is not e and e.files and e.files[0] in u.files for u in units)]
         _merge_kernels(prog, extra)
         if entry != "main":
             prog.text += (f"\n#line 1 \"ksim-launch\"\nint main(int argc, char** argv) {{ "
