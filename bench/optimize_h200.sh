@@ -8,20 +8,28 @@
 set -uo pipefail
 phase=${1:-A}
 final=${OUT:-/tmp/out}; out=/tmp/opt$phase; mkdir -p "$out" "$final"
-pack() { tar czf "$final/.opt$phase.tmp" -C "$out" . 2>/dev/null && mv -f "$final/.opt$phase.tmp" "$final/opt$phase.tgz"; }
+pack() { tar czf "$final/.opt$phase.tmp" -C "$out" --exclude='*.db' . 2>/dev/null && mv -f "$final/.opt$phase.tmp" "$final/opt$phase.tgz"; }
 trap pack EXIT   # also after every run: a command killed at its time limit still returns what finished
 source .device/device-env.sh .whl > "$out/setup.log" 2>&1 || { cat "$out/setup.log"; exit 1; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl2/*.whl >> "$out/setup.log" 2>&1
 export KSEARCH_SANDBOX=${KSEARCH_SANDBOX:-unshare}
 show() {  # store -> json of its newest run
   local id; id=$(python3 -m ksearch_engine.cli runs --store "$1" --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print((d[0] if isinstance(d,list) else d["runs"][0])["id"])' 2>/dev/null)
-  python3 -m ksearch_engine.cli show --store "$1" "$id" --json > "$2" 2>/dev/null
+  # small enough to come back from the device: no sources, no task (captured inputs travel inside it)
+  python3 -m ksearch_engine.cli show --store "$1" "$id" --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+d["candidates"] = [{k: v for k, v in c.items() if k not in ("source", "target_text")} for c in d.get("candidates", [])]
+d["run"] = {k: v for k, v in d.get("run", {}).items() if k not in ("config", "log_tail")}
+d.pop("tree", None); d.pop("events", None)
+json.dump(d, sys.stdout)' > "$2"
 }
 opt() {  # name timeout target [args...]
   local name=$1 lim=$2; shift 2
   ( time timeout "$lim" python3 -m ksearch_engine.cli optimize "$@" --store "/tmp/$name.db" ) > "$out/opt_$name.log" 2>&1
   echo "== $name"; tail -3 "$out/opt_$name.log"
   show "/tmp/$name.db" "$out/show_$name.json"
+  python3 bench/optimize_summary.py "$out" > "$final/summary.md" 2>&1
   pack
 }
 if [ "$phase" = A ]; then
