@@ -55,6 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--markdown")
+    ap.add_argument("--families", help="a bench/families.py output to compare with (default: families_issue14.json in DIR)")
     a = ap.parse_args()
     shows, fam = {}, {}
     for d in map(Path, a.dirs):
@@ -65,6 +66,8 @@ def main() -> None:
                 shows[f.stem[5:]] = {"error": str(e)}
         if (d / "families_issue14.json").exists():
             fam = families_best(d / "families_issue14.json")
+    if a.families:
+        fam = families_best(Path(a.families))
     lines = ["| family | optimize best (ms) | vs baseline op | families.py best (ms) | vs baseline op | share of families.py's speedup | evaluations | median s/eval |",
              "|---|---|---|---|---|---|---|---|"]
     for f in FAMILIES:
