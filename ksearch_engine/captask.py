@@ -42,6 +42,7 @@ class KernelLaunch:
     expected: dict[str, np.ndarray] = field(default_factory=dict)
     origin: str = "captured"          # captured | inferred
     index: int = 0
+    changed: set[str] = field(default_factory=set)   # buffers whose contents the launch changed (captured)
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.args.values() if isinstance(a, np.ndarray))
@@ -53,7 +54,7 @@ def launches_from_capture(capture, kernel: str) -> list[KernelLaunch]:
     for rec in capture.launches_of(kernel):
         if rec.too_large or rec.sim_error:
             continue
-        args, expected = {}, {}
+        args, expected, changed = {}, {}, set()
         ok = True
         for a in rec.args:
             if a.kind == "buffer":
@@ -62,6 +63,8 @@ def launches_from_capture(capture, kernel: str) -> list[KernelLaunch]:
                     ok = False
                     break
                 args[a.name] = before
+                if a.written:
+                    changed.add(a.name)
                 if a.written and a.after:
                     expected[a.name] = capture.load(a.after)
             elif a.kind == "scalar":
@@ -72,7 +75,7 @@ def launches_from_capture(capture, kernel: str) -> list[KernelLaunch]:
         if ok and not rec.symbols:
             out.append(KernelLaunch(grid=tuple(rec.grid), block=tuple(rec.block), shared_mem=rec.shared_mem,
                                     template_args=list(rec.template_args), args=args, expected=expected,
-                                    origin="captured", index=rec.index))
+                                    origin="captured", index=rec.index, changed=changed))
     return out
 
 
@@ -122,6 +125,12 @@ def build_captured_task(module_text: str, source_text: str, kernel: str, launche
                                 f"write a task file)")
     params: list[dict] = module_constant(module_text, "PARAMS")
     written = [p["name"] for p in params if p["pointer"] and p["written"]]
+    if launches and all(ln.origin == "captured" for ln in launches):
+        # a pointer that is only not const (no store the translator sees) and that no captured launch changed
+        # is an input: the task does not ask candidates to return it, nor the analysis to count its writes
+        changed = set().union(*(ln.changed for ln in launches))
+        written = [n for n in written
+                   if n in changed or next((p for p in params if p["name"] == n), {}).get("stored", True)]
     if not written:
         raise CapturedTaskError(f"{kernel} writes no buffer: there is no output to check")
     notes: list[str] = []

@@ -136,6 +136,7 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
             entry["template_type"] = base
         if p.pointer:
             entry["written"] = p.name in written or not p.is_const
+            entry["stored"] = p.name in written     # a store the translator sees (else only: not const)
             if tests_for_null(k.body, p.name):
                 entry["nullable"] = True   # launch() takes None for it: the kernel sees a null pointer
             if base in POINTEE:

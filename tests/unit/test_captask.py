@@ -84,3 +84,37 @@ def test_a_kernel_that_writes_nothing_or_has_no_launch_gives_no_task(tmp_path, s
     cap = capture_of(tmp_path, [100])
     with pytest.raises(CapturedTaskError, match="writes no buffer"):
         build_captured_task(no_writes, SAXPY.read_text(), "saxpy", launches_from_capture(cap, "saxpy"))
+
+
+NONCONST_READ = """
+__global__ void scale_into(float* out, float* in, float s, int n) {   // `in` is not const, only read
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = s * in[i];
+}
+"""
+
+
+def test_a_buffer_only_read_is_an_input_even_when_its_pointer_is_not_const(tmp_path):
+    """A non-const pointer the kernel never stores to and no captured launch changed is an input of the task:
+    candidates return only what the kernel writes, and the task says so."""
+    src = tmp_path / "scale.cu"
+    src.write_text(NONCONST_READ)
+    r = port_file(src, kernels=["scale_into"], write=False)
+    module = r.kernels[0].module_text
+    params = {p["name"]: p for p in module_constant(module, "PARAMS")}
+    assert params["in"]["written"] and not params["in"]["stored"] and params["out"]["stored"]
+    n = 256
+    x = np.linspace(-1, 1, n, dtype=np.float32)
+    np.save(tmp_path / "in.npy", x)
+    np.save(tmp_path / "out0.npy", np.zeros(n, np.float32))
+    np.save(tmp_path / "out1.npy", (2.0 * x).astype(np.float32))
+    rec = LaunchRecord(index=0, kernel="scale_into", grid=(2, 1, 1), block=(128, 1, 1), args=[
+        ArgRecord(name="out", ctype="float*", kind="buffer", dtype="float32", before="out0.npy", after="out1.npy",
+                  written=True),
+        ArgRecord(name="in", ctype="float*", kind="buffer", dtype="float32", before="in.npy"),
+        ArgRecord(name="s", ctype="float", kind="scalar", value=2.0),
+        ArgRecord(name="n", ctype="int", kind="scalar", value=n)])
+    cap = Capture(file=str(src), dir=str(tmp_path), launches=[rec])
+    ct = build_captured_task(module, NONCONST_READ, "scale_into", launches_from_capture(cap, "scale_into"),
+                             source_file=str(src))
+    assert ct.task.outputs == ["out"]
