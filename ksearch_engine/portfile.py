@@ -396,6 +396,12 @@ def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=
             h.update(_build.HEADER.with_name(n).read_bytes())
         except OSError:
             pass
+    from .sim import capture as _cap, host_source as _hs   # and so does new capture code on the Python side
+    for mod in (_cap, _hs):
+        try:
+            h.update(Path(mod.__file__).read_bytes())
+        except OSError:
+            pass
     h.update(json.dumps([str(prog), list(argv), dict(defines), list(include_dirs)], sort_keys=True).encode())
     return h.hexdigest()[:24]
 
@@ -411,6 +417,21 @@ def _launches_for(capture: Capture | None, kernel: str) -> list[LaunchRecord]:
         (rest if key in seen else first).append(ln)
         seen.add(key)
     return (first + rest)[:MAX_CHECKED_LAUNCHES]
+
+
+def _why_no_launch(capture: Capture | None, kernel: str) -> str | None:
+    """Why a kernel has no captured launch to be checked on, in the user's words."""
+    if capture is None:
+        return None
+    mine = capture.launches_of(kernel)
+    big = [ln for ln in mine if ln.too_large]
+    if big:
+        return (f"the program launched it {len(mine)} time(s), each with more data than the capture records "
+                f"(its byte budget): run the program at smaller sizes (-D NAME=VALUE or --arg) to check it on them")
+    failed = [ln for ln in mine if ln.sim_error]
+    if failed:
+        return f"its launches stopped in the simulator ({failed[0].sim_error})"
+    return "the program never launched it" if capture.status != "failed" else "its program did not run"
 
 
 def int_defines(preamble: list[str], given: dict[str, str]) -> dict[str, int]:
@@ -433,8 +454,7 @@ def _check_kernel(v: KernelVerdict, tr, source: str, k, p: Path, capture: Captur
         v.workload = "captured"
         res = check_captured(tr.module_text, source, k, p, capture, launches, include_dirs)
     else:
-        why_none = "the program never launched it" if capture is not None and capture.status != "failed" \
-            else ("its program did not run" if capture is not None else None)
+        why_none = _why_no_launch(capture, k.name)
         res = check_inferred(tr.module_text, source, k, p, define_ints, include_dirs)
         v.workload = "inferred" if res.launches else "none"
         if not res.launches and why_none:

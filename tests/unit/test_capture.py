@@ -275,27 +275,26 @@ def test_cublas_call_is_stubbed_and_the_program_goes_on(tmp_path):
     assert cap.kernels() == ["twice"]
 
 
-def test_texture_is_refused_naming_its_line(tmp_path):
-    src = write(tmp_path, "tex.cu", TEX := """
-        __global__ void k(cudaTextureObject_t t, float* o) { o[threadIdx.x] = tex1Dfetch<float>(t, threadIdx.x); }
+def test_a_gpu_only_feature_is_refused_naming_its_line(tmp_path):
+    """What the CPU runtime cannot do (inter-process memory) stops the program at that call, naming it and its
+    line; the launches made before it are kept."""
+    src = write(tmp_path, "ipc.cu", IPC := """
         __global__ void z(float* o) { o[threadIdx.x] = 0; }
         int main() {
           float* d;
           cudaMalloc(&d, 128);
           z<<<1, 32>>>(d);
-          cudaResourceDesc r = {};
-          cudaTextureDesc td = {};
-          cudaTextureObject_t t;
-          cudaCreateTextureObject(&t, &r, &td, nullptr);
-          k<<<1, 32>>>(t, d);
+          cudaIpcMemHandle_t h;
+          cudaIpcGetMemHandle(&h, d);
+          z<<<1, 32>>>(d);
         }
     """)
     cap = capture_program(src)
-    assert cap.status == "partial" and cap.kernels() == ["z"]
+    assert cap.status == "partial" and cap.kernels() == ["z"] and len(cap.launches) == 1
     (note,) = [n for n in cap.notes if n.kind == "gpu_only"]
-    line = line_of(TEX, "cudaCreateTextureObject(")
-    assert "cudaCreateTextureObject" in note.message and note.line == line
-    assert cap.error.startswith(f"tex.cu:{line}:")
+    line = line_of(IPC, "cudaIpcGetMemHandle(")
+    assert "cudaIpcGetMemHandle" in note.message and note.line == line
+    assert cap.error.startswith(f"ipc.cu:{line}:")
 
 
 def test_endless_program_stops_at_the_budget_keeping_launches(tmp_path):
