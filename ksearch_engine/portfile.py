@@ -221,11 +221,47 @@ def program_prefix(prog: Path | None, target: Path) -> str:
         text = prog.read_text(errors="replace")
     except OSError:
         return ""
-    m = re.search(r'^[ \t]*#\s*include\s*["<][^">]*\b' + re.escape(target.name) + r'[">]', text, re.M)
-    if not m:
-        return ""
-    prefix = text[:m.start()]
+    m = _include_of(target).search(text)
+    prefix = text[:m.start()] if m else _chain_prefix(prog, target)
+    if prefix is None:
+        # a unit of its own program includes the file (hybridsort's bucketsort.cu #includes bucketsort_kernel.cu
+        # after bucketsort.cuh, and main.cu calls into it): that unit's text before the #include
+        prefix = next((t[:mm.start()] for x, t in _includers(target) if x.suffix in _SOURCE_EXT
+                       for mm in [_include_of(target).search(t)]), "")
     return prefix + "#endif\n" * _open_conditionals(prefix)
+
+
+def _include_of(target: Path):
+    return re.compile(r'^[ \t]*#\s*include\s*["<][^">]*\b' + re.escape(target.name) + r'[">]', re.M)
+
+
+def _includers(target: Path) -> list[tuple[Path, str]]:
+    """(file, text) of the files next to `target` that #include it."""
+    try:
+        files = sorted(c for c in target.parent.iterdir() if c.is_file() and c != target
+                       and c.suffix in _SOURCE_EXT + (".h", ".cuh", ".hpp", ".inl"))
+    except OSError:
+        return []
+    inc = _include_of(target)
+    return [(c, t) for c in files for t in [_read(c)] if inc.search(t)]
+
+
+def _chain_prefix(prog: Path, target: Path, depth: int = 0, seen: tuple = ()) -> str | None:
+    """What `target`'s kernels see first when `prog` includes it through other files (myocyte's main.cu includes
+    define.c, then work_2.cu, which includes solver_2.cu): each includer's text before its #include, outermost
+    first; None when `prog` does not reach `target` that way."""
+    if depth > 3:
+        return None
+    for x, t in _includers(target):
+        if x == prog or x in seen:
+            continue
+        mm = _include_of(target).search(t)
+        top = _read(prog)
+        m = _include_of(x).search(top)
+        up = top[:m.start()] if m else _chain_prefix(prog, x, depth + 1, seen + (target,))
+        if up is not None:
+            return up + f'\n#line 1 "{x.name}"\n' + t[:mm.start()]
+    return None
 
 
 def _open_conditionals(text: str) -> int:
@@ -286,6 +322,8 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     prefix = program_prefix(find_program(p), p)
     if prefix:   # a kernel file included by its program sees the program's #defines and types first
         parsed.preamble = find_kernels(prefix, str(p)).preamble + parsed.preamble
+        from .translate.headers import prefix_helpers   # and its __device__ helpers (myocyte's solver_2)
+        parsed.helpers = prefix_helpers(prefix, include_dirs, parsed.helpers)
         source = with_program_prefix(p, source)
     from .translate.headers import header_preamble   # the local headers' macros and types reach both ports
     parsed.preamble = [e for e in header_preamble(source, include_dirs) if e not in parsed.preamble] + parsed.preamble

@@ -34,12 +34,74 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
         except OSError:
             continue
         out += header_preamble(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1)
-        out += find_kernels(inner, "header.cuh").preamble
+        out += with_aggregates(find_kernels(inner, "header.cuh").preamble, inner)
     unique: list[str] = []
     for e in out:
         if e not in unique:
             unique.append(e)
     return unique
+
+
+_AGGREGATE = re.compile(r"^[ \t]*(?:typedef\s+)?(?:struct|union|enum(?:\s+class)?)\b[^;{}()=]*\{", re.M)
+
+
+def _aggregate_names(entry: str) -> set[str]:
+    from .analysis import _entry_name
+    out = {_entry_name(entry)} - {None}
+    m = re.search(r"\}\s*([A-Za-z_]\w*)\s*;?\s*$", entry)
+    if m:
+        out.add(m.group(1))
+    return out
+
+
+def file_aggregates(text: str) -> list[tuple[int, str]]:
+    """(offset, text) of every file-scope struct/union/enum definition of `text` (`union P { struct __align__(8)
+    {...}; unsigned h; };`, `typedef struct {...} T;`): found by braces, whatever the C++ parser made of them."""
+    from ..sim.preprocess import mask_comments
+
+    code = mask_comments(text)
+    out: list[tuple[int, str]] = []
+    depth, last = 0, 0
+    for m in _AGGREGATE.finditer(code):
+        if m.start() < last:
+            continue
+        depth += code.count("{", last, m.start()) - code.count("}", last, m.start())
+        last = m.start()
+        if depth != 0:
+            continue
+        i, d = m.end() - 1, 0
+        while i < len(code):
+            d += (code[i] == "{") - (code[i] == "}")
+            if d == 0:
+                break
+            i += 1
+        tail = re.compile(r"[ \t]*(?:[A-Za-z_]\w*[ \t]*)?;").match(code, i + 1)
+        if i >= len(code) or tail is None:
+            continue
+        out.append((m.start(), text[m.start():tail.end()].strip()))
+        last = tail.end()
+    return out
+
+
+def with_aggregates(preamble: list[str], text: str) -> list[str]:
+    """`preamble` (the parser's file-scope entries of `text`) with the struct/union/enum definitions of `text` it
+    missed (a union holding an `__align__` struct parses as an error), each at its place in the file: a kernel
+    declaring `PackedShorts sh0;` gets `union PackedShorts {...};` in both ports' headers."""
+    have: set[str] = set()
+    for e in preamble:
+        have |= _aggregate_names(e)
+    missing = [(pos, e) for pos, e in file_aggregates(text) if not (_aggregate_names(e) & have) and e not in preamble]
+    if not missing:
+        return preamble
+    placed: list[tuple[int, int, str]] = []
+    cursor = 0
+    for n, e in enumerate(preamble):   # entries found in `text` keep their offsets; others stay in front
+        at = text.find(e.strip(), cursor)
+        if at >= 0:
+            cursor = at
+        placed.append((at if at >= 0 else -1, n, e))
+    placed += [(pos, len(preamble) + n, e) for n, (pos, e) in enumerate(missing)]
+    return [e for _, _, e in sorted(placed, key=lambda t: (t[0], t[1]))]
 
 
 _WRAPPED_QUALIFIERS = re.compile(
@@ -84,6 +146,24 @@ def header_helpers(text: str, include_dirs, _seen: set | None = None, _depth: in
         name = name if name.endswith((".cu", ".cuh")) else name + ".cuh"
         out += [h for h in find_kernels(_unwrap_qualifiers(inner), name).helpers if h.language == "cuda"]
     return out
+
+
+def prefix_helpers(prefix: str, include_dirs, helpers: list) -> list:
+    """`helpers` (a file's own) after the `__device__` helpers its program defines or includes before including
+    the file (`prefix`): those the file does not define itself, in the program's order."""
+    from ..source import find_kernels
+
+    try:
+        extra = header_helpers(prefix, list(include_dirs))
+        extra += [h for h in find_kernels(_unwrap_qualifiers(prefix), "prefix.cu").helpers if h.language == "cuda"]
+    except Exception:   # a program text that cannot be parsed gives no helpers
+        return list(helpers)
+    names = {h.name for h in helpers}
+    out = []
+    for h in extra:
+        if h.name not in names and not any(h.text == o.text for o in out):
+            out.append(h)
+    return out + list(helpers)
 
 
 def type_aliases(preamble: list[str]) -> dict[str, str]:

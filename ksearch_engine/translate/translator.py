@@ -131,7 +131,11 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         k = parse_result.kernel(kernel_name) or k
     except TextureError as e:
         issues.append(Issue(construct=e.construct, line=e.line, severity="error", message=e.message))
-    from .headers import resolve_param_types, type_aliases
+    from .headers import resolve_param_types, type_aliases, with_aggregates
+    full = with_aggregates(parse_result.preamble, parse_result.source)   # unions the parser missed
+    if full is not parse_result.preamble:
+        parse_result = parse_result.model_copy(update={"preamble": full})
+        k = parse_result.kernel(kernel_name) or k
     resolve_param_types(k, type_aliases(parse_result.preamble))   # `fp d_lambda` with #define fp float
     line0 = k.range.start.line
     source_bytes = parse_result.source.encode()
