@@ -101,15 +101,48 @@ def check_inferred(module_text: str, source: str, k, path: Path, define_ints: di
         if (not targs or any(t is None for t in targs)) and not any(g.template_args for g in geoms):
             return KernelCheck(reason="a template kernel that no launch instantiates: run its program, or give the "
                                       "template arguments in a task file")
+    preamble, sources = file_scope(source, path, include_dirs)
     try:
         rec, args = infer_launch(source, k, define_ints, filename=path.name, template_args=targs,
-                                 include_dirs=include_dirs, geometries=geoms)
+                                 include_dirs=include_dirs, geometries=geoms, preamble=preamble, sources=sources)
     except InferError as e:
         return KernelCheck(reason=str(e))
     except Exception as e:  # the simulator's own failures name the line; anything else is ours
         return KernelCheck(reason=f"no workload could be found ({str(e)[:300]})")
     return _run_checks(module_text, source, k, path, [(rec, {n: (v.copy() if isinstance(v, np.ndarray) else v)
                                                              for n, v in args.items()}, {})], include_dirs)
+
+
+def file_scope(source: str, path: Path, include_dirs=()) -> tuple[list[str], list[tuple[str, str]]]:
+    """(file-scope declarations the kernels see: the file's, its program prefix's and its local headers',
+    [(file name, text)] they come from) -- the typedefs and structs a workload's buffers are laid out by."""
+    import re
+
+    from .source import find_kernels
+    from .translate.headers import header_preamble
+
+    try:
+        preamble = list(find_kernels(source, str(path)).preamble)
+        preamble = [e for e in header_preamble(source, list(include_dirs)) if e not in preamble] + preamble
+    except Exception:   # a reading this module does not follow: scalars and built-in types still apply
+        return [], [(path.name, source)]
+    first = path.name
+    if '#line 1 "' in source:   # a program's text before the file (portfile.with_program_prefix)
+        from .portfile import find_program
+        prog = find_program(path)
+        first = prog.name if prog else ""
+    sources = [(first, source)]
+    dirs = [path.parent] + [Path(d) for d in include_dirs]
+    for inc in dict.fromkeys(re.findall(r'^[ \t]*#\s*include\s*"([^"]+)"', source, re.M)):
+        for d in dirs:
+            f = d / inc
+            if f.is_file():
+                try:
+                    sources.append((f.name, f.read_text(errors="replace")))
+                except OSError:
+                    pass
+                break
+    return preamble, sources
 
 
 def source_geometries(k, path: Path, define_ints: dict[str, int]) -> list:

@@ -23,15 +23,71 @@ class InferError(Exception):
     """No workload could be found; the message says why in the user's terms."""
 
 
-def pointee(ctype: str) -> tuple[str, int] | None:
-    """(numpy dtype name, elements per C element) of a pointer parameter's base type; None for structs."""
-    from .translate.launch import ELEM_BYTES, POINTEE, norm_type
+def pointee(ctype: str, preamble: list[str] | None = None, subst: dict[str, str] | None = None) \
+        -> tuple[str, int] | None:
+    """(numpy dtype name, elements per C element) of a pointer parameter's base type, following scalar typedefs
+    (`typedef float fp;`) and template parameters (`subst`: T -> float); None for structs."""
+    from .translate.launch import ELEM_BYTES, POINTEE
+    from .translate.layout import resolve_scalar
 
-    base = norm_type(ctype)
-    if base not in POINTEE:
+    base = resolve_scalar(ctype, preamble or [], subst)
+    if base is None:
         return None
     dt, size = POINTEE[base]
     return ("uint16" if dt == "bfloat16" else dt), max(1, size // ELEM_BYTES[dt])
+
+
+def _struct_of(p, preamble, subst, defines, sources):
+    """The StructLayout of a struct parameter's type (pointer or by value); InferError(final) where none."""
+    from .translate.layout import LayoutError, resolve_type, struct_layout
+
+    base = resolve_type(p.type, preamble, subst)
+    try:
+        return struct_layout(base, preamble, defines, source=sources)
+    except LayoutError as e:
+        how = f"parameter '{p.name}' points to {base}" if p.pointer else \
+            f"parameter '{p.name}' is a struct {base} passed by value"
+        if e.kind == "pointer":
+            why = (f"not verified: {e}: a linked structure; its pointers need the program that builds it "
+                   f"(run the file's main(), or write a task file)")
+        elif e.kind == "double":
+            why = (f"not verified: {e}: both ports compute doubles as float (MLX GPU arrays have no float64, Metal "
+                   f"no double), so its layout differs from the original's; check it on the real program")
+        else:
+            why = f"{how}: {e}: a workload for it needs the program that fills it (run the file's main(), or " \
+                  f"write a task file)"
+        err = InferError(why)
+        err.final = True
+        raise err from None
+
+
+def _fill_struct(dt: np.dtype, n: int, rng, int_value=None) -> np.ndarray:
+    """`n` structs of layout `dt`, field by field: floats in [0, 1), bools 0/1, integers small and non-negative
+    (they are often indices and counts), or `int_value` for every integer field where given (a by-value struct's
+    sizes, like a scalar's)."""
+    out = np.zeros(n, dtype=dt)
+
+    def fill(view, d):
+        if d.names:
+            for name in d.names:
+                fill(view[name], d.fields[name][0])
+            return
+        base = d.base if d.subdtype else d
+        if base.names:
+            for name in base.names:
+                fill(view[name], base.fields[name][0])
+            return
+        if base.kind == "f":
+            view[...] = rng.uniform(0.0, 1.0, view.shape).astype(base)
+        elif base.kind == "b":
+            view[...] = rng.integers(0, 2, view.shape).astype(bool)
+        elif int_value is not None:
+            view[...] = min(int_value, int(np.iinfo(base).max))
+        else:
+            view[...] = rng.integers(0, 16, view.shape).astype(base)
+
+    fill(out, dt)
+    return out
 
 
 def _eval_int(expr: str | None, env: dict[str, int]) -> tuple[int, ...] | None:
@@ -94,13 +150,15 @@ def _candidates(k, defines, geometries, template_args):
 
 def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, template_args=None,
                  max_tries: int = 12, timeout_s: float = 20.0, include_dirs=(),
-                 geometries=None) -> tuple[LaunchRecord, dict]:
+                 geometries=None, preamble: list[str] | None = None, sources=None) -> tuple[LaunchRecord, dict]:
     """A launch of `k` that runs in the simulator without faults: (its record, {param: numpy array or number}).
 
     `geometries` (launchsites.Geometry, best first) are the launches the source describes; each is tried in
     turn, and the made-up one only where none of them runs. An original that races under the geometry its
     source gives is not moved to another: InferError says so. Raises InferError when the kernel keeps faulting,
-    hangs, or takes a parameter no workload can be made for.
+    hangs, or takes a parameter no workload can be made for. `preamble` (the file's file-scope declarations) gives
+    the typedefs and structs parameters name: a struct buffer is made as a numpy structured array with the
+    struct's C layout (translate.layout), a struct passed by value as its bytes.
     """
     cands = _candidates(k, defines, geometries, template_args)
     if not cands:
@@ -115,7 +173,8 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
         try:
             rec, args = _infer_one(source, k, grid, block, smem, targs, scalars, filename=filename,
                                    max_tries=max_tries, timeout_s=timeout_s, include_dirs=include_dirs,
-                                   race_check=from_source and more)
+                                   race_check=from_source and more, preamble=preamble or [], defines=defines,
+                                   sources=sources or [(filename, source)])
         except InferError as e:
             where = f" under {origin} (grid {grid}, block {block})" if origin else ""
             if getattr(e, "race", False):
@@ -136,31 +195,33 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
 
 
 def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, filename, max_tries, timeout_s,
-               include_dirs, race_check: bool) -> tuple[LaunchRecord, dict]:
+               include_dirs, race_check: bool, preamble=(), defines=None, sources=None) -> tuple[LaunchRecord, dict]:
     threads = grid[0] * block[0] * grid[1] * block[1] * grid[2] * block[2]
     side = max(grid[0] * block[0], grid[1] * block[1])
     rng = np.random.default_rng(0)
     sizes: dict[str, int] = {}
     args: dict[str, object] = {}
     records: list[ArgRecord] = []
+    preamble = list(preamble)
+    subst = {tp.name: str(a) for tp, a in zip(k.template_params, template_args or [])
+             if tp.kind == "typename" and a is not None}
+    structs: dict[str, object] = {}       # parameter -> StructLayout (a struct buffer, or a struct by value)
     for p in k.params:
+        info = pointee(p.type, preamble, subst)
         if p.pointer:
-            info = pointee(p.type)
             if info is None:
-                e = InferError(f"parameter '{p.name}' points to {p.type}: a workload for a struct buffer needs "
-                               f"the program that fills it (run the file's main(), or write a task file)")
-                e.final = True
-                raise e
-            sizes[p.name] = max(4096, threads * 4) * info[1]
-        elif pointee(p.type) is None and p.type not in ("bool",):
-            e = InferError(f"parameter '{p.name}' ({p.type}) is passed by value: give the program that launches "
-                           f"the kernel, or a task file")
-            e.final = True
-            raise e
+                structs[p.name] = _struct_of(p, preamble, subst, defines, sources)
+                sizes[p.name] = max(256, threads * 2)
+            else:
+                sizes[p.name] = max(4096, threads * 4) * info[1]
+        elif info is None:
+            structs[p.name] = _struct_of(p, preamble, subst, defines, sources)
 
     def make(p):
-        dt, lanes = pointee(p.type)
         n = sizes[p.name]
+        if p.name in structs:
+            return _fill_struct(structs[p.name].dtype, n, rng)
+        dt, lanes = pointee(p.type, preamble, subst)
         if dt.startswith("float"):
             return rng.uniform(0.0, 1.0, n).astype(dt)
         if dt == "bool":
@@ -168,7 +229,9 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
         return rng.integers(0, 16, n).astype(dt)
 
     def scalar(p):
-        dt = pointee(p.type)[0]
+        if p.name in structs:   # by value: its bytes, integer fields sized like integer scalars
+            return _fill_struct(structs[p.name].dtype, 1, rng, int_value=side)[0].tobytes()
+        dt = pointee(p.type, preamble, subst)[0]
         v = scalars.get(p.name)
         if dt.startswith("float"):
             return float(v) if isinstance(v, (int, float)) else 0.5
@@ -199,7 +262,8 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
                 err.final = e.kind in ("timeout",)
                 raise err from None
             sizes[m.group(1)] *= 4
-            if sizes[m.group(1)] * 8 > MAX_BUFFER_BYTES:
+            elem = structs[m.group(1)].dtype.itemsize if m.group(1) in structs else 8
+            if sizes[m.group(1)] * elem > MAX_BUFFER_BYTES:
                 raise InferError(f"'{m.group(1)}' keeps growing past {MAX_BUFFER_BYTES >> 20} MB on a made-up "
                                  f"workload: give the program that launches the kernel") from None
     else:
@@ -216,10 +280,15 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
             raise err from None
     for p in k.params:
         v = args[p.name]
-        if p.pointer:
-            dt, lanes = pointee(p.type)
+        if p.pointer and p.name in structs:
+            records.append(ArgRecord(name=p.name, ctype=p.text or p.type, kind="buffer", dtype="uint8",
+                                     elem_bytes=v.dtype.itemsize, nbytes=v.nbytes))
+        elif p.pointer:
+            dt, lanes = pointee(p.type, preamble, subst)
             records.append(ArgRecord(name=p.name, ctype=p.text or p.type, kind="buffer", dtype=dt,
                                      elem_bytes=np.dtype(dt).itemsize * lanes, nbytes=v.nbytes))
+        elif p.name in structs:
+            records.append(ArgRecord(name=p.name, ctype=p.text or p.type, kind="struct", raw_hex=v.hex()))
         else:
             records.append(ArgRecord(name=p.name, ctype=p.text or p.type, kind="scalar", value=v))
     rec = LaunchRecord(index=0, kernel=k.name, template_args=list(template_args or []), grid=grid, block=block,

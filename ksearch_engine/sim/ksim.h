@@ -1507,6 +1507,10 @@ KSIM_METAL_PACKED(float, float)
 KSIM_METAL_PACKED(half, _Float16)
 KSIM_METAL_PACKED(int, int)
 KSIM_METAL_PACKED(uint, unsigned)
+KSIM_METAL_PACKED(short, short)
+KSIM_METAL_PACKED(ushort, unsigned short)
+KSIM_METAL_PACKED(char, signed char)
+KSIM_METAL_PACKED(uchar, unsigned char)
 
 namespace metal {
 template <class T, int N> using vec = ksim::vec<T, N>;  // MSL's generic spelling: vec<float, 4>

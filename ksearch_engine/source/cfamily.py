@@ -366,7 +366,20 @@ class _FileScan:
 
     def preamble(self, root) -> list[str]:
         out = []
+        skip_to = -1
         for c in _unguarded(root.children, self.orig):
+            if c.start_byte < skip_to:
+                continue
+            if c.type == "ERROR" and re.fullmatch(rb"\s*typedef\s+(?:struct|union)\s+(?:__align__|alignas)\s*\(\s*\d+\s*\)\s*",
+                                                  self.orig[c.start_byte:c.end_byte]):
+                # `typedef struct __align__(16) {...} Name;` parses as an ERROR, a block and a statement
+                m = re.compile(rb"\{").search(self.orig, c.end_byte)
+                end = _brace_end(self.orig, m.start())[0] if m else -1
+                tail = re.compile(rb"\s*(\w+)\s*;").match(self.orig, end) if end > 0 else None
+                if tail:
+                    out.append(self.orig[c.start_byte:tail.end()].decode("utf-8", "replace"))
+                    skip_to = tail.end()
+                continue
             if c.type in ("preproc_def", "preproc_function_def"):
                 out.append(text(c, self.orig).rstrip())
             elif c.type in ("preproc_if", "preproc_ifdef") and _only_directives(text(c, self.orig)):

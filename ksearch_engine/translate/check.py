@@ -58,8 +58,16 @@ def compare(name: str, got: np.ndarray, expected: np.ndarray, dtype: str | None 
     them), else one line naming the buffer, the first bad index, got and expected."""
     g = np.asarray(got).reshape(-1)
     e = np.asarray(expected).reshape(-1)
+    if e.dtype.names and g.dtype != e.dtype and g.nbytes == e.nbytes:   # the same structs, as bytes
+        g = np.ascontiguousarray(g).view(np.uint8).view(e.dtype)
     if g.shape != e.shape:
         return f"buffer '{name}': {g.size} elements came back, expected {e.size}"
+    if e.dtype.names:   # a buffer of structs: field by field, each with its own type's tolerance
+        for f in e.dtype.names:
+            problem = compare(f"{name}' field '{f}", g[f], e[f])
+            if problem:
+                return problem
+        return None
     if dtype == "bfloat16" or (e.dtype == np.uint16 and dtype == "bfloat16"):
         from ..sim.runtime import bf16_bits_to_f32
         g, e = bf16_bits_to_f32(g.astype(np.uint16)), bf16_bits_to_f32(e.astype(np.uint16))
@@ -101,6 +109,8 @@ def _to_mx(value: np.ndarray, dtype: str | None):
     import mlx.core as mx
 
     a = np.ascontiguousarray(value).reshape(-1)
+    if a.dtype.names:   # structs: launch() takes their bytes (the kernel casts them to its struct type)
+        return mx.array(a.view(np.uint8))
     if dtype == "bfloat16" and a.dtype == np.uint16:
         return mx.array(a).view(mx.bfloat16)
     return mx.array(a)
@@ -112,6 +122,8 @@ def _from_mx(value, dtype: str | None, like: np.ndarray) -> np.ndarray:
     if value.dtype == mx.bfloat16:
         return np.array(value.view(mx.uint16)).reshape(like.shape) if like.dtype == np.uint16 \
             else np.array(value.astype(mx.float32)).reshape(like.shape)
+    if like.dtype.names:   # structs went as bytes: back to the struct layout
+        return np.ascontiguousarray(np.array(value)).view(np.uint8).view(like.dtype).reshape(like.shape)
     return np.array(value).reshape(like.shape)
 
 

@@ -30,6 +30,8 @@ POINTEE = {
     "long": ("int64", 8), "long long": ("int64", 8), "long int": ("int64", 8), "int64_t": ("int64", 8),
     "unsigned long": ("uint64", 8), "unsigned long long": ("uint64", 8), "uint64_t": ("uint64", 8),
     "size_t": ("uint64", 8),
+    "short int": ("int16", 2), "unsigned short int": ("uint16", 2), "unsigned long int": ("uint64", 8),
+    "long long int": ("int64", 8), "unsigned long long int": ("uint64", 8),
     "float2": ("float32", 8), "float3": ("float32", 12), "float4": ("float32", 16),
     "int2": ("int32", 8), "int3": ("int32", 12), "int4": ("int32", 16),
     "uint2": ("uint32", 8), "uint3": ("uint32", 12), "uint4": ("uint32", 16),

@@ -225,7 +225,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         + preamble
     if preamble:
         pre = Rewriter(table, line_offset=0, context=ctx)
-        header_parts.append(pre.rewrite_snippet(_metal_align("\n".join(preamble))))
+        header_parts.append(_metal_packed_fields(pre.rewrite_snippet(_metal_align("\n".join(preamble)))))
         rw.applied += [a for a in pre.applied if a not in rw.applied]
     for h in helpers:
         hr = Rewriter(table, line_offset=h.range.start.line, context=ctx)
@@ -279,7 +279,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     launch_issues = list(lrw.issues)
     if preamble:
         lpre = Rewriter(table, line_offset=0, context=lctx)
-        lheader_parts.append(lpre.rewrite_snippet(_metal_align("\n".join(preamble))))
+        lheader_parts.append(_metal_packed_fields(lpre.rewrite_snippet(_metal_align("\n".join(preamble)))))
         launch_issues += lpre.issues
     for h in helpers:
         lhr = Rewriter(table, line_offset=h.range.start.line, context=lctx)
@@ -471,6 +471,28 @@ def _metal_align(text: str) -> str:
     """CUDA's __align__(n) is C++'s alignas(n) in Metal."""
     import re
     return re.sub(r"\b__align__\s*\(", "alignas(", text)
+
+
+_VEC3 = r"\b((?:u?char|u?short|u?int|uint|float|half))3\b"
+
+
+def _metal_packed_fields(text: str) -> str:
+    """3-vector fields of structs as Metal's packed_T3: CUDA's float3 is 12 bytes aligned to 4, Metal's 16 aligned
+    to 16, so a struct holding one would have another layout in the Metal port than in the buffer it is given."""
+    import re
+    out, last = [], 0
+    for m in re.finditer(r"\b(?:struct|union)\b[^;{}()]*\{", text):
+        if m.start() < last:
+            continue
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        out.append(text[last:m.end()])
+        out.append(re.sub(_VEC3 + r"(?=\s+[A-Za-z_])", lambda v: f"packed_{v.group(1)}3", text[m.end():i]))
+        last = i
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _replace_word(text: str, word: str, value: str) -> str:

@@ -1,0 +1,226 @@
+"""C layouts of the types a kernel's parameters name: scalar typedefs and structs of scalars, as nvcc lays them out.
+
+The one home of "what does this C type look like in memory" beyond launch.POINTEE (the built-in scalar and vector
+types, whose sizes it holds) and headers.type_aliases (what a scalar typedef/#define/using stands for): the
+alignment of those types and the offsets of a struct's fields (C rules: each field at a multiple of its alignment, the struct's size a
+multiple of its largest alignment, `__align__(n)`/`alignas(n)` raising it; pointers 8 bytes, `long` 8 bytes as on
+64-bit Linux). A layout comes back as a numpy structured dtype, so that a buffer of such structs is a numpy array
+whose bytes are the struct's, field by field.
+
+    resolve_scalar("fp", preamble)          -> "float"   (typedef float fp; / #define fp float)
+    struct_layout("Node", preamble, defs)   -> StructLayout(dtype=[('starting','<i4'),('no_of_edges','<i4')], ...)
+
+A struct this module cannot lay out (a field of an unknown type, a pointer field, an array bound that is not a
+constant) raises LayoutError naming the struct, the field and, where the source is given, its line.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .launch import ELEM_BYTES, POINTEE, norm_type, struct_body
+
+POINTER_BYTES = 8
+
+
+class LayoutError(Exception):
+    """A type whose layout is not computed here; `kind` says why ("pointer", "double", "unknown")."""
+
+    def __init__(self, message: str, kind: str = "unknown", struct: str = "", field_name: str = "",
+                 line: int | None = None):
+        super().__init__(message)
+        self.kind, self.struct, self.field_name, self.line = kind, struct, field_name, line
+
+
+def scalar_align(ctype: str) -> int:
+    """alignof a built-in scalar or vector type of POINTEE (float3: 4, float4: 16, double2: 16)."""
+    dt, size = POINTEE[ctype]
+    return size if size & (size - 1) == 0 else ELEM_BYTES[dt]
+
+
+def resolve_type(ctype: str, preamble: list[str], subst: dict[str, str] | None = None) -> str:
+    """`ctype` (qualifiers dropped) with template parameters (`subst`) and scalar aliases (headers.type_aliases:
+    typedef, using, #define) followed to their end."""
+    from .headers import type_aliases
+
+    aliases = type_aliases(preamble)
+    t = norm_type(ctype)
+    for _ in range(8):
+        if subst and t in subst and norm_type(subst[t]) != t:
+            t = norm_type(subst[t])
+        elif t in aliases:
+            t = aliases[t]
+        else:
+            break
+    return t
+
+
+def resolve_scalar(ctype: str, preamble: list[str], subst: dict[str, str] | None = None) -> str | None:
+    """The built-in scalar/vector type (a POINTEE key) `ctype` stands for, else None (a struct, unknown)."""
+    t = resolve_type(ctype, preamble, subst)
+    return t if t in POINTEE else None
+
+
+@dataclass
+class StructLayout:
+    name: str
+    dtype: np.dtype                                   # numpy structured dtype: names, offsets, itemsize
+    align: int = 1                                    # alignof the struct
+    fields: list[tuple[str, str, int]] = field(default_factory=list)   # (name, scalar C type, count), in order
+
+
+def _dims(decl: str, defines: dict[str, int]) -> int | None:
+    n = 1
+    for dim in re.findall(r"\[([^\]]*)\]", decl):
+        expr = dim.strip()
+        for name, v in sorted(defines.items(), key=lambda kv: -len(kv[0])):
+            expr = re.sub(rf"\b{re.escape(name)}\b", str(v), expr)
+        if not re.fullmatch(r"[\d\s+\-*/()]+", expr):
+            return None
+        try:
+            k = int(eval(expr.replace("/", "//"), {"__builtins__": {}}))
+        except Exception:
+            return None
+        if k <= 0:
+            return None
+        n *= k
+    return n
+
+
+def _line_of(sources, struct: str, fname: str) -> str | None:
+    """Where field `fname` of struct `struct` is declared: "file line N", from `sources` ([(file name, text)]
+    or one text); None where no source has it. A `#line N "file"` above it renumbers, as in the compiler."""
+    if isinstance(sources, str):
+        sources = [("", sources)]
+    for fname_src, source in sources or []:
+        for m in re.finditer(r"\b(?:struct|class)\b[^;{}]*?\{", source):
+            depth, i = 1, m.end()
+            while i < len(source) and depth:
+                depth += {"{": 1, "}": -1}.get(source[i], 0)
+                i += 1
+            if not re.search(rf"\b{re.escape(struct)}\b", source[m.start():m.end()] + source[i:i + 80]):
+                continue
+            f = re.search(rf"\b{re.escape(fname)}\b", source[m.end():i])
+            if not f:
+                continue
+            pos = m.end() + f.start()
+            line, where = source.count("\n", 0, pos) + 1, fname_src
+            marks = list(re.finditer(r'^[ \t]*#\s*line\s+(\d+)(?:\s+"([^"]*)")?', source[:pos], re.M))
+            if marks:
+                line = int(marks[-1].group(1)) + source.count("\n", marks[-1].end(), pos) - 1
+                where = marks[-1].group(2) or where
+            return f"{where} line {line}" if where else f"line {line}"
+    return None
+
+
+def _split_fields(body: str) -> list[str]:
+    """Top-level `;`-separated declarations of a struct body (nested struct bodies kept whole)."""
+    body = re.sub(r"/\*.*?\*/|//[^\n]*", " ", body, flags=re.S)
+    body = re.sub(r"^[ \t]*#.*$", " ", body, flags=re.M)
+    out, depth, cur = [], 0, []
+    for ch in body:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        if ch == ";" and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return [f for f in out if f]
+
+
+def _explicit_align(name: str, preamble: list[str]) -> int:
+    for entry in preamble:
+        m = re.search(rf"\b(?:struct|class)\s+(?:__align__|alignas)\s*\(\s*(\d+)\s*\)\s*(\w+)?\s*\{{", entry)
+        if not m:
+            continue
+        if m.group(2) == name or re.search(rf"\}}\s*{re.escape(name)}\s*;", entry):
+            return int(m.group(1))
+    return 1
+
+
+def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None = None, *,
+                  source=None, _depth: int = 0) -> StructLayout:
+    """The layout of struct `name` (a file-scope definition in `preamble`); raises LayoutError. `source` (a text,
+    or [(file name, text)]) only places a field for the messages."""
+    defines = defines or {}
+    body = struct_body(name, preamble)
+    if body is None:
+        raise LayoutError(f"the definition of {name} is not in the file or its local headers", struct=name)
+    names, formats, offsets, fields = [], [], [], []
+    off, align = 0, _explicit_align(name, preamble)
+    for decl in _split_fields(body):
+        d = " ".join(decl.split())
+        d = re.sub(r"\b(?:__align__|alignas)\s*\(\s*\d+\s*\)", "", d).strip()
+        if re.match(r"(?:static|typedef|template|using|friend)\b", d) or "(" in d:
+            continue   # not a data member (a method, a static, a nested type)
+        first, *rest = d.split(",")
+        m = re.fullmatch(r"(.*?[\w>])\s*(\**)\s*(\w+\s*(?:\[[^\]]*\]\s*)*)", first.strip())
+        if not m or not m.group(1).strip():
+            raise LayoutError(f"struct {name}: the field '{d}' is not read here", struct=name)
+        decls = [m.group(3)] + [r.strip() for r in rest]
+        m = (m.group(1), m.group(2))
+        for k, one in enumerate(decls):
+            stars = (m[1] if k == 0 else "") + "*" * one.count("*")
+            fname = re.match(r"\s*\**\s*(\w+)", one)
+            fname = fname.group(1) if fname else "?"
+            line = _line_of(source, name, fname)
+            count = _dims(one, defines)
+            if count is None:
+                raise LayoutError(f"struct {name} has an array field '{fname}' whose size is not a constant here",
+                                  struct=name, field_name=fname, line=line)
+            if stars:
+                raise LayoutError(f"struct {name} holds a pointer (field {fname}"
+                                  + (f", {line}" if line else "") + ")", kind="pointer", struct=name,
+                                  field_name=fname, line=line)
+            base = resolve_type(m[0], preamble)
+            if base in POINTEE:
+                size, al = POINTEE[base][1], scalar_align(base)
+                if base == "double" or POINTEE[base][0] == "float64":
+                    raise LayoutError(f"struct {name} holds a double (field {fname}"
+                                      + (f", {line}" if line else "") + ")", kind="double", struct=name,
+                                      field_name=fname, line=line)
+                dt, lanes = POINTEE[base][0], POINTEE[base][1] // ELEM_BYTES[POINTEE[base][0]]
+                np_dt = np.dtype("uint16" if dt == "bfloat16" else dt)
+                sub = np_dt if lanes == 1 else np.dtype((np_dt, (lanes,)))
+                fields.append((fname, base, count))
+            elif _depth < 4 and struct_body(base, preamble) is not None:
+                inner = struct_layout(base, preamble, defines, source=source, _depth=_depth + 1)
+                sub, size, al = inner.dtype, inner.dtype.itemsize, inner.align
+                fields.append((fname, base, count))
+            else:
+                raise LayoutError(f"struct {name}: the field '{fname}' has type {base}, whose layout is not known "
+                                  "here", struct=name, field_name=fname, line=line)
+            off = -(-off // al) * al
+            names.append(fname)
+            formats.append(sub if count == 1 else np.dtype((sub, (count,))))
+            offsets.append(off)
+            off += size * count
+            align = max(align, al)
+    if not names:
+        raise LayoutError(f"struct {name} has no data fields read here", struct=name)
+    size = -(-off // align) * align
+    dt = np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": size})
+    return StructLayout(name=name, dtype=dt, align=align, fields=fields)
+
+
+def struct_dtype_of(name: str, preamble: list[str], defines: dict[str, int] | None = None) -> tuple[str, int] | None:
+    """(scalar dtype, sizeof) of a struct whose fields all have one scalar type (a LatLong of two floats:
+    float32, 8), else None — the port's launch() then takes a flat array of that dtype."""
+    try:
+        lay = struct_layout(name, preamble, defines)
+    except LayoutError:
+        return None
+    kinds = {POINTEE[t][0] for _, t, _ in lay.fields if t in POINTEE}
+    if len(kinds) != 1 or len(kinds) != len({t in POINTEE for _, t, _ in lay.fields}):
+        return None
+    dt = kinds.pop()
+    if lay.dtype.itemsize % ELEM_BYTES[dt]:
+        return None
+    return dt, lay.dtype.itemsize
