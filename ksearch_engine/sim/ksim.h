@@ -1120,6 +1120,9 @@ inline int __all_sync(unsigned mask, int p) {
 template <class T> inline T __reduce_add_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a + b); }); }
 template <class T> inline T __reduce_max_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return a > b ? a : b; }); }
 template <class T> inline T __reduce_min_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return a < b ? a : b; }); }
+template <class T> inline T __reduce_and_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a & b); }); }
+template <class T> inline T __reduce_or_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a | b); }); }
+template <class T> inline T __reduce_xor_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a ^ b); }); }
 
 // Atomics (the old value is returned)
 template <class T, class U> inline T atomicAdd(T* p, U v) {

@@ -38,7 +38,7 @@ def strip_gpu_includes(text: str, dialect: str) -> str:
 
 _EXTERN_SHARED = re.compile(
     r"\bextern\s+__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)*)"
-    r"([A-Za-z_][\w:<>, ]*?[\w>])\s+((?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)*)"
+    r"([A-Za-z_](?:[\w:<>, ]*?[\w>])?)\s+((?:__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)*)"
     r"([A-Za-z_]\w*)\s*\[\s*\]\s*((?:\[[^\[\];]+\]\s*)*);"
 )
 # `extern float __shared__ smem[];`: the qualifier after the type, as some samples write it

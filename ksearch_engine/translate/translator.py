@@ -131,6 +131,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         k = parse_result.kernel(kernel_name) or k
     except TextureError as e:
         issues.append(Issue(construct=e.construct, line=e.line, severity="error", message=e.message))
+    from .sharedproxy import port_shared_proxies   # `T *s = SharedMemory<T>();` is an extern __shared__ array
+    parse_result = port_shared_proxies(parse_result, kernel_name)
+    k = parse_result.kernel(kernel_name) or k
     from .headers import resolve_param_types, type_aliases, with_aggregates
     full = with_aggregates(parse_result.preamble, parse_result.source)   # unions the parser missed
     if full is not parse_result.preamble:
