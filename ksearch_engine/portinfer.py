@@ -37,11 +37,18 @@ def pointee(ctype: str, preamble: list[str] | None = None, subst: dict[str, str]
     return ("uint16" if dt == "bfloat16" else dt), max(1, size // ELEM_BYTES[dt])
 
 
-def _struct_of(p, preamble, subst, defines, sources):
+def _struct_of(p, preamble, subst, defines, sources, k=None):
     """The StructLayout of a struct parameter's type (pointer or by value); InferError(final) where none."""
     from .translate.layout import LayoutError, resolve_type, struct_layout
 
     base = resolve_type(p.type, preamble, subst)
+    template_names = {tp.name for tp in getattr(k, "template_params", [])}
+    if base in template_names:
+        err = InferError(f"parameter '{p.name}' has the template type {base}, which no launch in the file gives a "
+                         f"concrete type (its launches pass their caller's own {base}): run its program, or give "
+                         f"the template arguments in a task file")
+        err.final = True
+        raise err
     try:
         return struct_layout(base, preamble, defines, source=sources)
     except LayoutError as e:
@@ -210,12 +217,12 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
         info = pointee(p.type, preamble, subst)
         if p.pointer:
             if info is None:
-                structs[p.name] = _struct_of(p, preamble, subst, defines, sources)
+                structs[p.name] = _struct_of(p, preamble, subst, defines, sources, k)
                 sizes[p.name] = max(256, threads * 2)
             else:
                 sizes[p.name] = max(4096, threads * 4) * info[1]
         elif info is None:
-            structs[p.name] = _struct_of(p, preamble, subst, defines, sources)
+            structs[p.name] = _struct_of(p, preamble, subst, defines, sources, k)
 
     def make(p):
         n = sizes[p.name]

@@ -86,15 +86,20 @@ def _copy(x, kind, after=None):
         threadgroup=(tg, 1, 1), output_shapes=[(n,)], output_dtypes=[x.dtype])[0]
 
 
-def _launch_object(kind, shared_mem):
-    key = ("launch", kind, shared_mem if kind == "cuda" else 0)
+def _launch_object(kind, shared_mem, type_defs=()):
+    """The launch kernel; `type_defs` [(template type, C type)]: template types that are no MLX dtype (a struct, a
+    typedef of the file's), declared in the header of an instantiation of their own."""
+    key = ("launch", kind, shared_mem if kind == "cuda" else 0, tuple(type_defs))
     if key not in _kernels:
+        extra = "".join(f"typedef {t} {n};\\n" for n, t in type_defs)
+        name = NAME + "".join("_" + "".join(c if c.isalnum() else "_" for c in t) for _, t in type_defs)
         if kind == "metal":
-            _kernels[key] = mx.fast.metal_kernel(name=NAME, input_names=LAUNCH_INPUT_NAMES, output_names=["ks_done"],
-                                                 source=LAUNCH_METAL_SOURCE, header=LAUNCH_METAL_HEADER)
+            _kernels[key] = mx.fast.metal_kernel(name=name, input_names=LAUNCH_INPUT_NAMES, output_names=["ks_done"],
+                                                 source=LAUNCH_METAL_SOURCE, header=LAUNCH_METAL_HEADER + extra)
         else:
-            _kernels[key] = mx.fast.cuda_kernel(name=NAME, input_names=LAUNCH_INPUT_NAMES, output_names=["ks_done"],
-                                                source=LAUNCH_CUDA_SOURCE, header=CUDA_HEADER, shared_memory=shared_mem)
+            _kernels[key] = mx.fast.cuda_kernel(name=name, input_names=LAUNCH_INPUT_NAMES, output_names=["ks_done"],
+                                                source=LAUNCH_CUDA_SOURCE, header=CUDA_HEADER + extra,
+                                                shared_memory=shared_mem)
     return _kernels[key]
 
 
@@ -118,6 +123,9 @@ def _template_args(template):
         text = " ".join(str(v).split())
         if t["kind"] == "typename":
             dt = _C_DTYPES.get(text.replace("const ", ""))
+            if dt is None and text.isidentifier():   # a struct or typedef of the file's
+                out.append((t["name"], ("ks_type", text)))
+                continue
             if dt is None:
                 raise TypeError(f"{NAME}: template type {t['name']} = {text} has no MLX dtype")
             out.append((t["name"], getattr(mx, dt)))
@@ -142,6 +150,8 @@ def launch(*args, grid, block, shared_mem=0, template=None):
     kind = _backend()
     grid, block = _dim3(*tuple(grid)), _dim3(*tuple(block))
     tmpl = _template_args(template)
+    type_defs = [(n, v[1]) for n, v in tmpl if isinstance(v, tuple)]
+    tmpl = [(n, v) for n, v in tmpl if not isinstance(v, tuple)]
     types = {n: v for n, v in tmpl if isinstance(v, mx.Dtype)}
     inputs, written = [], []
     for p, a in zip(PARAMS, args):
@@ -181,7 +191,7 @@ def launch(*args, grid, block, shared_mem=0, template=None):
         if written and 0 in threads:
             return {name: buf[:n].reshape(shape) for name, buf, n, shape in written}
         # nothing to return: still run it, so that a fault shows
-    done = _launch_object(kind, int(shared_mem))(
+    done = _launch_object(kind, int(shared_mem), type_defs)(
         inputs=inputs, template=tmpl, grid=threads, threadgroup=block, output_shapes=[(1,)],
         output_dtypes=[mx.uint32])[0]
     if not written:

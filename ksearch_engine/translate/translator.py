@@ -223,7 +223,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     rw = Rewriter(table, line_offset=line0, context=ctx)
     _, metal_body = rw.rewrite_function(k.text, helper=False)
     header_parts = []
-    preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers])
+    preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers]
+                                        + _instantiated_types(k, parse_result.source))
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
         + preamble
     if preamble:
@@ -468,6 +469,16 @@ def _helper_attributes(table: RuleTable, helpers: list[KernelInfo], shared_names
 def _host_functions_cached(source: bytes, preamble: tuple[str, ...]) -> dict[str, str]:
     """host_functions() once per file text: the language server translates every kernel of a file."""
     return host_functions(source, list(preamble))
+
+
+def _instantiated_types(k, source: str) -> list[str]:
+    """Type names the file passes as template arguments (`runTest<RGBA8>(...)`, `k<float><<<...>>>`), for a kernel
+    with typename parameters: launch() declares them as its template types, so both headers need their
+    definitions."""
+    import re
+    if not any(tp.kind == "typename" for tp in k.template_params):
+        return []
+    return sorted(set(re.findall(r"\b[A-Za-z_]\w*\s*<\s*([A-Za-z_]\w*)\s*(?:,[^<>;]*)?>\s*(?:\(|<<<)", source or "")))
 
 
 def _metal_align(text: str) -> str:

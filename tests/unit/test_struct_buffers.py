@@ -173,3 +173,48 @@ def test_compare_of_struct_buffers_is_field_by_field():
     bad["i"][2] = 7
     msg = compare("p", bad, want)
     assert msg is not None and "field 'i'" in msg and "[2]" in msg
+
+
+def test_template_type_that_is_a_struct_or_a_typedef_is_verified(tmp_path):
+    # launch() declares a template type MLX has no dtype for in an instantiation of its own
+    text = """
+typedef unsigned short int u16;
+typedef struct __align__(8) { unsigned int l, a; } LA;
+template <class TData> __global__ void copy(TData* out, const TData* in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i];
+}
+template <class TData> void run(TData* o, const TData* i, int n) { copy<TData><<<4, 64>>>(o, i, n); }
+void all(void* o, void* i, int n) { run<u16>((u16*)o, (u16*)i, n); run<LA>((LA*)o, (LA*)i, n); }
+"""
+    f = tmp_path / "tcopy.cu"
+    f.write_text(text)
+    from ksearch_engine.portcheck import check_inferred
+    from ksearch_engine.translate import translate_kernel
+    parsed = find_kernels(text, str(f))
+    k = parsed.kernels[0]
+    tr = translate_kernel(parsed, k.name, str(f))
+    from ksearch_engine.portinfer import infer_launch
+    from ksearch_engine.portcheck import file_scope
+    from ksearch_engine.translate.check import check_port
+    pre, srcs = file_scope(text, f)
+    for targ in ("u16", "LA"):
+        rec, args = infer_launch(text, k, {}, filename=f.name, template_args=[targ], preamble=pre, sources=srcs)
+        if targ == "LA":
+            assert args["in"].dtype.itemsize == 8 and args["in"].dtype.names == ("l", "a")
+        res = check_port(tr.module_text, text, k.name, {"args": args, "grid": rec.grid, "block": rec.block,
+                                                        "shared_mem": 0, "template_args": [targ]},
+                         filename=f.name)
+        assert res.passed, (targ, res.message)
+
+
+def test_template_type_no_launch_makes_concrete_is_named(tmp_path):
+    v = _one(tmp_path, "generic.cu", """
+template <class T> __global__ void neg(T* out, const T* in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = -in[i];
+}
+template <class T> void run(T* o, const T* i, int n) { neg<T><<<4, 64>>>(o, i, n); }
+""")
+    assert v.status == "unverified"
+    assert "template type T" in v.reason and "task file" in v.reason, v.reason
