@@ -328,6 +328,7 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     from .translate.headers import header_preamble   # the local headers' macros and types reach both ports
     parsed.preamble = [e for e in header_preamble(source, include_dirs) if e not in parsed.preamble] + parsed.preamble
     define_ints = int_defines(parsed.preamble, defines or {})
+    by_mode = _mode_captures(p, capture, chosen, argv, defines or {}, include_dirs, capture_timeout, say)
     for k in chosen:
         say(f"{k.name}: translating")
         v = KernelVerdict(kernel=k.name, line=k.range.start.line + 1, status="not_ported")
@@ -349,14 +350,63 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
         mpath = module_path_for(p, k.name, len(cuda))
         v.module_path = str(mpath)
         v.status = "unverified"
-        launches = _launches_for(capture, k.name)
+        cap_k, mode = by_mode.get(k.name, (capture, None))
+        if mode:
+            v.notes.insert(0, f"launched when its program runs with `{mode}` (the program's own option; the bare run "
+                              f"did not launch it)")
+        launches = _launches_for(cap_k, k.name)
         say(f"{k.name}: checking the port on {len(launches) or 'a found'} launch(es)")
-        _check_kernel(v, tr, source, k, p, capture, launches, define_ints, include_dirs)
+        _check_kernel(v, tr, source, k, p, cap_k, launches, define_ints, include_dirs)
         v.module_text = tr.module_text
         if write and (overwrite or not mpath.exists()):
             mpath.write_text(tr.module_text)
     report.seconds = time.monotonic() - t0
     return report
+
+
+# options a program reads to choose which kernel (or variant) to run, as NVIDIA's samples spell them with
+# helper_string.h (`getCmdLineArgumentInt(argc, argv, "kernel")`) or a plain strcmp on "-method=..."
+_OPTION_READ = re.compile(r'\bgetCmdLineArgument(?:Int|Float|String|Value)?\s*\([^;"]*"(\w+)"|"-{1,2}(\w+)=')
+_MODE_WORD = re.compile(r"(?i)^(kernel|method|mode|type|variant|version|alg\w*|impl\w*|test|which|k)$")
+MODE_VALUES = 12          # option values tried, 0..MODE_VALUES-1
+MODE_BUDGET_S = 240.0     # wall time spent on such runs per file
+
+
+def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, include_dirs, timeout,
+                   say) -> dict[str, tuple[Capture, str]]:
+    """Kernels the bare run did not launch, launched by re-running the program with its own kernel-choosing
+    option (`-kernel=N`, `-method=N`, ...) at N = 0, 1, ...: kernel -> (that capture, the option used)."""
+    if capture is None or capture.status == "failed" or argv:
+        return {}
+    missing = {k.name for k in chosen if not capture.launches_of(k.name)}
+    prog = find_program(p)
+    if not missing or prog is None:
+        return {}
+    try:
+        text = prog.read_text(errors="replace")
+    except OSError:
+        return {}
+    opts = []
+    for m in _OPTION_READ.finditer(text):
+        name = m.group(1) or m.group(2)
+        if _MODE_WORD.match(name) and name not in opts:
+            opts.append(name)
+    found: dict[str, tuple[Capture, str]] = {}
+    t0 = time.monotonic()
+    for opt in opts[:2]:
+        for n in range(MODE_VALUES):
+            if not missing or time.monotonic() - t0 > MODE_BUDGET_S:
+                return found
+            flag = f"-{opt}={n}"
+            say(f"running the program with {flag} for {', '.join(sorted(missing))}")
+            cap = _capture(p, [flag], defines, include_dirs, timeout, PortReport(file=str(p)), say)
+            if cap is None:
+                continue
+            for name in sorted(missing):
+                if _launches_for(cap, name):
+                    found[name] = (cap, flag)
+                    missing.discard(name)
+    return found
 
 
 def capture_for(p: Path, argv=(), defines=None, include_dirs=(), timeout: float = 60.0,

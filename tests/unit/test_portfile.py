@@ -156,3 +156,34 @@ def test_program_prefix_closes_the_conditionals_left_open_at_the_include(tmp_pat
     import subprocess
     r = subprocess.run(["g++", "-E", "-x", "c++", "-"], input=pre, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+MODES = r"""
+#include <cstdlib>
+#include <cstring>
+__global__ void fill_one(float* o) { o[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f; }
+__global__ void fill_idx(float* o) { int i = blockIdx.x * blockDim.x + threadIdx.x; o[i] = (float)i; }
+int main(int argc, char** argv) {
+    int which = 0;                      // -kernel=N chooses the kernel, as many sample programs do
+    for (int i = 1; i < argc; ++i)
+        if (strncmp(argv[i], "-kernel=", 8) == 0) which = atoi(argv[i] + 8);
+    float* d;
+    cudaMalloc(&d, 64 * sizeof(float));
+    if (which == 0) fill_one<<<2, 32>>>(d);
+    else if (which == 1) fill_idx<<<2, 32>>>(d);
+    cudaDeviceSynchronize();
+    return 0;
+}
+"""
+
+
+def test_a_kernel_chosen_by_the_programs_own_option_is_captured_with_it(tmp_path):
+    """The bare run launches one kernel; the other is launched by re-running the program with the option it
+    reads (-kernel=1), and its verdict says so."""
+    src = tmp_path / "modes.cu"
+    src.write_text(MODES)
+    r = port_file(src, write=False)
+    by = {k.kernel: k for k in r.kernels}
+    assert by["fill_one"].status == "verified" and by["fill_one"].workload == "captured"
+    assert by["fill_idx"].status == "verified" and by["fill_idx"].workload == "captured", by["fill_idx"].reason
+    assert any("-kernel=1" in n for n in by["fill_idx"].notes)
