@@ -62,36 +62,9 @@ def norm_type(t: str) -> str:
 
 
 def struct_dtype(name: str, preamble: list[str]) -> tuple[str, int] | None:
-    """(dtype, sizeof) of a file-scope struct whose fields all have one scalar type, else None."""
-    for entry in preamble:
-        m = re.search(r"struct\s+(?:__align__\s*\(\s*(\d+)\s*\)\s*)?(\w+)?\s*\{(.*?)\}\s*(\w+)?\s*;", entry, re.S)
-        if not m or name not in (m.group(2), m.group(4)):
-            continue
-        fields = [f.strip() for f in m.group(3).split(";") if f.strip()]
-        types, count = set(), 0
-        for f in fields:
-            fm = re.fullmatch(r"([\w\s]+?)\s+([\w\s,\[\]]+)", " ".join(f.split()))
-            if not fm:
-                return None
-            t = norm_type(fm.group(1))
-            if t not in POINTEE:
-                return None
-            dt, size = POINTEE[t]
-            types.add(dt)
-            n = 0
-            for decl in fm.group(2).split(","):
-                k = 1
-                for dim in re.findall(r"\[(\d+)\]", decl):
-                    k *= int(dim)
-                n += k
-            count += n * size // ELEM_BYTES[dt]
-        if len(types) != 1:
-            return None
-        dt = types.pop()
-        size = count * ELEM_BYTES[dt]
-        align = int(m.group(1)) if m.group(1) else ELEM_BYTES[dt]
-        return dt, -(-size // align) * align
-    return None
+    """(dtype, sizeof) of a file-scope struct whose fields all have one scalar type, else None (layout.py)."""
+    from .layout import struct_dtype_of
+    return struct_dtype_of(name, preamble)
 
 
 TEXTURE_TYPES = {"cudaTextureObject_t", "cudaSurfaceObject_t", "CUtexObject", "CUsurfObject"}
@@ -156,17 +129,19 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
             entry["dtype"] = SCALAR.get(base) if base not in template_types else None
             entry["elem_bytes"] = POINTEE[base][1] if base in POINTEE else None
             if entry["dtype"] is None and base not in template_types:
-                body = struct_body(base, preamble)
-                if body is not None and "*" not in body and "double" not in body \
-                        and not TEXTURE_TYPES & set(body.split()):
+                from .layout import by_value_problem
+                problem = by_value_problem(base, preamble)
+                if problem is None:
                     entry["dtype"], entry["struct"] = "uint8", True   # its bytes; the kernel reinterprets them
                 else:
                     why = (f"texture object '{p.name}' ({base}): Metal textures are another API that MLX kernels do "
                            "not take; port by hand") if base in TEXTURE_TYPES else \
-                        (f"parameter '{p.name}' is a struct {base} holding pointers, passed by value: its pointers "
-                         "mean nothing in another address space; pass the buffers as parameters") if body and "*" in body \
-                        else (f"parameter '{p.name}' is a struct {base} holding doubles, passed by value: Metal has "
-                              "no double, so its layout differs there; pass its fields separately") if body else \
+                        (f"parameter '{p.name}' is passed by value and {problem}: its pointers mean nothing in "
+                         "another address space; pass the buffers as parameters") if problem.kind == "pointer" \
+                        else (f"parameter '{p.name}' is passed by value and {problem}: Metal has no double, so its "
+                              "layout differs there; pass its fields separately") if problem.kind == "double" \
+                        else (f"parameter '{p.name}' is passed by value and {problem}: Metal textures are another "
+                              "API that MLX kernels do not take") if problem.kind == "texture" else \
                         (f"parameter '{p.name}' of type {base} is passed by value and its definition is not in the "
                          "file: launch() passes scalars, pointers and file-scope structs; pass its fields separately")
                     issues.append(Issue(construct=p.text or p.name, line=line0, severity="error", message=why))

@@ -135,6 +135,12 @@ def _split_fields(body: str) -> list[str]:
     return [f for f in out if f]
 
 
+def _is_enum(name: str, preamble: list[str]) -> bool:
+    n = re.escape(name.replace("enum ", "").strip())
+    return any(re.search(rf"\benum\s+(?:class\s+)?{n}\s*\{{|\benum\b[^;{{}}]*\{{[^{{}}]*\}}\s*{n}\s*;", e)
+               for e in preamble)
+
+
 def _explicit_align(name: str, preamble: list[str]) -> int:
     for entry in preamble:
         m = re.search(rf"\b(?:struct|class)\s+(?:__align__|alignas)\s*\(\s*(\d+)\s*\)\s*(\w+)?\s*\{{", entry)
@@ -180,6 +186,8 @@ def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None
                                   + (f", {line}" if line else "") + ")", kind="pointer", struct=name,
                                   field_name=fname, line=line)
             base = resolve_type(m[0], preamble)
+            if _is_enum(base, preamble):
+                base = "int"   # an enum without a fixed underlying type is an int in nvcc's layout
             if base in POINTEE:
                 size, al = POINTEE[base][1], scalar_align(base)
                 if base == "double" or POINTEE[base][0] == "float64":
@@ -211,16 +219,44 @@ def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None
 
 
 def struct_dtype_of(name: str, preamble: list[str], defines: dict[str, int] | None = None) -> tuple[str, int] | None:
-    """(scalar dtype, sizeof) of a struct whose fields all have one scalar type (a LatLong of two floats:
-    float32, 8), else None — the port's launch() then takes a flat array of that dtype."""
+    """(scalar dtype, sizeof) of a struct whose fields are all built-in types of one scalar dtype (a LatLong of two
+    floats: float32, 8), else None: the port's launch() then names the buffer by that dtype."""
     try:
         lay = struct_layout(name, preamble, defines)
     except LayoutError:
         return None
-    kinds = {POINTEE[t][0] for _, t, _ in lay.fields if t in POINTEE}
-    if len(kinds) != 1 or len(kinds) != len({t in POINTEE for _, t, _ in lay.fields}):
+    if not all(t in POINTEE for _, t, _ in lay.fields):
+        return None
+    kinds = {POINTEE[t][0] for _, t, _ in lay.fields}
+    if len(kinds) != 1:
         return None
     dt = kinds.pop()
     if lay.dtype.itemsize % ELEM_BYTES[dt]:
         return None
     return dt, lay.dtype.itemsize
+
+
+def by_value_problem(name: str, preamble: list[str], defines: dict[str, int] | None = None) -> LayoutError | None:
+    """Why struct `name` cannot travel to a port as its bytes (kind "pointer", "double", "texture", "missing"),
+    else None. A field whose layout is not computed here (an enum, a type of a header) is no reason by itself:
+    the kernel reinterprets the bytes with the same definition the original compiled."""
+    from .launch import TEXTURE_TYPES
+
+    body = struct_body(name, preamble)
+    if body is None:
+        return LayoutError(f"the definition of {name} is not in the file", kind="missing", struct=name)
+    try:
+        struct_layout(name, preamble, defines)
+        return None
+    except LayoutError as e:
+        if e.kind in ("pointer", "double"):
+            return e
+    code = " ".join(_split_fields(body))          # comments and directives dropped
+    if "*" in code:
+        return LayoutError(f"struct {name} holds a pointer", kind="pointer", struct=name)
+    if re.search(r"\bdouble\d?\b", code):
+        return LayoutError(f"struct {name} holds a double", kind="double", struct=name)
+    tex = TEXTURE_TYPES & set(re.findall(r"\w+", code))
+    if tex:
+        return LayoutError(f"struct {name} holds a texture object ({sorted(tex)[0]})", kind="texture", struct=name)
+    return None

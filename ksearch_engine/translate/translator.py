@@ -196,12 +196,21 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             ctype = " ".join(p.type.split())
             if ctype not in analysis.C_TO_MX and ctype not in template_types:
                 from .launch import SCALAR
-                by_bytes = lp_struct_ok(ctype, parse_result.preamble)
+                from .launch import norm_type
+                from .layout import by_value_problem
+                problem = by_value_problem(norm_type(ctype), parse_result.preamble)
+                by_bytes = problem is None
                 issues.append(Issue(construct=p.text, line=line0, severity="error",
                                     scope="inputs" if ctype in SCALAR or by_bytes else "kernel",   # launch() passes it
                                     message=(f"texture object '{p.name}' ({ctype}): Metal textures are another API "
                                              "that MLX kernels do not take; port by hand")
                                     if analysis_texture(ctype) else
+                                    (f"parameter '{p.name}' is passed by value and {problem}: "
+                                     + ("its pointers mean nothing in another address space; pass the buffers as "
+                                        "parameters" if problem.kind == "pointer" else
+                                        "both ports compute doubles as float (Metal has no double), so its layout "
+                                        "differs there; pass its fields separately"))
+                                    if problem is not None and problem.kind in ("pointer", "double") else
                                     f"parameter '{p.name}' of type {ctype} is passed by value: only scalars "
                                     "and pointers map onto MLX kernel inputs (launch() passes a file-scope struct "
                                     "without pointers as its bytes)"))
@@ -399,9 +408,8 @@ def analysis_texture(ctype: str) -> bool:
 def lp_struct_ok(ctype: str, preamble: list[str]) -> bool:
     """A by-value struct that launch() passes as its bytes (no pointers, no doubles)."""
     from . import launch as lp
-    body = lp.struct_body(lp.norm_type(ctype), preamble)
-    return body is not None and "*" not in body and "double" not in body \
-        and not lp.TEXTURE_TYPES & set(body.split())
+    from .layout import by_value_problem
+    return by_value_problem(lp.norm_type(ctype), preamble) is None
 
 
 def _helper_pool(parse_result: ParseResult, src_path: str | None) -> list[KernelInfo]:

@@ -218,3 +218,32 @@ template <class T> void run(T* o, const T* i, int n) { neg<T><<<4, 64>>>(o, i, n
 """)
     assert v.status == "unverified"
     assert "template type T" in v.reason and "task file" in v.reason, v.reason
+
+
+def test_struct_by_value_with_comments_and_an_enum_is_verified(tmp_path):
+    # a `*` in a comment is no pointer; an enum field is an int
+    v = _one(tmp_path, "byval2.cu", """
+enum Mode { ADD, MUL };
+struct Cfg {
+    int n;        /* number of points * dims */
+    enum Mode mode;
+    float k;      // k * x
+};
+__global__ void apply(struct Cfg c, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < c.n) y[i] = c.mode == ADD ? y[i] + c.k : y[i] * c.k;
+}
+""")
+    assert v.status == "verified", v.reason
+
+
+def test_struct_by_value_holding_a_pointer_names_the_field(tmp_path):
+    v = _one(tmp_path, "byvalptr.cu", """
+struct View { int n; float* data; };
+__global__ void fill(struct View v, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < v.n) y[i] = 1.0f;
+}
+""")
+    assert v.status == "not_ported"
+    assert "struct View holds a pointer (field data)" in v.reason, v.reason

@@ -91,7 +91,7 @@ struct View { float* data; int n; };
 __global__ void k(View v, float* out) { out[threadIdx.x] = v.data[threadIdx.x]; }"""
     from ksearch_engine.source import find_kernels as fk
     tr = translate_kernel(fk(src, "t.cu"), "k", "t.cu")
-    assert any("holding pointers" in i.message for i in tr.errors)
+    assert any("struct View holds a pointer (field data)" in i.message for i in tr.errors)
 
 
 def test_double_buffers_port_as_float_in_both_dialects():
