@@ -296,22 +296,20 @@ class _Names(dict):
                     self.used_unknown |= unk
                 if v is None or isinstance(v, Lazy):
                     break
-                if n == base and comp:
-                    if isinstance(v, tuple) and comp in ("x", "y", "z"):
-                        return v["xyz".index(comp)]
+                try:
+                    return _component(v, n == base and comp)
+                except _NoComponent:
                     break
-                return v
             try:
                 v = self.scope.value(n, self.depth)
             except KeyError:
                 continue
             if v is None:
                 break
-            if n == base and comp:
-                if isinstance(v, tuple) and comp in ("x", "y", "z"):
-                    return v["xyz".index(comp)]
+            try:
+                return _component(v, n == base and comp)
+            except _NoComponent:
                 break
-            return v
         if self.unknown is None:
             raise Unknown(name)
         self.used_unknown = True
@@ -763,3 +761,16 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
             elif not two_d and len(dims) == 1 and 32 <= dims[0] <= 1024 and dims[0] & (dims[0] - 1) == 0:
                 add(Geometry(block=(dims[0], 1, 1), origin=f"the shared array '{sh.name}' [{dims[0]}]"))
     return out[:6]
+
+
+class _NoComponent(Exception):
+    """A `.x/.y/.z` read of a value that is no dim3."""
+
+
+def _component(v, comp):
+    """`v`, or its `.x/.y/.z` when `comp` names one (a dim3 is a tuple)."""
+    if not comp:
+        return v
+    if isinstance(v, tuple) and comp in ("x", "y", "z"):
+        return v["xyz".index(comp)]
+    raise _NoComponent(comp)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import host_headers
-from .preprocess import find_kernel, mask_comments, rewrite_block_shared, rewrite_extern_shared
+from .preprocess import find_kernel, mask_comments, rewrite_block_shared, rewrite_extern_shared, split_top
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"][^\n]*$', re.M)
 _HEURISTIC_SUBDIRS = ("", "Common", "common", "include", "inc")
@@ -154,26 +154,10 @@ def stub_unrunnable_kernels(text: str, shown: str) -> str:
     return "".join(out)
 
 
-def _split_top(s: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for c in s:
-        if c in "([{<":
-            depth += 1
-        elif c in ")]}>":
-            depth -= 1
-        if c == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += c
-    parts.append(cur)
-    return parts
-
-
 def _targs_expr(targs: str, resolve: bool = True) -> str:
     """The launch's template arguments as a C++ expression: each resolved where the launch is instantiated
     (`T` inside a host template names the type it stands for), else the text as written."""
-    parts = [p.strip() for p in _split_top(targs)] if targs.strip() else []
+    parts = [p.strip() for p in split_top(targs)] if targs.strip() else []
     if not resolve or not parts or any("..." in p or not p for p in parts):
         return f'"{_escape(targs)}"'
     each = ", ".join(f'ksim_host::targ<{p}>("{_escape(p)}")' for p in parts)
@@ -235,11 +219,11 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         site = f'ksim_host::Site{{"{_escape(name)}", {_targs_expr(targs_flat, resolve_targs)}, __FILE__, __LINE__}}'
         kexpr = name + (f"<{targs}>" if targs else "")
         nparams = len(info.params) if info is not None else -1
-        nargs = 0 if not args.strip() else len(_split_top(args))
+        nargs = 0 if not args.strip() else len(split_top(args))
         typed = info is not None and (not info.is_template or targs) and nparams == nargs
         if info is not None and nparams == nargs and nargs:
             # a literal 0 / NULL for a pointer parameter: nullptr, so that it still converts once forwarded
-            parts = _split_top(args)
+            parts = split_top(args)
             fixed = [re.sub(r"^(\s*)(?:0L?|NULL)(\s*)$", r"\1nullptr\2", a) if "*" in prm.type else a
                      for a, prm in zip(parts, info.params)]
             args = ",".join(fixed)
@@ -283,7 +267,7 @@ def file_symbols(text: str) -> list[str]:
         rest = m.group("rest")
         if "(" in rest or "operator" in rest:
             continue
-        for part in _split_top(rest):
+        for part in split_top(rest):
             nm = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", part.split("=")[0].strip())
             if nm and nm.group(1) not in ("const", "volatile", "static"):
                 names.append(nm.group(1))

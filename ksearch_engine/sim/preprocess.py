@@ -62,6 +62,7 @@ def rewrite_extern_shared(text: str) -> str:
 
 
 _QUAL = re.compile(r"\b(threadgroup|__shared__)\b")
+_ALIGN_AFTER_QUAL = re.compile(r"\b(threadgroup|__shared__)(\s+)((?:alignas|__align__)\s*\((?:[^()]|\([^()]*\))*\))")
 
 
 _COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
@@ -72,13 +73,13 @@ def mask_comments(text: str) -> str:
     return _COMMENT_OR_STRING.sub(lambda m: _blank(m.group(0)), text)
 
 
-def _declared_names(decl: str) -> list[str]:
-    """Names declared by ``float a[32], b[4][4]`` (the text after the qualifier, before ';')."""
+def split_top(s: str, opening: str = "([{<", closing: str = ")]}>") -> list[str]:
+    """`s` split at its top-level commas (outside the given brackets); always at least one part."""
     parts, depth, cur = [], 0, ""
-    for c in decl:
-        if c in "([<{":
+    for c in s:
+        if c in opening:
             depth += 1
-        elif c in ")]>}":
+        elif c in closing:
             depth -= 1
         if c == "," and depth == 0:
             parts.append(cur)
@@ -86,6 +87,12 @@ def _declared_names(decl: str) -> list[str]:
         else:
             cur += c
     parts.append(cur)
+    return parts
+
+
+def _declared_names(decl: str) -> list[str]:
+    """Names declared by ``float a[32], b[4][4]`` (the text after the qualifier, before ';')."""
+    parts = split_top(decl)
     names = []
     for p in parts:
         head = re.sub(r"\([^()]*\)", "", p.split("[")[0].split("=")[0])
@@ -99,6 +106,8 @@ def rewrite_block_shared(text: str, words: tuple[str, ...], base_depth: int = 0)
     """``threadgroup float s[64];`` -> ``static float s[64]; ksim::poison(s);``;
     ``threadgroup float* p`` -> ``float* p``. Declarations inside functions (brace depth > 0) get
     the poison call, which fills the variable with garbage at the start of each threadgroup."""
+    # `__shared__ alignas(alignof(float4)) float As[16];`: C++ wants the attribute first (same length)
+    text = _ALIGN_AFTER_QUAL.sub(lambda m: m.group(3) + m.group(2) + m.group(1), text)
     out: list[str] = []
     pos = 0
     depth = base_depth

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..sim.preprocess import split_top
+
 OBJECT_TYPES = ("cudaTextureObject_t", "CUtexObject")
 SURFACE_TYPES = ("cudaSurfaceObject_t", "CUsurfObject")
 FETCHES = ("tex1Dfetch", "tex1DLayered", "tex2DLayered", "texCubemap", "tex1D", "tex2D", "tex3D")
@@ -88,18 +90,8 @@ def _match_paren(text: str, i: int) -> int:
 
 
 def _split_args(s: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for c in s:
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        if c == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += c
-    return out + [cur] if cur.strip() or out else out
+    """Call arguments at top-level commas; no arguments for an empty list."""
+    return split_top(s, "([{", ")]}") if s.strip() else []
 
 
 def _ident(r: str) -> str:

@@ -5,26 +5,14 @@ Each test checks what was recorded (geometry, scalars, buffer contents) against 
 from __future__ import annotations
 
 import shutil
-import textwrap
 
 import numpy as np
 import pytest
 
 from ksearch_engine.sim.capture import capture_program
+from tests.sources import line_of, write
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-
-
-def line_of(text, needle):
-    """1-based line of the first line of `text` holding `needle` (as written to disk by write())."""
-    return next(i for i, ln in enumerate(textwrap.dedent(text).splitlines(), 1) if needle in ln)
-
-
-def write(tmp_path, name, text):
-    p = tmp_path / name
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(textwrap.dedent(text))
-    return p
 
 
 SAXPY = """

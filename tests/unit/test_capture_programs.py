@@ -6,25 +6,14 @@ Every program here is written for these tests and runs on the CPU runtime for re
 from __future__ import annotations
 
 import shutil
-import textwrap
 
 import numpy as np
 import pytest
 
 from ksearch_engine.sim.capture import capture_program, documented_command_lines
+from tests.sources import line_of, write
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-
-
-def line_of(text, needle):
-    return next(i for i, ln in enumerate(textwrap.dedent(text).splitlines(), 1) if needle in ln)
-
-
-def write(tmp_path, name, text):
-    p = tmp_path / name
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(textwrap.dedent(text))
-    return p
 
 
 SIZED = """
