@@ -71,9 +71,33 @@ class StructLayout:
     fields: list[tuple[str, str, int]] = field(default_factory=list)   # (name, scalar C type, count), in order
 
 
-def _dims(decl: str, defines: dict[str, int]) -> int | None:
+def _preprocessed(exprs: list[str], preamble: list[str]) -> list[str] | None:
+    """`exprs` with the preamble's macros expanded by the simulator's C++ preprocessor (`#if`/`#elif` chains of
+    #defines included, as nvcc would see them); None where it cannot run."""
+    import subprocess
+
+    from ..sim.build import compiler
+
+    directives = [e for e in preamble if e.lstrip().startswith("#")]
+    text = "\n".join(directives) + "\n" + "\n".join(f"ks_dim_{i} = ({e})" for i, e in enumerate(exprs)) + "\n"
+    try:
+        out = subprocess.run([compiler(), "-E", "-P", "-x", "c++", "-"], input=text, capture_output=True,
+                             text=True, timeout=20)
+    except Exception:
+        return None
+    if out.returncode:
+        return None
+    found = dict(re.findall(r"^ks_dim_(\d+) = (.*)$", out.stdout, re.M))
+    return [found.get(str(i), e) for i, e in enumerate(exprs)]
+
+
+def _dims(decl: str, defines: dict[str, int], preamble: list[str] | None = None) -> int | None:
     n = 1
-    for dim in re.findall(r"\[([^\]]*)\]", decl):
+    dims = re.findall(r"\[([^\]]*)\]", decl)
+    if preamble and any(re.search(r"[A-Za-z_]", d) and not all(w in defines for w in re.findall(r"[A-Za-z_]\w*", d))
+                        for d in dims):
+        dims = _preprocessed(dims, preamble) or dims
+    for dim in dims:
         expr = dim.strip()
         for name, v in sorted(defines.items(), key=lambda kv: -len(kv[0])):
             expr = re.sub(rf"\b{re.escape(name)}\b", str(v), expr)
@@ -177,7 +201,7 @@ def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None
             fname = re.match(r"\s*\**\s*(\w+)", one)
             fname = fname.group(1) if fname else "?"
             line = _line_of(source, name, fname)
-            count = _dims(one, defines)
+            count = _dims(one, defines, preamble)
             if count is None:
                 raise LayoutError(f"struct {name} has an array field '{fname}' whose size is not a constant here",
                                   struct=name, field_name=fname, line=line)

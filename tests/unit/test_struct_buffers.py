@@ -247,3 +247,12 @@ __global__ void fill(struct View v, float* y) {
 """)
     assert v.status == "not_ported"
     assert "struct View holds a pointer (field data)" in v.reason, v.reason
+
+
+def test_array_bound_from_a_conditional_define_chain():
+    # the bound is what the preprocessor makes of an #ifdef/#elif/#else chain (none of its macros given: 7)
+    pre = ["#ifdef WG_A\n#define ORDER WG_A\n#elif defined(WG_B)\n#define ORDER WG_B\n#else\n#define ORDER 7\n#endif",
+           "typedef struct kn { int loc; int keys[ORDER + 1]; bool leaf; } kn;"]
+    lay = struct_layout("kn", pre, {})
+    assert lay.dtype.fields["keys"][0].shape == (8,)
+    assert lay.dtype.itemsize == 4 + 8 * 4 + 4
