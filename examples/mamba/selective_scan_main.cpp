@@ -1,4 +1,4 @@
-// A test program for selective_scan.cu, as a user's project would have one: Mamba-130m-like sizes
+// A test program for selective_scan.cu (host code only: a .cpp, as in a project that builds kernels apart), as a user's project would have one: Mamba-130m-like sizes
 // (dim 1536, 16 states), a short prompt. `ksearch optimize selective_scan.cu` runs it on the CPU to capture
 // the kernel's launch (shapes, scalars and buffer contents), which becomes the task's workload.
 #include <cuda_runtime.h>
