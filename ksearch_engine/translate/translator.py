@@ -131,6 +131,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         k = parse_result.kernel(kernel_name) or k
     except TextureError as e:
         issues.append(Issue(construct=e.construct, line=e.line, severity="error", message=e.message))
+    from .asynccopy import lower_async_copies   # cuda::memcpy_async through a pipeline/barrier: plain copies
+    parse_result = lower_async_copies(parse_result, kernel_name, issues)
+    k = parse_result.kernel(kernel_name) or k
     from .sharedproxy import port_shared_proxies   # `T *s = SharedMemory<T>();` is an extern __shared__ array
     parse_result = port_shared_proxies(parse_result, kernel_name)
     k = parse_result.kernel(kernel_name) or k
@@ -231,6 +234,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     ctx.helper_attrs = _helper_attributes(table, helpers, shared_names)
     rw = Rewriter(table, line_offset=line0, context=ctx)
     _, metal_body = rw.rewrite_function(k.text, helper=False)
+    metal_body = _align_first(metal_body)
     header_parts = []
     preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers]
                                         + _instantiated_types(k, parse_result.source))
@@ -251,6 +255,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     support = metal_support("\n".join(header_parts) + metal_body)
     if support:
         metal_header = support + "\n" + metal_header
+    metal_header = _cuda_arch(metal_header + metal_body) + metal_header
     rw_issues = list(rw.issues)
     for i in rw.issues:
         issues.append(i)
@@ -288,6 +293,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                           helper_pointer_spaces=ctx.helper_pointer_spaces, helper_attrs=ctx.helper_attrs)
     lrw = Rewriter(table, line_offset=line0, context=lctx)
     _, launch_metal_body = lrw.rewrite_function(k.text, helper=False)
+    launch_metal_body = _align_first(launch_metal_body)
     lheader_parts = []
     launch_issues = list(lrw.issues)
     if preamble:
@@ -310,6 +316,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     support = metal_support("\n".join(lheader_parts) + launch_metal_body)
     launch_metal_header = (lp.metal_atomic_helpers() if uses_atomics else "") + (support + "\n" if support else "") \
         + "\n\n".join(lheader_parts) + "\n"
+    launch_metal_header = _cuda_arch(launch_metal_header + launch_metal_body) + launch_metal_header
     type_rules = table.by_kind("type")
 
     def metal_type(t: str) -> str:
@@ -487,6 +494,23 @@ def _instantiated_types(k, source: str) -> list[str]:
     if not any(tp.kind == "typename" for tp in k.template_params):
         return []
     return sorted(set(re.findall(r"\b[A-Za-z_]\w*\s*<\s*([A-Za-z_]\w*)\s*(?:,[^<>;]*)?>\s*(?:\(|<<<)", source or "")))
+
+
+def _cuda_arch(text: str) -> str:
+    """`#if __CUDA_ARCH__ >= 700` around code the port keeps: the Metal port takes the branches a current GPU's
+    device compile takes (the simulator compiles originals with the same value)."""
+    if not re.search(r"\b__CUDA_ARCH__\b", text):
+        return ""
+    return "#ifndef __CUDA_ARCH__\n#define __CUDA_ARCH__ 900   // ksearch: the branches a current GPU compiles\n#endif\n"
+
+
+_ALIGN_AFTER_SPACE = re.compile(r"\bthreadgroup(\s+)(alignas\s*\((?:[^()]|\([^()]*\))*\))")
+
+
+def _align_first(text: str) -> str:
+    """`threadgroup alignas(alignof(float4)) float As[16];` (from `__shared__ alignas(...)`): C++ takes no attribute
+    in the middle of the declaration's specifiers, so alignas goes first."""
+    return _ALIGN_AFTER_SPACE.sub(lambda m: m.group(2) + m.group(1) + "threadgroup", text)
 
 
 def _metal_align(text: str) -> str:

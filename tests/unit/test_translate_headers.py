@@ -218,3 +218,67 @@ def test_dynamic_shared_memory_through_a_proxy_struct_is_the_extern_array_in_bot
     v = _verdicts(report)["rev"]
     assert v.status == "verified", v.reason
     assert v.workload == "captured" and set(v.dialects.values()) == {"passed"}, v.dialects
+
+
+ASYNC_HEAD = """
+    #include <cstdio>
+    #include <cstdlib>
+    #include <cuda/pipeline>
+    #include <cuda/barrier>
+"""
+
+
+def test_single_stage_async_copies_become_plain_copies_and_verify(tmp_path):
+    src = _write(tmp_path, "acopy.cu", ASYNC_HEAD + """
+    __global__ void staged(float *x, int n) {
+      __shared__ alignas(alignof(float4)) float s[64];
+      __shared__ cuda::barrier<cuda::thread_scope_block> bar;
+      if (threadIdx.x == 0) init(&bar, blockDim.x);
+      __syncthreads();
+      const auto shape1 = cuda::aligned_size_t<alignof(float)>(sizeof(float));
+      cuda::pipeline<cuda::thread_scope_thread> pipe = cuda::make_pipeline();
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      pipe.producer_acquire();
+      cuda::memcpy_async(&s[threadIdx.x], &x[i], shape1, pipe);
+      pipe.producer_commit();
+      pipe.consumer_wait();
+      __syncthreads();
+      float v = s[63 - threadIdx.x];
+      pipe.consumer_release();
+      bar.arrive_and_wait();
+      cuda::memcpy_async(&s[threadIdx.x], &x[i], sizeof(float), bar);
+      bar.arrive_and_wait();
+      if (i < n) x[i] = v * 10.0f + s[(threadIdx.x + 1) % 64];
+    }
+    """ + MAIN % {"decl": "float", "launch": "staged<<<n / 64, 64>>>(d, n)"})
+    report = port_file(src, write=False)
+    v = _verdicts(report)["staged"]
+    assert v.status == "verified", v.reason
+    assert "ks_c" in v.module_text and "__syncthreads();" in v.module_text
+
+
+def test_a_multi_stage_pipeline_is_refused_with_its_construct_and_line(tmp_path):
+    src = _write(tmp_path, "multi.cu", ASYNC_HEAD + """
+    __global__ void multi(float *x, const float *y, int n) {
+      __shared__ float s[2][64];
+      cuda::pipeline<cuda::thread_scope_thread> pipe = cuda::make_pipeline();
+      float acc = 0.0f;
+      for (int t = 0, f = 0; t < 4; t++) {
+        for (; f <= t + 1 && f < 4; f++) {
+          pipe.producer_acquire();
+          cuda::memcpy_async(&s[f % 2][threadIdx.x], &y[f * 64 + threadIdx.x], sizeof(float), pipe);
+          pipe.producer_commit();
+        }
+        pipe.consumer_wait();
+        __syncthreads();
+        acc += s[t % 2][threadIdx.x];
+        pipe.consumer_release();
+      }
+      x[threadIdx.x] = acc;
+    }
+    """)
+    tr = translate_kernel(find_kernels(src.read_text(), str(src)), "multi", str(src))
+    errs = [i for i in tr.errors if "multi-stage" in i.construct]
+    commit_line = next(n for n, l in enumerate(src.read_text().splitlines()) if "producer_commit" in l)
+    assert errs and errs[0].line == commit_line, tr.report
+    assert "consumer_wait" in errs[0].message
