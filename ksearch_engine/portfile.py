@@ -369,7 +369,7 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
 _OPTION_READ = re.compile(r'\bgetCmdLineArgument(?:Int|Float|String|Value)?\s*\([^;"]*"(\w+)"|"-{1,2}(\w+)=')
 _MODE_WORD = re.compile(r"(?i)^(kernel|method|mode|type|variant|version|alg\w*|impl\w*|test|which|k)$")
 MODE_VALUES = 12          # option values tried, 0..MODE_VALUES-1
-MODE_BUDGET_S = 240.0     # wall time spent on such runs per file
+MODE_BUDGET_S = 120.0     # wall time spent on such runs per file (each runs the whole program on the CPU)
 
 
 def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, include_dirs, timeout,
