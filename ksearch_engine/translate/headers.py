@@ -45,6 +45,11 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
 _AGGREGATE = re.compile(r"^[ \t]*(?:typedef\s+)?(?:struct|union|enum(?:\s+class)?)\b[^;{}()=]*\{", re.M)
 
 
+# CUDA's vector types (and Metal's, with the same names): both ports' runtimes define them. A file's own definition
+# of one is for toolkits that lacked it (`#if CUDART_VERSION < 3000 struct double3 {...}`) and is never carried.
+_BUILTIN_VECTOR = re.compile(r"^(?:u?(?:char|short|int|long|longlong)|float|double|half|bfloat)[1-4]$")
+
+
 def _aggregate_names(entry: str) -> set[str]:
     from .analysis import _entry_name
     out = {_entry_name(entry)} - {None}
@@ -90,7 +95,8 @@ def with_aggregates(preamble: list[str], text: str) -> list[str]:
     have: set[str] = set()
     for e in preamble:
         have |= _aggregate_names(e)
-    missing = [(pos, e) for pos, e in file_aggregates(text) if not (_aggregate_names(e) & have) and e not in preamble]
+    missing = [(pos, e) for pos, e in file_aggregates(text) if not (_aggregate_names(e) & have) and e not in preamble
+               and not any(_BUILTIN_VECTOR.match(n) for n in _aggregate_names(e))]
     if not missing:
         return preamble
     placed: list[tuple[int, int, str]] = []

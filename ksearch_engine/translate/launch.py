@@ -173,6 +173,9 @@ def pointer_prologue(k: KernelInfo, params: list[dict], dialect: str, metal_type
         vol = "volatile " if "volatile" in p.qualifiers else ""
         t = p.type if dialect == "cuda" else metal_type(p.type)
         stars = "*" * max(1, _no_comments(p.text or "*").count("*"))
+        if dialect == "metal" and stars == "*":
+            # CUDA's T3 vectors are 12 bytes apart in a buffer, Metal's T3 16: the buffer is read as packed_T3
+            t = re.sub(r"\b((?:u?char|u?short|u?int|uint|float|half))3\b", r"packed_\g<1>3", t)
         space = "" if dialect == "cuda" else "device "
         ptype = f"{const}{vol}{space}{t}{stars}"
         if e.get("nullable"):   # a template flag says the caller passed no buffer (NULL in CUDA)
