@@ -17,8 +17,10 @@ from .events import DoneEvent, ErrorEvent, SearchRequest
 from .store import Store
 
 
-class Cancelled(Exception):
-    """Raised inside the job when the worker is asked to stop."""
+class Cancelled(BaseException):
+    """Raised inside the job when the worker is asked to stop. A BaseException (like KeyboardInterrupt): the
+    broad `except Exception` guards of porting and capture (one kernel's failure never stops the others) must not
+    swallow a cancel that arrives while they run (the run then went on to 'done')."""
 
 
 def _emitter(store: Store, run_id: str):
