@@ -3,7 +3,10 @@
 #   A: `ksearch optimize` on softmax, layernorm, decode, scan (24 evaluations each, GPU time) + the README command
 #   C: three families (52 s each), the README command and three corpus kernels, in one call
 #   B: bench/families.py's sweep on the same four families (the reference figures) + optimize on corpus kernels
-# Corpus files travel in .corpus14/ (copies from ../shared/corpus, ignored by git; list: bench/optimize_corpus_kernels.txt).
+# Corpus files travel in .corpus14/ (copies from ../shared/corpus, ignored by git; list: bench/optimize_corpus_kernels.txt):
+#   S=../shared/corpus/cuda-samples; mkdir -p .corpus14/cuda-samples && cp -r $S/Common $S/LICENSE .corpus14/cuda-samples/
+#   for d in 0_Introduction/matrixMul 2_Concepts_and_Techniques/scalarProd 0_Introduction/simpleOccupancy; do
+#     mkdir -p .corpus14/cuda-samples/Samples/$d && cp $S/Samples/$d/* .corpus14/cuda-samples/Samples/$d/; done
 # Every run's store is exported with `ksearch show --json`; bench/optimize_summary.py makes the table.
 set -uo pipefail
 phase=${1:-A}
