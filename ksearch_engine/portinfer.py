@@ -27,7 +27,8 @@ def pointee(ctype: str, preamble: list[str] | None = None, subst: dict[str, str]
         -> tuple[str, int] | None:
     """(numpy dtype name, elements per C element) of a pointer parameter's base type, following scalar typedefs
     (`typedef float fp;`) and template parameters (`subst`: T -> float); None for structs."""
-    from .translate.launch import ELEM_BYTES, POINTEE
+    from .task import ELEM_BYTES
+    from .translate.launch import POINTEE
     from .translate.layout import resolve_scalar
 
     base = resolve_scalar(ctype, preamble or [], subst)

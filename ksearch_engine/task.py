@@ -157,7 +157,7 @@ class KernelTask(BaseModel):
         calls it feeds (33M normals: ~0.5 s a set, several sets per timed request on a GPU)."""
         if any(s.init == "captured" for s in self.inputs):
             return False
-        nbytes = sum(math.prod(s.resolve_shape(workload.dims)) * _ITEMSIZE.get(s.dtype, 4) for s in self.inputs)
+        nbytes = sum(math.prod(s.resolve_shape(workload.dims)) * ELEM_BYTES.get(s.dtype, 4) for s in self.inputs)
         return nbytes >= DEVICE_INPUT_BYTES
 
     def make_inputs_mx(self, mx, workload: Workload, seed: int) -> list:
@@ -195,8 +195,9 @@ class KernelTask(BaseModel):
             raise TaskError(f"{path}: invalid task: {problems}") from None
 
 
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "int64": 8, "bool": 1, "int8": 1,
-             "uint8": 1, "int16": 2, "uint16": 2, "uint64": 8}
+# bytes per element of each dtype an input or a captured buffer can have (float64: captured buffers only)
+ELEM_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "bool": 1,
+              "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
 
 
 def _generate_mx(mx, spec: InputSpec, shape: tuple[int, ...], key):

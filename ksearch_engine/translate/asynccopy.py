@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from .rewrite import Issue
+from .sharedproxy import with_kernel_body
 
 _PIPE_DECL = re.compile(r"cuda::pipeline\s*<[^;<>]*(?:<[^;<>]*>[^;<>]*)*>\s+(\w+)\s*=\s*cuda::make_pipeline\s*\(\s*\)\s*;")
 _SHAPE = re.compile(r"(?:const\s+)?auto\s+(\w+)\s*=\s*cuda::aligned_size_t\s*<[^;]*?>\s*\(([^;]*)\)\s*;")
@@ -75,8 +76,6 @@ def _enclosing_loop(body: str, pos: int) -> str | None:
 def lower_async_copies(parse_result, kernel_name: str, issues: list[Issue]):
     """parse_result with `kernel_name`'s asynchronous copies made plain (same lines), or the same parse_result
     (with an error in `issues` naming the construct and its line when they cannot be)."""
-    from ..source import find_kernels
-
     k = parse_result.kernel(kernel_name)
     if k is None or "memcpy_async" not in k.body and "cuda::" not in k.body:
         return parse_result
@@ -154,15 +153,9 @@ def lower_async_copies(parse_result, kernel_name: str, issues: list[Issue]):
                             message="this use of a cuda::pipeline / cuda::barrier is not translated (only copies, "
                                     "producer/consumer calls and arrive_and_wait are); port it by hand"))
         return parse_result
-    text = (src[:start] + out.encode() + src[end:]).decode("utf-8", "replace")
-    new = find_kernels(text, parse_result.path)
-    if new.kernel(kernel_name) is None:
+    new = with_kernel_body(parse_result, kernel_name, out)
+    if new is parse_result:
         return parse_result
-    own = set(find_kernels(parse_result.source, parse_result.path).preamble)
-    extra = [e for e in parse_result.preamble if e not in own]
-    new.preamble = extra + [e for e in new.preamble if e not in extra]
-    names = {h.name for h in new.helpers}
-    new.helpers = [h for h in parse_result.helpers if h.name not in names] + new.helpers
     issues.append(Issue(construct="cuda::memcpy_async", line=line0, severity="info",
                         message="asynchronous copies are plain copies in both ports (done at issue; the kernel waits "
                                 "for each batch before the next, so it computes the same)"))

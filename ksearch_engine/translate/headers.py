@@ -62,6 +62,7 @@ def _aggregate_names(entry: str) -> set[str]:
 def file_aggregates(text: str) -> list[tuple[int, str]]:
     """(offset, text) of every file-scope struct/union/enum definition of `text` (`union P { struct __align__(8)
     {...}; unsigned h; };`, `typedef struct {...} T;`): found by braces, whatever the C++ parser made of them."""
+    from ..launchsites import balanced
     from ..sim.preprocess import mask_comments
 
     code = mask_comments(text)
@@ -74,14 +75,9 @@ def file_aggregates(text: str) -> list[tuple[int, str]]:
         last = m.start()
         if depth != 0:
             continue
-        i, d = m.end() - 1, 0
-        while i < len(code):
-            d += (code[i] == "{") - (code[i] == "}")
-            if d == 0:
-                break
-            i += 1
-        tail = re.compile(r"[ \t]*(?:[A-Za-z_]\w*[ \t]*)?;").match(code, i + 1)
-        if i >= len(code) or tail is None:
+        close = balanced(code, m.end() - 1, "{", "}")
+        tail = re.compile(r"[ \t]*(?:[A-Za-z_]\w*[ \t]*)?;").match(code, close) if close > 0 else None
+        if tail is None:
             continue
         out.append((m.start(), text[m.start():tail.end()].strip()))
         last = tail.end()

@@ -42,8 +42,6 @@ POINTEE = {
 # scalar parameter C type -> MLX dtype of its 1-element array (Metal has no double: floats travel as float32)
 SCALAR = {k: v[0] for k, v in POINTEE.items() if not re.search(r"\d$", k) or k.endswith(("_t", "16"))}
 SCALAR.update({"double": "float32", "long double": "float32"})
-ELEM_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1, "bool": 1,
-              "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8}
 MX_TEMPLATE = {"float": "float32", "double": "float32", "half": "float16", "__half": "float16",
                "__nv_bfloat16": "bfloat16", "nv_bfloat16": "bfloat16", **{k: v for k, v in SCALAR.items()
                                                                           if k not in ("double",)}}

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .launch import ELEM_BYTES, POINTEE, norm_type, struct_body
+from ..task import ELEM_BYTES
+from .launch import POINTEE, norm_type, struct_body
 
 POINTER_BYTES = 8
 

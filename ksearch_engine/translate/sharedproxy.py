@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from ..launchsites import balanced
+
 _STRUCT = re.compile(r"\b(?:struct|class)\s+([A-Za-z_]\w*)\s*(?:<[^;{}]*>)?\s*\{")
 
 
@@ -13,12 +15,8 @@ def proxy_names(texts: list[str]) -> set[str]:
     out: set[str] = set()
     for text in texts:
         for m in _STRUCT.finditer(text):
-            i, depth = m.end() - 1, 0
-            while i < len(text):
-                depth += (text[i] == "{") - (text[i] == "}")
-                if depth == 0:
-                    break
-                i += 1
+            close = balanced(text, m.end() - 1, "{", "}")
+            i = close - 1 if close > 0 else len(text)
             if re.search(r"\bextern\s+__shared__\b", text[m.end():i]):
                 out.add(m.group(1))
     return out
@@ -33,8 +31,6 @@ def _declaration(name: str):
 def port_shared_proxies(parse_result, kernel_name: str):
     """parse_result with `kernel_name`'s `T *s = Proxy<T>();` declarations as `extern __shared__ T s[];` (same
     lines); the same parse_result when the kernel has none."""
-    from ..source import find_kernels
-
     k = parse_result.kernel(kernel_name)
     if k is None or "<" not in k.body:
         return parse_result
@@ -51,7 +47,19 @@ def port_shared_proxies(parse_result, kernel_name: str):
                                       changed)
     if changed == body:
         return parse_result
-    text = (src[:start] + changed.encode() + src[end:]).decode("utf-8", "replace")
+    return with_kernel_body(parse_result, kernel_name, changed)
+
+
+def with_kernel_body(parse_result, kernel_name: str, body: str):
+    """`parse_result` re-parsed with kernel `kernel_name`'s text replaced by `body` (a rewrite of it), keeping the
+    preamble entries and helpers that came from elsewhere (the program's and local headers'); `parse_result`
+    itself when the rewrite no longer parses as that kernel."""
+    from ..source import find_kernels
+
+    k = parse_result.kernel(kernel_name)
+    src = parse_result.source.encode()
+    start, end = k.byte_range
+    text = (src[:start] + body.encode() + src[end:]).decode("utf-8", "replace")
     new = find_kernels(text, parse_result.path)
     if new.kernel(kernel_name) is None:
         return parse_result
