@@ -295,6 +295,7 @@ class Evaluator:
         # time per call and input-preparation time in a candidate worker are what later candidates are held to
         self._first_is_reference = first_is_reference
         self._cand_ref: dict[str, dict] = {}
+        self._ph: dict[str, float] = {}    # this evaluation's seconds per phase (EvalResult.phases)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
@@ -328,6 +329,7 @@ class Evaluator:
         """One request to the trusted worker; any failure there is the task's, not a candidate's."""
         try:
             rep, data, rtt = self._trusted.request(req, timeout=max(self.limits.wall_s, 120), max_bytes=max_bytes)
+            self._tick(f"reference {req.get('op')}", rtt)
         except (TimeoutError, EOFError, ProtocolError, QuotaError) as e:
             raise RuntimeError(f"task '{self.task.name}': the reference worker failed ({type(e).__name__} {e}): "
                                f"{self._trusted.log_tail()}") from None
@@ -403,6 +405,7 @@ class Evaluator:
         """One request to a candidate's worker; anything but a clean 'ok' ends the evaluation (Verdict)."""
         try:
             rep, data, rtt = child.request(req, timeout=max(0.5, deadline - time.monotonic()), max_bytes=max_bytes)
+            self._tick(f"candidate {req.get('op')}", rtt)
         except TimeoutError:
             self._caught(child, f" (then no answer within {self.limits.wall_s:.0f} s)")
             raise Verdict("timeout", f"no answer within {self.limits.wall_s:.0f} s; the worker and everything it started were killed") from None
@@ -447,17 +450,26 @@ class Evaluator:
     def evaluate(self, source: str, *, timing: bool = True) -> EvalResult:
         t0 = time.monotonic()
         self._evals += 1
+        self._ph = {}
         res = self._evaluate(source, timing)
         res.eval_ms = (time.monotonic() - t0) * 1e3
+        res.phases = {k: round(v * 1e3, 2) for k, v in sorted(self._ph.items(), key=lambda kv: -kv[1])}
         return res
+
+    def _tick(self, phase: str, seconds: float) -> None:
+        self._ph[phase] = self._ph.get(phase, 0.0) + seconds
 
     def _evaluate(self, source: str, timing: bool) -> EvalResult:
         kind = backends.candidate_kind(source)
         ok, why = backends.can_run(self.backend, kind)
         if not ok:
             return self._base(status="not_runnable", kind=kind, message=why)
+        t0 = time.perf_counter()
         self._prepare()
+        t1 = time.perf_counter()
         child = self._take_worker()
+        self._tick("reference setup", t1 - t0)
+        self._tick("worker start", time.perf_counter() - t1)
         clean = False
         try:
             res = self._run(child, source, kind, timing and self.info.timed)
@@ -496,7 +508,9 @@ class Evaluator:
         slot = self._next_slot()
         _, _, prep = self._ask(child, {"op": "prepare", "slot": slot, "workload": workload, "seeds": seeds,
                                        "check": check}, deadline)
-        rep, _, call = self._ask(child, {"op": "call", "slot": slot, "fn": "candidate"}, deadline)
+        # verification calls are not timed: no GPU timer around them (CUPTI flushes twice per timed call)
+        rep, _, call = self._ask(child, {"op": "call", "slot": slot, "fn": "candidate"} | ({"untimed": True} if check else {}),
+                                 deadline)
         return slot, rep, prep, call
 
     def _fetch(self, child: _Child, slot: int, expected: list[_Out], deadline: float,
@@ -560,7 +574,9 @@ class Evaluator:
                                               f"inputs: a cached or replayed result, not computed from these inputs")
                 seen.setdefault(g.digest, (f"{call} call on {wl} (seed {seed})", e.digest))
             tol = self.task.tolerance(self._out_dtype())
+            tc = time.perf_counter()
             w = compare(g.array, e.array, tol.atol, tol.rtol, exact_specials="nan_inf" not in self.off)
+            self._tick("compare", time.perf_counter() - tc)
             if w is None:
                 continue
             max_abs = max(max_abs, w.max_abs_err)

@@ -90,6 +90,7 @@ class EvalResult(BaseModel):
         return str(self.sandbox.get("kind", "")) if isinstance(self.sandbox, dict) else ""
     log_tail: str = ""
     eval_ms: float = 0.0             # wall time the evaluator spent on this candidate
+    phases: dict[str, float] = {}    # where eval_ms went (ms): worker start, each request kind, comparisons
 
     @property
     def passed(self) -> bool:

@@ -469,6 +469,18 @@ def bwrap_args(scratch: Path, limits: Limits, *, root_uid: int | None) -> tuple[
     return a, seen
 
 
+def _chown_tree(scratch: Path, uid: int) -> None:
+    """The scratch folder and what the evaluator put in it before the start (the PTX cache copy) belong to the
+    worker's uid: MLX writes its compiled kernels there, and cannot once privileges are dropped otherwise."""
+    os.chown(scratch, uid, uid)
+    for root, dirs, files in os.walk(scratch):
+        for n in dirs + files:
+            try:
+                os.lchown(os.path.join(root, n), uid, uid)
+            except OSError:
+                pass
+
+
 def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_extra: dict | None = None,
           stderr_path: Path | None = None) -> tuple[subprocess.Popen, dict, PidsCgroup]:
     """Start `cmd` sandboxed in `scratch`. Returns the process, what was applied (`applied["kind"]` names the
@@ -511,7 +523,7 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
         uid_txt = f"uid {own_uid} (bubblewrap, no capabilities)" if own_uid is not None else \
             "the user's own uid in a user namespace of its own (bubblewrap, no capabilities, read-only view)"
         if own_uid is not None:
-            os.chown(scratch, own_uid, own_uid)
+            _chown_tree(scratch, own_uid)
             os.chmod(scratch.parent, 0o711)  # bubblewrap copies the folders' modes: the uid must pass through
         os.chmod(scratch, 0o700)
         b, seen = bwrap_args(scratch, limits, root_uid=own_uid)
@@ -526,7 +538,7 @@ def spawn(cmd: list[str], scratch: Path, limits: Limits, *, backend: str, env_ex
         userns = "--user" in prefix
         uid = own_uid if not userns else None
         if uid is not None:
-            os.chown(scratch, uid, uid)
+            _chown_tree(scratch, uid)
             os.chmod(scratch, 0o700)
             os.chmod(scratch.parent, 0o711)  # others may pass through the evaluator's folder, not list it
         if own_uid is not None and uid is None:
