@@ -80,7 +80,10 @@ def classify(reason: str | None) -> str:
         return "unknown"
     r = reason
     for pat, cls in [
-        (r"wmma|mma\.sync|nvcuda", "tensor-core wmma/mma"), (r"\basm\b|inline PTX", "inline PTX"),
+        # the construct, not a kernel's name (simple_wmma_gemm): wmma itself runs and ports (translate/wmma.py)
+        (r"wmma::|\bmma\.sync|nvcuda::|wmma (?:fragment|shape|operations)|.fragment. is not a member",
+         "tensor-core wmma/mma"), (r"\basm\b|inline PTX", "inline PTX"),
+        (r"bytes of threadgroup memory; Apple GPUs allow", "Apple threadgroup memory (32 KB)"),
         (r"texture|tex[123]D|surf", "textures/surfaces"), (r"grid\.sync|this_grid|grid_group", "grid-wide sync"),
         (r"never launched", "program never launched it"), (r"program did not run", "program did not run"),
         (r"template kernel that no launch", "template without a launch"),

@@ -624,12 +624,16 @@ def _host_template_values(site: Site, fname: str, tparams: list[str], texts: lis
     return out[:4]
 
 
-def _targ_text(expr: str, scope: Scope, bind: dict) -> str | None:
+def _targ_text(expr: str, scope: Scope, bind: dict, env: dict | None = None) -> str | None:
     e = expr.strip()
     if e in bind:
         return str(bind[e])
-    try:
-        v, unk = evaluate(e, scope, {k: v for k, v in bind.items() if isinstance(v, int)})
+    if e in ("true", "false"):
+        return e
+    try:   # `1024 / numOfMultiWarpGroups`: the host function's own constants count too
+        local = {k: v for k, v in (env or {}).items() if isinstance(v, int) and not isinstance(v, bool)}
+        local.update({k: v for k, v in bind.items() if isinstance(v, int)})
+        v, unk = evaluate(e, scope, local)
         if not unk and isinstance(v, int):
             return str(v)
     except (EvalError, Unknown):
@@ -637,6 +641,11 @@ def _targ_text(expr: str, scope: Scope, bind: dict) -> str | None:
     if re.fullmatch(r"[A-Za-z_][\w:\s\*]*", e) and e not in bind:
         return e       # a type (float, unsigned int, ...) or an enumerator the kernel's file knows
     return None
+
+
+# a template parameter that is the block's size (`template <class T, unsigned int blockSize>`)
+_BLOCK_PARAM = re.compile(r"(?i)^(?:block_?(?:size|dim|threads)(?:_?x)?|threads(?:_?per_?block)?|n_?threads|bs|"
+                          r"block_?x|tpb|cta_?size)$")
 
 
 def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
@@ -664,6 +673,7 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
                                                           rf"\b{re.escape(s.kernel)}\s*=(?!=)", s.text):
                 indirect.append(s)
     out: list[Geometry] = []
+    by_targs: list[Geometry] = []      # sites whose template arguments resolve but whose block does not
     seen = set()
     two_d = re.search(r"(threadIdx|blockDim)\s*\.\s*y", k.body) is not None
 
@@ -684,9 +694,9 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
             benv.update({p: v for p, v in bind.items() if isinstance(v, int)})
             targs = None
             if s.template_args:
-                targs = [_targ_text(a, scope, bind) for a in s.template_args]
-                if any(a is None for a in targs):
-                    continue
+                targs = [_targ_text(a, scope, bind, benv) for a in s.template_args]
+                if any(a is None for a in targs) or any(a in tparams for a in targs):
+                    continue     # an argument the host template's caller gives, and no call here fixes it
             tparam_env = {}
             if targs and k.template_params:
                 for tp, a in zip(k.template_params, targs):
@@ -694,6 +704,13 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
                         tparam_env[tp.name] = int(a)
             got = _dims(s.block, scope, benv, None)
             if got is None:
+                # a block the program computes at run time: the instantiation the site names still stands, at
+                # the block its block-size template argument gives (`reduce<T, 256>`), else the made-up one
+                if targs and k.template_params:
+                    tb = next((v for n, v in tparam_env.items() if _BLOCK_PARAM.match(n) and 0 < v <= 1024), None)
+                    by_targs.append(Geometry(block=(tb, 1, 1) if tb else ((16, 16, 1) if two_d else (128, 1, 1)),
+                                             template_args=targs, from_source=False,
+                                             origin=f"the template arguments of the launch at {s.path.name}:{s.line}"))
                 continue
             block = got[0]
             n = max(64, 2 * max(block))
@@ -730,6 +747,8 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
             how = "launch" if s.kernel == k.name else f"launch through '{s.kernel}'"
             add(Geometry(block=block, grid=grid, shared_mem=smem, template_args=targs, scalars=scalars,
                          origin=f"the {how} at {s.path.name}:{s.line}"))
+    for g in by_targs:
+        add(g)
     # __launch_bounds__(N) and shared-array sizes, where no launch site fixed the block
     if not out:
         if k.launch_bounds:

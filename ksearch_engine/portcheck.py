@@ -22,6 +22,7 @@ class KernelCheck(BaseModel):
     dialects: dict[str, str] = {}         # "metal"/"cuda"/backend -> passed / mismatch / ...
     messages: dict[str, str] = {}         # per dialect: one line (empty when passed)
     reason: str | None = None
+    notes: list[str] = []                 # what the verdict covers (the instantiation of a template kernel)
     # the launches checked, with their arguments (for the GPU check against nvcc); not part of any JSON
     checked: list = Field(default_factory=list, exclude=True)
 
@@ -39,6 +40,10 @@ def _args_of(capture: Capture, rec: LaunchRecord) -> tuple[dict, dict]:
             args[a.name] = a.value
         elif a.kind == "struct":
             args[a.name] = bytes.fromhex(a.raw_hex or "")
+        elif a.kind == "null":
+            raise ValueError(f"argument '{a.name}' ({a.ctype}) is a null pointer in this launch (line {rec.line}): the "
+                             f"ports take every pointer as an array, so a launch passing NULL cannot be checked — "
+                             f"check the port on a launch that passes a buffer (the program's other paths, or --arg)")
         else:
             raise ValueError(f"argument '{a.name}' ({a.ctype}) points to memory the capture does not know "
                              f"({a.kind.replace('_', ' ')})")
@@ -63,6 +68,7 @@ def _run_checks(module_text: str, source: str, k, path: Path, launches: list[tup
                                                         "template_args": list(rec.template_args)},
                          filename=path.name, include_dirs=list(include_dirs), expected=expected or None)
         out.checked.append((rec, args))
+        out.notes += [n for n in getattr(res, "notes", []) if n not in out.notes]   # elements not compared by position
         for d, st in res.dialects.items():
             if out.dialects.get(d, "passed") == "passed":
                 out.dialects[d] = st
@@ -91,26 +97,26 @@ def check_captured(module_text: str, source: str, k, path: Path, capture: Captur
 
 def check_inferred(module_text: str, source: str, k, path: Path, define_ints: dict[str, int],
                    include_dirs=()) -> KernelCheck:
-    from .portinfer import InferError, infer_launch
+    from .portinfer import InferError, infer_launch, representative_template_args
 
     geoms = source_geometries(k, path, define_ints)
-    targs = None
-    if k.template_params:
-        site = next((s for s in k.launches if s.template_args), None)
-        targs = site.template_args if site else [tp.default for tp in k.template_params]
-        if (not targs or any(t is None for t in targs)) and not any(g.template_args for g in geoms):
-            return KernelCheck(reason="a template kernel that no launch instantiates: run its program, or give the "
-                                      "template arguments in a task file")
+    # a template kernel: the instantiations its launches or defaults give, else representative ones (portinfer)
+    choices = representative_template_args(k, define_ints) if k.template_params else None
     preamble, sources = file_scope(source, path, include_dirs)
+    notes: list[str] = []
+    expected: dict = {}    # filled where the original cannot re-run on the port's arguments (textures)
     try:
-        rec, args = infer_launch(source, k, define_ints, filename=path.name, template_args=targs,
-                                 include_dirs=include_dirs, geometries=geoms, preamble=preamble, sources=sources)
+        rec, args = infer_launch(source, k, define_ints, filename=path.name, template_args=None,
+                                 include_dirs=include_dirs, geometries=geoms, preamble=preamble, sources=sources,
+                                 template_choices=choices, notes=notes, expected=expected)
     except InferError as e:
         return KernelCheck(reason=str(e))
     except Exception as e:  # the simulator's own failures name the line; anything else is ours
         return KernelCheck(reason=f"no workload could be found ({str(e)[:300]})")
-    return _run_checks(module_text, source, k, path, [(rec, {n: (v.copy() if isinstance(v, np.ndarray) else v)
-                                                             for n, v in args.items()}, {})], include_dirs)
+    res = _run_checks(module_text, source, k, path, [(rec, {n: (v.copy() if isinstance(v, np.ndarray) else v)
+                                                            for n, v in args.items()}, expected)], include_dirs)
+    res.notes = notes + res.notes
+    return res
 
 
 def file_scope(source: str, path: Path, include_dirs=()) -> tuple[list[str], list[tuple[str, str]]]:

@@ -90,7 +90,8 @@ class PortReport(BaseModel):
             lines.append(f"  {self.error}")
         w = max([len(k.kernel) for k in self.kernels] + [6])
         for k in self.kernels:
-            why = f"  {k.reason}" if k.reason else ""
+            why = f"  {k.reason}" if k.reason else \
+                next((f"  {n}" for n in k.notes if n.startswith("checked on the instantiation")), "")
             checked = f"  {k.launches_checked} launch{'es' if k.launches_checked != 1 else ''}" \
                 if k.status == "verified" else ""
             lines.append(f"  {k.kernel:<{w}}  line {k.line:<5} {k.label}{checked}{why}")
@@ -143,6 +144,32 @@ def host_functions(text: str) -> list[str]:
     return out
 
 
+_ROOT_MARKS = ("Makefile", "makefile", "GNUmakefile", "CMakeLists.txt", ".git", "setup.py", "pyproject.toml")
+_UP_LEVELS = 3            # folders above the file's own searched for its program (fewer at a project root)
+_MAX_FOLDER_FILES = 400   # a folder holding more entries than this (a temp or home folder) is no project's
+
+
+def _program_folders(path: Path) -> list[Path]:
+    """The file's folder and those above it, up to its project's root (a folder with a Makefile, CMakeLists.txt
+    or .git) or _UP_LEVELS above: where the program that runs a kernel file's kernels lives (an SGEMM ladder's
+    src/kernels/k.cuh is included by src/kernels.cuh, itself by src/runner.cu, linked with ./sgemm.cu's main)."""
+    out, f = [], path.parent
+    for _ in range(_UP_LEVELS + 1):
+        if not f.is_dir():
+            break
+        if out:
+            try:
+                if sum(1 for _x in f.iterdir()) > _MAX_FOLDER_FILES:
+                    break
+            except OSError:
+                break
+        out.append(f)
+        if any((f / m).exists() for m in _ROOT_MARKS) or f.parent == f:
+            break
+        f = f.parent
+    return out
+
+
 def find_program_and_sources(path: Path) -> tuple[Path | None, list[Path]]:
     """(the program whose main() runs this file's kernels, other sources to link with it)."""
     text = _read(path)
@@ -150,10 +177,11 @@ def find_program_and_sources(path: Path) -> tuple[Path | None, list[Path]]:
         return None, []
     if _MAIN.search(text):
         return path, []
-    folders = [f for f in (path.parent, path.parent.parent) if f.is_dir()]
+    folders = _program_folders(path)
     files = [c for folder in folders for c in sorted(folder.iterdir())
              if c.is_file() and c != path and c.suffix in _SOURCE_EXT + (".h", ".cuh", ".hpp", ".inl")]
     texts = {c: _read(c) for c in files}
+    near = set(folders[:2])     # an includer with a main() is looked for next to the file and one folder up
     # includers, breadth first: a main() that #includes the file, or includes a file that includes it
     units = [path]              # the file, and the sources (no main) that include it: what gets linked
     frontier, seen = [path.name], {path.name}
@@ -165,24 +193,28 @@ def find_program_and_sources(path: Path) -> tuple[Path | None, list[Path]]:
                 if not inc.search(texts[c]):
                     continue
                 if c.suffix in _SOURCE_EXT and _MAIN.search(texts[c]):
-                    return c, []
+                    if c.parent in near:
+                        return c, []
+                    continue
                 if c.name not in seen:
                     seen.add(c.name)
                     nxt.append(c.name)
-                    if c.suffix in _SOURCE_EXT and c.parent == path.parent:
+                    if c.suffix in _SOURCE_EXT:
                         units.append(c)
         frontier = nxt
-    # a program of several translation units: a sibling main() calling (maybe through other sources of the
-    # folder) a host function defined in the file or in a source that includes it
+    # a program of several translation units: a main() of the file's folder (or one above it, up to the project's
+    # root) calling (maybe through other sources) a host function defined in the file or in a source that
+    # includes it, as a linker would join them
     texts[path] = text
-    sources = [c for c in files if c.parent == path.parent and c.suffix in _SOURCE_EXT and not _MAIN.search(texts[c])]
+    unit_dirs = {u.parent for u in units}
+    sources = [c for c in files if c.parent in unit_dirs and c.suffix in _SOURCE_EXT and not _MAIN.search(texts[c])]
     sources = list(dict.fromkeys(units + sources))
     calls = {}
     for u in sources:
         fns = host_functions(texts[u])
         calls[u] = re.compile(r"\b(?:" + "|".join(map(re.escape, fns)) + r")\s*(?:<[^;()]*>)?\s*\(") if fns else None
     for m in files:
-        if m.parent != path.parent or m.suffix not in _SOURCE_EXT or not _MAIN.search(texts[m]):
+        if m.suffix not in _SOURCE_EXT or not _MAIN.search(texts[m]):
             continue
         reached, todo = [], [m]
         while todo:
@@ -215,8 +247,12 @@ def with_program_prefix(p: Path, text: str) -> str:
 
 def program_prefix(prog: Path | None, target: Path) -> str:
     """The program's text before the line that #includes `target` (what the kernels of `target` see first)."""
-    if prog is None or prog == target:
+    if prog == target:
         return ""
+    if prog is None:   # no main() found (a C main elsewhere): a source unit that #includes the file still decides
+        prefix = next((t[:mm.start()] for x, t in _includers(target) if x.suffix in _SOURCE_EXT   # what it sees
+                       for mm in [_include_of(target).search(t)]), "")
+        return _close_linkage(prefix) + "#endif\n" * _open_conditionals(prefix)
     try:
         text = prog.read_text(errors="replace")
     except OSError:
@@ -228,7 +264,7 @@ def program_prefix(prog: Path | None, target: Path) -> str:
         # after bucketsort.cuh, and main.cu calls into it): that unit's text before the #include
         prefix = next((t[:mm.start()] for x, t in _includers(target) if x.suffix in _SOURCE_EXT
                        for mm in [_include_of(target).search(t)]), "")
-    return prefix + "#endif\n" * _open_conditionals(prefix)
+    return _close_linkage(prefix) + "#endif\n" * _open_conditionals(prefix)
 
 
 def _include_of(target: Path):
@@ -262,6 +298,25 @@ def _chain_prefix(prog: Path, target: Path, depth: int = 0, seen: tuple = ()) ->
         if up is not None:
             return up + f'\n#line 1 "{x.name}"\n' + t[:mm.start()]
     return None
+
+
+def _close_linkage(text: str) -> str:
+    """`text` (a program cut at its #include) without the `extern "C" {` it leaves open (a wrapper that wraps its
+    includes in `#ifdef __cplusplus extern "C" { #endif`): the block's `}` is past the cut."""
+    from .sim.preprocess import mask_comments
+
+    code = mask_comments(text)
+    out = text
+    for m in reversed(list(re.finditer(r'\bextern\s+"C"\s*\{', text))):
+        if code[m.start()] != "e":
+            continue     # inside a comment
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            i += 1
+        if depth:    # never closed before the cut
+            out = out[:m.start()] + " " * (m.end() - m.start()) + out[m.end():]
+    return out
 
 
 def _open_conditionals(text: str) -> int:
@@ -366,7 +421,7 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
 
 # options a program reads to choose which kernel (or variant) to run, as NVIDIA's samples spell them with
 # helper_string.h (`getCmdLineArgumentInt(argc, argv, "kernel")`) or a plain strcmp on "-method=..."
-_OPTION_READ = re.compile(r'\bgetCmdLineArgument(?:Int|Float|String|Value)?\s*\([^;"]*"(\w+)"|"-{1,2}(\w+)=')
+_OPTION_READ = re.compile(r'\bgetCmdLineArgument(Int|Float|String|Value)?\s*\([^;"]*"(\w+)"|"-{1,2}(\w+)=')
 _MODE_WORD = re.compile(r"(?i)^(kernel|method|mode|type|variant|version|alg\w*|impl\w*|test|which|k)$")
 MODE_VALUES = 12          # option values tried, 0..MODE_VALUES-1
 MODE_BUDGET_S = 120.0     # wall time spent on such runs per file (each runs the whole program on the CPU)
@@ -388,11 +443,33 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
         return {}
     opts = []
     for m in _OPTION_READ.finditer(text):
-        name = m.group(1) or m.group(2)
+        name = m.group(2) or m.group(3)
+        if m.group(1) == "String":
+            continue   # read as a word (-type=float): N = 0, 1, ... means nothing to it
         if _MODE_WORD.match(name) and name not in opts:
             opts.append(name)
+    # a kernel-choosing name first: it names what is wanted (-kernel= before -type=)
+    opts.sort(key=lambda o: 0 if re.match(r"(?i)kernel|method|alg|impl", o) else 1)
     found: dict[str, tuple[Capture, str]] = {}
     t0 = time.monotonic()
+    # a command line the capture took from the program's documentation (`myocyte 100 100 1`): its one-digit
+    # arguments are the program's modes (0 or 1, which solver); the other values launch the other kernels
+    base = list(capture.argv)
+    for pos in [i for i, a in enumerate(base) if re.fullmatch(r"\d", a)][-2:]:
+        for n in range(4):
+            if not missing or time.monotonic() - t0 > MODE_BUDGET_S:
+                return found
+            if str(n) == base[pos]:
+                continue
+            line = base[:pos] + [str(n)] + base[pos + 1:]
+            say(f"running the program as `{' '.join(line)}` for {', '.join(sorted(missing))}")
+            cap = _capture(p, line, defines, include_dirs, timeout, PortReport(file=str(p)), say)
+            if cap is None or cap.status == "failed":
+                continue
+            for name in sorted(missing):
+                if _launches_for(cap, name):
+                    found[name] = (cap, " ".join(line))
+                    missing.discard(name)
     for opt in opts[:2]:
         for n in range(MODE_VALUES):
             if not missing or time.monotonic() - t0 > MODE_BUDGET_S:
@@ -435,33 +512,66 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
                                     f"as one program")
     key = _capture_key(prog, p, argv, defines, include_dirs, sources)
     cached = _capture_cache() / key
-    cap = None
-    if (cached / "capture.json").is_file():
-        try:
-            cap = Capture.read(cached)
-            say(f"using the capture of {prog.name} made earlier (same program, arguments and headers)")
-        except ValueError:
-            cap = None
-    if cap is None:
+    cap = _read_cached(cached)
+    if cap is not None:
+        say(f"using the capture of {prog.name} made earlier (same program, arguments and headers)")
+    else:
         say(f"running {prog.name}'s main() on the CPU to capture its launches")
-        tmp = cached.with_name(key + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        # each process captures into a folder of its own and publishes it with one rename: a reader never sees a
+        # half-written capture, and a capture in use (a scaled re-run's files) is never replaced under it
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=key + ".tmp", dir=cached.parent))
         cap = capture_program(prog, argv=list(argv), defines=dict(defines), include_dirs=list(include_dirs),
                               timeout_s=timeout, workdir=str(tmp), sources=sources)
         if cap.status != "failed":   # a failure may be the machine's (a busy CPU): try again next time
-            cap.dir = str(cached)
-            shutil.rmtree(cached, ignore_errors=True)
-            try:
-                tmp.rename(cached)
-                cap.save()
-            except OSError:
-                cap.dir = str(tmp)
+            cap = _publish(cap, tmp, cached)
     report.capture.status = cap.status
     report.capture.launches = len(cap.launches)
     report.capture.error = cap.error
     report.capture.seconds = cap.seconds
     report.capture.notes = (report.capture.notes + [n.message for n in cap.notes])[:20]
+    return cap
+
+
+def _read_cached(cached: Path) -> Capture | None:
+    """The capture published at `cached`, or None (none yet, or unreadable)."""
+    if not (cached / "capture.json").is_file():
+        return None
+    try:
+        cap = Capture.read(cached)
+    except (ValueError, OSError):
+        return None
+    cap.dir = str(cached)
+    return cap
+
+
+def _publish(cap: Capture, tmp: Path, cached: Path) -> Capture:
+    """Moves the capture made in `tmp` to `cached` in one rename (capture.json written first, so the folder is
+    whole when it appears). Where another process published the same capture first, its copy is kept (it may be in
+    use) and this one is dropped; a stale folder without a readable capture.json is moved aside, then removed."""
+    cap.dir = str(cached)
+    try:
+        (tmp / "capture.json").write_text(cap.model_dump_json(indent=1))
+    except OSError:
+        cap.dir = str(tmp)
+        return cap
+    for _attempt in range(3):
+        try:
+            os.rename(tmp, cached)
+            return cap
+        except OSError:
+            pass
+        other = _read_cached(cached)
+        if other is not None:            # the same program, arguments and headers, published by another process
+            shutil.rmtree(tmp, ignore_errors=True)
+            return other
+        aside = cached.with_name(f"{cached.name}.stale{os.getpid()}.{time.monotonic_ns()}")
+        try:
+            os.rename(cached, aside)     # a folder left by an older version, or a crashed writer
+            shutil.rmtree(aside, ignore_errors=True)
+        except OSError:
+            pass
+    cap.dir = str(tmp)
     return cap
 
 
@@ -473,7 +583,9 @@ def _capture_cache() -> Path:
 def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=()) -> str:
     """Same program text, headers next to it, arguments and defines: the same capture."""
     h = hashlib.sha256()
-    for f in sorted({prog, target, *sources} | {x for x in prog.parent.iterdir() if x.suffix in (".h", ".cuh", ".hpp")}):
+    folders = {prog.parent, target.parent, *(s.parent for s in sources)}
+    heads = {x for d in folders for x in d.iterdir() if x.suffix in (".h", ".cuh", ".hpp")}
+    for f in sorted({prog, target, *sources} | heads):
         try:
             h.update(f.name.encode() + b"\0" + f.read_bytes())
         except OSError:
@@ -484,8 +596,8 @@ def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=
             h.update(_build.HEADER.with_name(n).read_bytes())
         except OSError:
             pass
-    from .sim import capture as _cap, host_source as _hs   # and so does new capture code on the Python side
-    for mod in (_cap, _hs):
+    from .sim import capture as _cap, capture_scale as _cs, host_source as _hs   # and so does new capture code
+    for mod in (_cap, _cs, _hs):
         try:
             h.update(Path(mod.__file__).read_bytes())
         except OSError:
@@ -498,6 +610,14 @@ def _launches_for(capture: Capture | None, kernel: str) -> list[LaunchRecord]:
     if capture is None:
         return []
     usable = [ln for ln in capture.launches_of(kernel) if not ln.too_large and not ln.sim_error]
+    # launches quick to replay first (the checks run each six times: the original and two ports, races twice);
+    # one slower than the capture's limit only where there is no other
+    from .sim.capture import SLOW_S
+    quick = [ln for ln in usable if (ln.seconds or 0.0) <= SLOW_S]
+    usable = quick or sorted(usable, key=lambda ln: ln.seconds or 0.0)[:1]
+    # a launch passing a null (or unknown) pointer cannot be given to the port as an array: others first
+    whole = [ln for ln in usable if not any(a.kind in ("null", "unknown_pointer") for a in ln.args)]
+    usable = whole or usable
     # distinct geometries first: they exercise the port more than repeats of one launch
     seen, first, rest = set(), [], []
     for ln in usable:
@@ -512,13 +632,14 @@ def _why_no_launch(capture: Capture | None, kernel: str) -> str | None:
     if capture is None:
         return None
     mine = capture.launches_of(kernel)
+    # the simulator stopping in the kernel says more than its size (the capture already tried smaller sizes)
+    failed = [ln for ln in mine if ln.sim_error]
+    if failed:
+        return f"its launches stopped in the simulator ({failed[0].sim_error})"
     big = [ln for ln in mine if ln.too_large]
     if big:
         return (f"the program launched it {len(mine)} time(s), each with more data than the capture records "
                 f"(its byte budget): run the program at smaller sizes (-D NAME=VALUE or --arg) to check it on them")
-    failed = [ln for ln in mine if ln.sim_error]
-    if failed:
-        return f"its launches stopped in the simulator ({failed[0].sim_error})"
     return "the program never launched it" if capture.status != "failed" else "its program did not run"
 
 
@@ -547,6 +668,7 @@ def _check_kernel(v: KernelVerdict, tr, source: str, k, p: Path, capture: Captur
         v.workload = "inferred" if res.launches else "none"
         if not res.launches and why_none:
             res.reason = f"{why_none}; {res.reason}" if res.reason else why_none
+    v.notes = list(res.notes) + v.notes
     v.dialects = res.dialects
     v.messages = res.messages
     v.launches_checked = res.launches

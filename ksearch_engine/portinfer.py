@@ -5,6 +5,11 @@ launch geometry comes from the file's own launch site where its expressions eval
 `#define`s), else from the kernel's use of 2-D indices. Scalar sizes start from the grid's thread count; every
 buffer starts at a size that covers the grid and grows each time the simulator reports a fault past its end
 (its guard page names the array), so the extents come from the kernel's own accesses.
+
+A template kernel runs at the template arguments its launch sites give, else at representative ones, and the
+verdict names the instantiation checked. Texture objects and references get textures made over made-up texels.
+Made-up loop counts that run past the time limit are taken small; dynamic shared memory no launch sizes grows
+while the kernel faults outside every buffer.
 """
 from __future__ import annotations
 
@@ -16,6 +21,21 @@ from .sim import SimError, run_cuda_source
 from .sim.capture_models import ArgRecord, LaunchRecord
 
 MAX_BUFFER_BYTES = 64 << 20
+# dynamic shared memory no launch gives: 16 bytes a thread (two 4-byte elements each and bank-conflict padding, as
+# scans and sorts take), grown x4 while the kernel faults at no named buffer, up to what a block may have
+DYN_SMEM_PER_THREAD = 16
+MAX_DYN_SMEM = 232448
+# a made-up integer that a counting loop runs to (`for (i = 0; i < iteration; i++)`), after a time-out: this small
+SHRUNK_COUNT = 8
+
+
+def _loop_count(name: str):
+    n = re.escape(name)
+    return re.compile(rf"\bfor\s*\([^;]*;\s*[A-Za-z_]\w*\s*<=?\s*\(?\s*{n}\b[^;]*;\s*"
+                      rf"(?:\+\+\s*[A-Za-z_]\w*|[A-Za-z_]\w*\s*\+\+|[A-Za-z_]\w*\s*\+=\s*1\b)")
+
+
+_EXTERN_SHARED = re.compile(r"\bextern\s+(?:[\w:<>,\s]*\s)?__shared__\b")
 _PAST_END = re.compile(r"past the end of '([A-Za-z_]\w*)'")
 
 
@@ -130,8 +150,59 @@ def _geometry(k, defines: dict[str, int]) -> tuple[tuple[int, int, int], tuple[i
     return grid, block
 
 
-def _candidates(k, defines, geometries, template_args):
-    """(grid, block, smem, template args, scalars, origin, from the source) to try, the source's first."""
+# C types a template argument written at a launch site may name (anything else may be the caller's own parameter)
+_CONCRETE_TYPES = re.compile(r"^(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:float|double|int|char|short|long(?:\s+long)?|"
+                             r"unsigned|bool|half|__half|__nv_bfloat16|size_t|u?int(?:8|16|32|64)_t|"
+                             r"(?:u?char|u?short|u?int|u?long|float|double)[1-4])$")
+
+
+def _concrete_targ(text: str, tp) -> bool:
+    t = " ".join(text.split())
+    if tp.kind == "typename":
+        return _CONCRETE_TYPES.match(t) is not None
+    return re.fullmatch(r"-?\d+[uUlL]*|true|false", t) is not None
+
+
+def representative_template_args(k, defines: dict[str, int] | None = None) -> list[list[str]]:
+    """Instantiations of template kernel `k` to check where no launch in the sources gives all its arguments, best
+    first: each parameter takes what the kernel's own launches write for it where that is a literal or a concrete
+    type, else its default, else a representative (a type: float, then int; a bool: false, then true; a block-size
+    parameter: 128). Empty where a non-type parameter has no value anywhere (an instantiation would be a guess)."""
+    per: list[list[str]] = []
+    for i, tp in enumerate(k.template_params):
+        vals = []
+        for s in k.launches:
+            if len(s.template_args) > i:
+                v = " ".join(s.template_args[i].split())
+                if v in (defines or {}) and tp.kind != "typename":
+                    v = str(defines[v])
+                if _concrete_targ(v, tp) and v not in vals:
+                    vals.append(v)
+        if vals:
+            opts = vals[:2]
+        elif tp.default:
+            opts = [tp.default.strip()]
+        elif tp.kind == "typename":
+            opts = ["float", "int"]
+        elif tp.kind == "bool":
+            opts = ["false", "true"]
+        else:
+            from .launchsites import _BLOCK_PARAM
+            if not _BLOCK_PARAM.match(tp.name):
+                return []
+            opts = ["128"]
+        per.append(opts)
+    first = [o[0] for o in per]
+    out = [first]
+    for i, o in enumerate(per):      # then each parameter's second choice, one at a time
+        if len(o) > 1:
+            out.append(first[:i] + [o[1]] + first[i + 1:])
+    return out[:3]
+
+
+def _candidates(k, defines, geometries, template_args, template_choices=None):
+    """(grid, block, smem, template args, scalars, origin, from the source) to try, the source's first; the made-up
+    geometry at `template_args`, else at each of `template_choices` (representative instantiations)."""
     out = []
     dyn = any(sh.dynamic for sh in k.shared)
     two_d = re.search(r"(threadIdx|blockIdx|blockDim)\s*\.\s*y", k.body) is not None
@@ -139,26 +210,31 @@ def _candidates(k, defines, geometries, template_args):
         block = tuple(g.block)
         grid = tuple(g.grid) if g.grid else ((2, 2, 1) if two_d or block[1] > 1 else (2, 1, 1))
         smem = g.shared_mem if g.shared_mem is not None else 0
-        if dyn and not smem:
-            smem = block[0] * block[1] * block[2] * 8
+        grow = dyn and not smem
+        if grow:
+            smem = block[0] * block[1] * block[2] * DYN_SMEM_PER_THREAD
         targs = g.template_args if g.template_args is not None else template_args
         if k.template_params and (not targs or any(t is None for t in targs)):
             continue
-        out.append((grid, block, smem, targs, dict(g.scalars), g.origin, True))
+        out.append((grid, block, smem, targs, dict(g.scalars), g.origin, g.from_source, grow))
+    choices = [template_args]
     if k.template_params and (not template_args or any(t is None for t in template_args)):
-        return out
+        choices = [c for c in template_choices or [] if c]
     grid, block = _geometry(k, defines)
-    smem = 0
+    smem, grow = 0, False
     if dyn:
         given = next((v for v in (_eval_int(s.shared_mem, defines) for s in k.launches) if v), None)
-        smem = given[0] if given else block[0] * block[1] * block[2] * 8
-    out.append((grid, block, smem, template_args, {}, "", False))
+        grow = not given
+        smem = given[0] if given else block[0] * block[1] * block[2] * DYN_SMEM_PER_THREAD
+    for targs in choices:
+        out.append((grid, block, smem, targs, {}, "", False, grow))
     return out
 
 
 def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, template_args=None,
                  max_tries: int = 12, timeout_s: float = 20.0, include_dirs=(),
-                 geometries=None, preamble: list[str] | None = None, sources=None) -> tuple[LaunchRecord, dict]:
+                 geometries=None, preamble: list[str] | None = None, sources=None, template_choices=None,
+                 notes: list[str] | None = None, expected: dict | None = None) -> tuple[LaunchRecord, dict]:
     """A launch of `k` that runs in the simulator without faults: (its record, {param: numpy array or number}).
 
     `geometries` (launchsites.Geometry, best first) are the launches the source describes; each is tried in
@@ -167,22 +243,32 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
     hangs, or takes a parameter no workload can be made for. `preamble` (the file's file-scope declarations) gives
     the typedefs and structs parameters name: a struct buffer is made as a numpy structured array with the
     struct's C layout (translate.layout), a struct passed by value as its bytes.
+
+    A template kernel runs at the template arguments a geometry gives, else at `template_args`, else at each of
+    `template_choices` in turn (representative_template_args); `notes` (a list) gets one line naming the
+    instantiation that ran and where its arguments came from.
+
+    Texture objects the kernel takes and texture references it reads are made over made-up texels (extents
+    covering the grid, addressing as the host code sets it up, else point filtering and clamping); the returned
+    arguments hold them as the port takes them (texels and geometry) and `expected` (a dict) gets what the original
+    left in memory, since the original cannot re-run on those.
     """
-    cands = _candidates(k, defines, geometries, template_args)
+    cands = _candidates(k, defines, geometries, template_args, template_choices)
     if not cands:
-        raise InferError("a template kernel that no launch instantiates: run its program, or give the "
-                         "template arguments in a task file")
+        raise InferError("a template kernel that no launch instantiates, with a non-type template parameter that "
+                         "neither a launch nor a default gives a value: run its program, or give the template "
+                         "arguments in a task file")
     first_err: InferError | None = None
     raced: str | None = None
-    for i, (grid, block, smem, targs, scalars, origin, from_source) in enumerate(cands):
+    for i, (grid, block, smem, targs, scalars, origin, from_source, grow) in enumerate(cands):
         if raced and not from_source:
             break            # the source's own geometry races: a made-up one would hide it
         more = i + 1 < len(cands) and (from_source or not raced)
         try:
-            rec, args = _infer_one(source, k, grid, block, smem, targs, scalars, filename=filename,
+            rec, args = _infer_one(source, k, grid, block, smem, targs, scalars, filename=filename, grow_smem=grow,
                                    max_tries=max_tries, timeout_s=timeout_s, include_dirs=include_dirs,
                                    race_check=from_source and more, preamble=preamble or [], defines=defines,
-                                   sources=sources or [(filename, source)])
+                                   sources=sources or [(filename, source)], expected=expected)
         except InferError as e:
             where = f" under {origin} (grid {grid}, block {block})" if origin else ""
             if getattr(e, "race", False):
@@ -198,15 +284,145 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
             m = re.search(r"at (.+):(\d+)$", origin)
             if m:
                 rec.file, rec.line = m.group(1), int(m.group(2))
+        if k.template_params and targs and notes is not None:
+            inst = f"{k.name}<{', '.join(str(t) for t in targs)}>"
+            if origin:
+                notes.append(f"checked on the instantiation {inst}, from {origin}")
+            elif template_args and list(targs) == list(template_args):
+                notes.append(f"checked on the instantiation {inst}")
+            else:
+                notes.append(f"checked on the instantiation {inst} only: no launch in the sources gives all its "
+                             f"template arguments, so representative ones were taken (a type: float, then int; "
+                             f"the launches' own values and the defaults where given); other instantiations "
+                             f"are not verified")
         return rec, args
     raise InferError(raced) if raced else (first_err or InferError("no workload found"))
 
 
+# ---- textures a made-up workload reads: made over made-up texels, as the host code would set them up ----
+_NP_OF = {"float": "float32", "int": "int32", "unsigned int": "uint32", "unsigned": "uint32", "uint": "uint32",
+          "short": "int16", "unsigned short": "uint16", "ushort": "uint16", "char": "int8", "signed char": "int8",
+          "unsigned char": "uint8", "uchar": "uint8"}
+_VEC_OF = re.compile(r"^(u?char|u?short|u?int|float)([1-4])$")
+_FETCH_DIMS = {"tex1Dfetch": 1, "tex1D": 1, "tex2D": 2, "tex3D": 3}
+_ADDR_WORDS = (("wrap", 0), ("clamp", 1), ("mirror", 2), ("border", 3))
+
+
+def _texel_type(t: str) -> tuple[str, int] | None:
+    """(numpy dtype of one channel, channels) of a texel type written in C (float, uchar4, unsigned int)."""
+    t = " ".join(t.replace("const", " ").split())
+    v = _VEC_OF.match(t)
+    if v:
+        base = {"uchar": "unsigned char", "ushort": "unsigned short", "uint": "unsigned int"}.get(v.group(1), v.group(1))
+        return (_NP_OF[base], int(v.group(2))) if base in _NP_OF else None
+    return (_NP_OF[t], 1) if t in _NP_OF else None
+
+
+def _host_modes(texts: list[str], name: str | None) -> dict:
+    """The addressing the host code sets up: a texture reference's own fields (`name.filterMode = ...`), else the
+    first texture descriptor's (`texDescr.normalizedCoords = true`, the driver API's `TexDesc.flags`); point
+    filtering, clamped and unnormalized where the code says nothing."""
+    modes = {"addr": [1, 1, 1], "linear": False, "normalized": False, "norm_read": False}
+    who = re.escape(name) if name else r"[A-Za-z_]\w*"
+    seen = set()
+    for t in texts:
+        for m in re.finditer(rf"\b{who}\s*\.\s*(filterMode|normalized(?:Coords)?|readMode|flags|addressMode\s*\[\s*(\d)\s*\])"
+                             rf"\s*=\s*([^;]+);", t):
+            field, idx, val = m.group(1), m.group(2), m.group(3)
+            key = field if idx is None else f"addr{idx}"
+            if key in seen:
+                continue
+            seen.add(key)
+            low = val.lower()
+            if field == "filterMode":
+                modes["linear"] = "linear" in low
+            elif field.startswith("normalized"):
+                modes["normalized"] = low.strip() in ("true", "1") or "true" in low
+            elif field == "readMode":
+                modes["norm_read"] = "normalizedfloat" in low
+            elif field == "flags":
+                modes["normalized"] = "normalized_coordinates" in low
+            elif idx is not None and int(idx) < 3:
+                hit = min(((low.find(w), v) for w, v in _ADDR_WORDS if w in low), default=None)
+                if hit:
+                    modes["addr"][int(idx)] = hit[1]
+    return modes
+
+
+def _texture_plan(source: str, k, texts: list[str], grid, block, threads: int, rng) -> tuple[dict, dict]:
+    """({texture name: run_cuda_source texture spec}, {name: the port's arguments for it}) for the texture object
+    parameters and file-scope texture references `k` reads. Extents cover the grid (1-D fetches: like a buffer);
+    texels are made up like buffers; addressing as the host code sets it up (_host_modes)."""
+    from .translate.textures import OBJECT_TYPES, read_type, references
+
+    objs = [p.name for p in k.params if not p.pointer and " ".join(p.type.replace("const", " ").split()) in OBJECT_TYPES]
+    refs = references(source)
+    used = [n for n in refs if re.search(rf"\b{re.escape(n)}\b", k.body)]
+    if not objs and not used:
+        return {}, {}
+    fetch = re.compile(r"\b(tex\w+)\s*(?:<\s*([^<>()]+?)\s*>)?\s*\(\s*([A-Za-z_]\w*)\b")
+    specs, port = {}, {}
+    for name in objs + used:
+        calls = [m for m in fetch.finditer(k.body) if m.group(3) == name]
+        fn = calls[0].group(1) if calls else "tex1Dfetch"
+        if fn not in _FETCH_DIMS:
+            err = InferError(f"texture '{name}' is read with {fn}: a made-up workload makes 1-D, 2-D and 3-D textures "
+                             f"only (run its program to check it on its own textures)")
+            err.final = True
+            raise err
+        modes = _host_modes(texts, name if name in used else None)
+        if name in used:
+            t, _dim, norm = refs[name]
+            modes["norm_read"] = norm
+            store, r = _texel_type(t), read_type(t, norm)
+        else:
+            r = " ".join((calls[0].group(2) or "float").split()) if calls else "float"
+            rt_ = _texel_type(r)
+            store = ("uint8", rt_[1]) if modes["norm_read"] and rt_ and rt_[0] == "float32" else rt_
+        if store is None or _texel_type(r) is None:
+            err = InferError(f"texture '{name}' holds texels of a type a made-up workload does not make ({r})")
+            err.final = True
+            raise err
+        dt, comps = store
+        dims = _FETCH_DIMS[fn]
+        linear_mem = fn == "tex1Dfetch"
+        if linear_mem:
+            w, h, d = max(4096, threads * 4), 1, 1
+        elif dims == 3:
+            w = h = d = max(8, min(32, max(grid[0] * block[0], grid[1] * block[1])))
+        else:
+            w, h, d = grid[0] * block[0], (grid[1] * block[1] if dims == 2 else 1), 1
+        n = w * h * d * comps
+        if np.dtype(dt).kind == "f":
+            data = rng.uniform(0.0, 1.0, n).astype(dt)
+        elif modes["norm_read"]:
+            data = rng.integers(0, np.iinfo(dt).max + 1, n).astype(dt)
+        else:
+            data = rng.integers(0, 16, n).astype(dt)
+        specs[name] = {"data": data, "w": w, "h": h, "d": d, "dims": dims, "comps": comps, "linear_mem": linear_mem,
+                       **modes}
+        # the port reads the texels converted to what the fetch returns, and the addressing after CUDA's rules
+        # (ksim_tex.h's finish): wrap and mirror need normalized coordinates; a 1-D fetch out of range reads zero
+        texels = data.astype(np.float32) / float(np.iinfo(dt).max) if modes["norm_read"] and data.dtype.kind in "iu" \
+            else data
+        addr = [a if modes["normalized"] or a not in (0, 2) else 1 for a in modes["addr"]]
+        if linear_mem:
+            addr[0] = 3
+        bits = (addr[0] & 3) | (addr[1] & 3) << 2 | (addr[2] & 3) << 4 | (64 if modes["linear"] else 0) \
+            | (128 if modes["normalized"] else 0)
+        port.update({name: np.ascontiguousarray(texels).reshape(-1), f"{name}__w": w, f"{name}__h": h,
+                     f"{name}__d": d, f"{name}__m": bits})
+    return specs, port
+
+
 def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, filename, max_tries, timeout_s,
+               grow_smem: bool = False, expected: dict | None = None,
                include_dirs, race_check: bool, preamble=(), defines=None, sources=None) -> tuple[LaunchRecord, dict]:
     threads = grid[0] * block[0] * grid[1] * block[1] * grid[2] * block[2]
     side = max(grid[0] * block[0], grid[1] * block[1])
     rng = np.random.default_rng(0)
+    texts = [source] + [t for _, t in sources or []]
+    tex_specs, tex_port = _texture_plan(source, k, texts, grid, block, threads, rng)
     sizes: dict[str, int] = {}
     args: dict[str, object] = {}
     records: list[ArgRecord] = []
@@ -215,13 +431,16 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
              if tp.kind == "typename" and a is not None}
     structs: dict[str, object] = {}       # parameter -> StructLayout (a struct buffer, or a struct by value)
     for p in k.params:
+        if p.name in tex_specs:
+            continue
         info = pointee(p.type, preamble, subst)
         if p.pointer:
             if info is None:
                 structs[p.name] = _struct_of(p, preamble, subst, defines, sources, k)
                 sizes[p.name] = max(256, threads * 2)
-            else:
-                sizes[p.name] = max(4096, threads * 4) * info[1]
+            else:   # a little over whole pages: a read just before its start (`g_s[i - 1]` at i = 0, where the
+                # program passes a pointer into its allocation) lands in the page's slack, as on the real launch
+                sizes[p.name] = (max(4096, threads * 4) + 16) * info[1]
         elif info is None:
             structs[p.name] = _struct_of(p, preamble, subst, defines, sources, k)
 
@@ -250,25 +469,57 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
             info = np.iinfo(np.dtype(dt)) if np.dtype(dt).kind in "iu" else None
             if info is None or info.min <= v <= info.max:
                 return v
+        if p.name in shrunk:
+            return min(side, SHRUNK_COUNT)
         return side
 
     last = ""
+    grown: dict[str, str] = {}   # buffer -> how far past its end the last fault was (bytes)
+    shrunk: set[str] = set()     # made-up integer scalars taken small after the kernel ran past its time limit
     for _ in range(max_tries):
         args = {}
         for p in k.params:
-            args[p.name] = make(p) if p.pointer else scalar(p)
+            if p.name not in tex_specs:
+                args[p.name] = make(p) if p.pointer else scalar(p)
         try:
-            run_cuda_source(source, k.name, grid, block, dict(args), smem, template_args=template_args,
-                            filename=filename, timeout_s=timeout_s, check_races=False, strict_barriers=False,
-                            include_dirs=list(include_dirs) or None)
+            outs = run_cuda_source(source, k.name, grid, block, dict(args), smem, template_args=template_args,
+                                   filename=filename, timeout_s=timeout_s, check_races=False, strict_barriers=False,
+                                   include_dirs=list(include_dirs) or None, textures=tex_specs or None)
             break
         except SimError as e:
             last = str(e)
             m = _PAST_END.search(e.message)
+            if e.kind == "fault" and not m and grow_smem and smem * 4 <= MAX_DYN_SMEM:
+                smem *= 4      # the made-up dynamic shared memory was too small (its end is not a named array)
+                continue
+            if e.kind == "fault" and not m and not smem and _EXTERN_SHARED.search(source):
+                # dynamic shared memory a helper declares (`SharedMemory<T>()`), and no launch says how much
+                smem, grow_smem = threads * DYN_SMEM_PER_THREAD, True
+                continue
+            if e.kind == "timeout" and not shrunk:
+                # the made-up sizes (the grid's thread count) made a loop run long: the counts its loops run to
+                # (else every made-up integer) are taken small, and the kernel runs once more
+                made = [p for p in k.params if not p.pointer and p.name not in structs and p.name not in tex_specs
+                        and not isinstance(scalars.get(p.name), (int, float))
+                        and np.dtype(pointee(p.type, preamble, subst)[0]).kind in "iu"]
+                loops = [p.name for p in made if _loop_count(p.name).search(k.body)]
+                shrunk = set(loops or [p.name for p in made])
+                if shrunk:
+                    continue
             if e.kind != "fault" or not m or m.group(1) not in sizes:
                 err = InferError(f"the kernel does not run on a made-up workload ({last[:300]})")
                 err.final = e.kind in ("timeout",)
                 raise err from None
+            past = re.search(r"the address is (\d+) bytes past the end", e.message)
+            if past and int(past.group(1)) >= 64 and grown.get(m.group(1)) == past.group(1):
+                # the fault stayed as far past the end after the buffer grew (a sequential overrun faults at the
+                # end itself each time): an address before the next buffer's start, a negative index that no size
+                # fixes
+                err = InferError(f"the kernel reads or writes outside every buffer on a made-up workload, not past "
+                                 f"the end of one ({last[:300]}): give the program that launches the kernel")
+                raise err from None
+            if past:
+                grown[m.group(1)] = past.group(1)
             sizes[m.group(1)] *= 4
             elem = structs[m.group(1)].dtype.itemsize if m.group(1) in structs else 8
             if sizes[m.group(1)] * elem > MAX_BUFFER_BYTES:
@@ -281,12 +532,16 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
             run_cuda_source(source, k.name, grid, block, {n: (v.copy() if isinstance(v, np.ndarray) else v)
                                                           for n, v in args.items()}, smem,
                             template_args=template_args, filename=filename, timeout_s=timeout_s,
-                            check_races=True, strict_barriers=False, include_dirs=list(include_dirs) or None)
+                            check_races=True, strict_barriers=False, include_dirs=list(include_dirs) or None,
+                            textures=tex_specs or None)
         except SimError as e:
             err = InferError(str(e)[:400])
             err.race = e.kind == "race"
             raise err from None
     for p in k.params:
+        if p.name in tex_specs:    # a texture object: the port takes its texels (tex_port)
+            records.append(ArgRecord(name=p.name, ctype=p.text or p.type, kind="scalar", value=0))
+            continue
         v = args[p.name]
         if p.pointer and p.name in structs:
             records.append(ArgRecord(name=p.name, ctype=p.text or p.type, kind="buffer", dtype="uint8",
@@ -301,4 +556,10 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
             records.append(ArgRecord(name=p.name, ctype=p.text or p.type, kind="scalar", value=v))
     rec = LaunchRecord(index=0, kernel=k.name, template_args=list(template_args or []), grid=grid, block=block,
                        shared_mem=smem, args=records)
+    if tex_specs:
+        # the original cannot re-run on the port's arguments (its textures are handles): what it left in memory
+        # on this run is what the port must reproduce
+        if expected is not None:
+            expected.update({n: np.asarray(v) for n, v in outs.items()})
+        args = {**args, **tex_port}
     return rec, args

@@ -64,18 +64,25 @@ def _is_gcc(cxx: str) -> bool:
     return "clang" not in out.lower() and ("g++" in out or "gcc" in out.lower() or "free software" in out.lower())
 
 
-def pch_dir(cxx: str) -> Path | None:
-    """A directory holding precompiled ksim_metal.h / ksim_cuda.h (built once per header version).
+# the whole-file CUDA entry with the CPU runtime's host API (cuda_source.py), and the headers it reads
+HOST_ENTRY = "ksim_cuda_host.h"
+HOST_HEADERS = ("ksim_host.h", "ksim_tex.h", HOST_ENTRY)
+
+
+def pch_dir(cxx: str, host: bool = False) -> Path | None:
+    """A directory holding precompiled ksim_metal.h / ksim_cuda.h (built once per header version); with `host`,
+    ksim_cuda_host.h (the CUDA dialect with the host runtime API).
 
     Only for GCC. If a precompiled header is missing or does not match, g++ reads the real header,
     so this only ever saves time (about a third of each compile)."""
     if os.environ.get("KSEARCH_SIM_NO_PCH") or not _is_gcc(cxx):
         return None
-    texts = b"".join(HEADER.with_name(n).read_bytes() for n in ("ksim.h", "ksim_metal.h", "ksim_cuda.h"))
+    names = ("ksim.h", "ksim_metal.h", "ksim_cuda.h", "ksim_wmma.h") + (HOST_HEADERS if host else ())
+    texts = b"".join(HEADER.with_name(n).read_bytes() for n in names)
     key = hashlib.sha256(texts + " ".join([cxx] + flags()).encode()).hexdigest()[:16]
-    d = cache_dir() / f"pch-{key}"
+    d = cache_dir() / f"pch-{'host-' if host else ''}{key}"
     d.mkdir(exist_ok=True)
-    for dialect in ("metal", "cuda"):
+    for dialect in (("cuda_host",) if host else ("metal", "cuda")):
         gch = d / f"ksim_{dialect}.h.gch"
         if gch.exists():
             continue
@@ -154,9 +161,11 @@ def prune(d: Path, keep: int = MAX_CACHED) -> None:
         pass  # another process pruned at the same time
 
 
-def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
-    """Compile `code` (a full C++ translation unit) to a cached ``.so``; raise SimError on errors."""
-    header_text = b"".join(HEADER.with_name(n).read_bytes() for n in ("ksim.h", "ksim_metal.h", "ksim_cuda.h"))
+def build(code: str, what: str, user_files: set[str] | None = None, host: bool = False) -> Path:
+    """Compile `code` (a full C++ translation unit) to a cached ``.so``; raise SimError on errors. `host`: the code
+    includes ksim_cuda_host.h (the host runtime API), whose headers are part of the cache key then."""
+    names = ("ksim.h", "ksim_metal.h", "ksim_cuda.h", "ksim_wmma.h") + (HOST_HEADERS if host else ())
+    header_text = b"".join(HEADER.with_name(n).read_bytes() for n in names)
     cxx = compiler()
     key = hashlib.sha256(code.encode() + header_text + " ".join([cxx] + flags()).encode()).hexdigest()[:24]
     d = cache_dir()
@@ -170,7 +179,7 @@ def build(code: str, what: str, user_files: set[str] | None = None) -> Path:
     src = d / f"k{key}.{os.getpid()}.cpp"
     src.write_text(code)
     tmp = d / f"k{key}.{os.getpid()}.tmp.so"
-    pch = pch_dir(cxx)
+    pch = pch_dir(cxx, host)
     cmd = [cxx, *flags(), *([f"-I{pch}"] if pch else []), f"-I{HEADER.parent}", str(src), "-o", str(tmp)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)

@@ -7,6 +7,11 @@ limit and a byte budget for recorded contents. The runtime writes each launch to
 buffers' contents to ``.npy`` files in the capture folder; this module turns those into a ``Capture``
 (capture_models.py). Nothing raises: failures come back as ``Capture(status="failed", error="file:line: what —
 what to do")``.
+
+Kernels whose launches are too big for the byte budget or too slow to check (over SLOW_S on the CPU) are
+recorded from a second run of the program at smaller sizes: the host-side constants those launches show
+(capture_scale.py) divided by a power of two. Where such constants exist, the first run stops at the first such
+launch instead of running on at full size; where no smaller run records that kernel, the program runs again whole.
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ from pathlib import Path
 from . import build as _build
 from . import host_headers
 from .capture_models import ArgRecord, Capture, CaptureNote, LaunchRecord, SymbolRecord
+from . import capture_scale
 from .host_source import Program, build_program
 
 _TAIL = 8000
-_HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h")
+SLOW_S = 2.0   # a launch running longer on the CPU is too slow to check six times over: the program is run smaller
+SCALE_BUILD_S = 60.0   # a program whose build took longer is not built a second time at smaller sizes
+_HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_wmma.h")
 
 
 class CaptureFailed(Exception):
@@ -118,6 +126,7 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
         srcs.append(s)
     tmp = d / f"cap{key}.{os.getpid()}.tmp"
     pch = _pch(cxx)
+    started = time.monotonic()
     # OpenMP host code (omp.h, #pragma omp): built with -fopenmp, as the program's Makefile would
     omp = ["-fopenmp"] if any(re.search(r"#\s*include\s*<omp\.h>|#\s*pragma\s+omp\b", t) for t in texts) else []
     cmd = [cxx, *_flags(), *omp, *([f"-I{pch}"] if pch else []), f"-I{_build.HEADER.parent}", "-isystem", str(inc),
@@ -143,6 +152,10 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
         raise failed
     os.replace(tmp, exe)
     os.replace(srcs[0], d / f"cap{key}.cpp")
+    try:   # how long it took: a smaller run's second build is skipped where the first was slow (_smaller)
+        exe.with_suffix(".secs").write_text(f"{time.monotonic() - started:.1f}")
+    except OSError:
+        pass
     return exe
 
 
@@ -183,7 +196,7 @@ def _to_record(d: dict, prog: Program, recorded: bool) -> LaunchRecord:
     return LaunchRecord(index=d["index"], kernel=name, template_args=[t.strip() for t in _split(d["targs"])],
                         line=d["line"], file=prog.display.get(os.path.basename(d["file"]), d["file"]),
                         grid=tuple(d["grid"]), block=tuple(d["block"]), shared_mem=d["shared_mem"], args=args,
-                        symbols=syms, too_large=d["too_large"])
+                        symbols=syms, too_large=d["too_large"], seconds=d.get("seconds"))
 
 
 def _split(s: str) -> list[str]:
@@ -335,11 +348,22 @@ def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: 
     wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ksearch-capture-"))
     wd.mkdir(parents=True, exist_ok=True)
     cap = Capture(file=str(path), dir=str(wd.resolve()), argv=[str(a) for a in argv], defines=defines)
+    dirs, srcs = [Path(d).resolve() for d in include_dirs], [Path(s) for s in sources]
     try:
-        exe, prog = _run(cap, path, wd, [Path(d).resolve() for d in include_dirs], defines, timeout_s, byte_budget,
-                         max_per_kernel, entry, [Path(s) for s in sources])
+        exe, prog = _run(cap, path, wd, dirs, defines, timeout_s, byte_budget, max_per_kernel, entry, srcs,
+                         execute=False)
+        texts = _user_texts(prog)
+        quick_build = _build_seconds(exe) <= SCALE_BUILD_S   # a smaller run is built again: not where that is slow
+        sites = capture_scale.host_sites(texts) if quick_build else []
+
+        def early(args) -> bool:   # stop at an oversized launch only where a smaller run can be made
+            return quick_build and bool(sites or capture_scale.host_sites({}, list(args)))
+        _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early(cap.argv))
         if not argv and entry == "main" and _needs_arguments(cap):
-            cap = _with_documented_argv(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
+            cap = _with_documented_argv(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early)
+        if sites or cap._stopped:
+            cap = _smaller(cap, path, wd, exe, prog, texts, dirs, defines, timeout_s, byte_budget, max_per_kernel,
+                           entry, srcs, t0)
     except CaptureFailed as e:
         cap.status = "failed"
         cap.error = e.error
@@ -353,6 +377,183 @@ def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: 
     except OSError:
         pass
     return cap
+
+
+def _build_seconds(exe: Path) -> float:
+    """How long building `exe` took (0 where not known)."""
+    try:
+        return float(exe.with_suffix(".secs").read_text())
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _user_texts(prog: Program) -> dict[Path, str]:
+    """The program's own files (those in its translation units' folders, not helpers found elsewhere)."""
+    units = [prog, *prog.linked]
+    dirs = {u.files[0].parent for u in units if u.files}
+    out: dict[Path, str] = {}
+    for u in units:
+        for f in u.files:
+            if f not in out and (f.parent in dirs or any(d in f.parents for d in dirs)):
+                try:
+                    out[f] = f.read_text(errors="replace")
+                except OSError:
+                    pass
+    return out
+
+
+def _usable(ln: LaunchRecord) -> bool:
+    return not ln.too_large and not ln.sim_error and (ln.seconds or 0.0) <= SLOW_S
+
+
+def _evidence(cap: Capture, timeout_s: float) -> list[capture_scale.Evidence]:
+    """The launches that show the program is too big or too slow to record: where the run stopped, and every
+    launch of a kernel with no launch recorded within the budgets."""
+    evs = []
+    stop = cap._stopped
+    if stop:
+        secs = None
+        if stop["kind"] == "slow":
+            secs = float(stop.get("seconds") or SLOW_S) * max(int(stop.get("total") or 1), 1) / max(int(stop.get("done") or 1), 1)
+        evs.append(capture_scale.evidence_of(stop["launch"], stop["kind"], secs))
+    for k in cap.kernels():
+        mine = cap.launches_of(k)
+        if any(_usable(ln) for ln in mine):
+            continue
+        for ln in mine:
+            out_of_time = bool(ln.sim_error and "time budget" in ln.sim_error)
+            if ln.too_large or out_of_time or (ln.seconds or 0.0) > SLOW_S:
+                evs.append(capture_scale.evidence_of(ln.model_dump(), "oversize" if ln.too_large else "slow",
+                                                     timeout_s if out_of_time else ln.seconds))
+    return evs
+
+
+_FACTORS: dict[tuple, int] = {}   # (program, attempt, sites changed) -> the factor chosen last
+
+
+def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts: dict[Path, str], dirs, defines,
+             timeout_s: float, byte_budget: int, max_per_kernel: int, entry: str, sources, t0: float) -> Capture:
+    """Kernels whose launches were too big or too slow to record: the program run again with the host-side sizes
+    those launches show divided by a power of two (capture_scale.py), at most twice; their launches from that
+    run join the capture. A run stopped early for it, where no smaller run gives its kernel, runs again whole."""
+    deadline = t0 + 2.5 * timeout_s
+
+    def budget() -> float:
+        return max(10.0, min(timeout_s, deadline - time.monotonic()))
+    smaller: list[tuple[Capture, capture_scale.ScalePlan]] = []
+    cur_texts, cur_argv, latest = texts, list(cap.argv), cap
+    original: dict[str, tuple[int, str]] = {}
+    for attempt in (1, 2):
+        evs = _evidence(latest, timeout_s)
+        if not evs:
+            break
+        sites = capture_scale.host_sites(cur_texts, cur_argv)
+        pl = capture_scale.plan(sites, evs, byte_budget, SLOW_S / 4)
+        if pl is None:
+            break
+        # the same program run again (its kernel-choosing options, portfile._mode_captures) at the factor an
+        # earlier run of it chose, where that is larger: one smaller executable for all, not one per timing
+        memo = (str(path.resolve()), attempt, tuple(sorted((s.name, s.value) for s, _ in pl.changes)))
+        if _FACTORS.get(memo, 0) > pl.factor:
+            pl = capture_scale.plan(sites, evs, byte_budget, SLOW_S / 4, min_factor=_FACTORS[memo]) or pl
+        if len(_FACTORS) > 256:
+            _FACTORS.clear()
+        _FACTORS[memo] = pl.factor
+        for site, _new in pl.changes:
+            original.setdefault(site.name, (site.value, site.where(lambda f: prog.display.get(f.name, f.name))))
+        new_texts, new_argv = capture_scale.apply(pl, cur_texts, cur_argv)
+        sub = wd / f"smaller{attempt}"
+        sub.mkdir(exist_ok=True)
+        att = Capture(file=cap.file, dir=str(sub.resolve()), argv=new_argv, defines=cap.defines)
+        try:
+            exe2, prog2 = _run(att, path, sub, dirs, defines, budget(), byte_budget, max_per_kernel, entry, sources,
+                               texts=new_texts, execute=False)
+        except CaptureFailed:
+            break
+        _execute(att, path, sub, exe2, prog2, budget(), byte_budget, max_per_kernel, early=True)
+        smaller.append((att, pl))
+        cur_texts, cur_argv, latest = new_texts, new_argv, att
+        if att._stopped is None:
+            break
+    stop = cap._stopped
+    if stop is not None:
+        stopped_at = stop["launch"].get("kernel")
+        if not any(_usable(ln) for att, _ in smaller for ln in att.launches if ln.kernel == stopped_at):
+            # no smaller run records that kernel: the run at the program's own sizes, whole, as before
+            full = Capture(file=cap.file, dir=cap.dir, argv=cap.argv, defines=cap.defines,
+                           notes=[n for n in cap.notes if n.kind in ("include", "argv")])
+            _execute(full, path, wd, exe, prog, budget(), byte_budget, max_per_kernel, early=False)
+            cap, stop = full, None
+    if not smaller:
+        return cap
+    wanted = [k for k in dict.fromkeys([*cap.kernels(), *(ln.kernel for att, _ in smaller for ln in att.launches)])
+              if not any(_usable(ln) for ln in cap.launches_of(k))]
+    # the last smaller run that recorded a kernel gives its launches
+    base_index = max([ln.index for ln in cap.launches] + [-1]) + 1
+    added: dict[str, list[str]] = {}
+    for att, pl in reversed(smaller):
+        rel = os.path.relpath(att.dir, cap.dir)
+        desc = ", ".join(f"{s.name} = {new} (was {original.get(s.name, (s.value, ''))[0]})" for s, new in pl.changes[:4])
+        take = [ln for ln in att.launches if ln.kernel in wanted and ln.kernel not in added and _usable(ln)]
+        remap = {}
+        for ln in take:
+            new = ln.model_copy(deep=True)
+            new.index = base_index + ln.index
+            remap[ln.index] = new.index
+            new.scaled = desc
+            for a in new.args:
+                a.before = f"{rel}/{a.before}" if a.before else None
+                a.after = f"{rel}/{a.after}" if a.after else None
+            for sy in new.symbols:
+                sy.before = f"{rel}/{sy.before}"
+                sy.after = f"{rel}/{sy.after}" if sy.after else None
+            cap.launches.append(new)
+        _merge_textures(Path(att.dir), Path(cap.dir), rel, remap)
+        for k in dict.fromkeys(ln.kernel for ln in take):
+            added[k] = [desc]
+        base_index += max([ln.index for ln in att.launches] + [0]) + 1
+    if not added:
+        return cap
+    if stop is not None:   # the smaller run ran the whole program: its ending is the capture's
+        last = smaller[-1][0]
+        cap.status, cap.error, cap.exit_code = last.status, last.error, last.exit_code
+        cap.stdout_tail, cap.launch_counts = last.stdout_tail, last.launch_counts
+        seen = {n.message for n in cap.notes}
+        cap.notes += [n for n in last.notes if n.message not in seen and n.kind != "argv"]
+        cap._stopped = None
+    first = smaller[0][1]
+    site = first.changes[0][0]
+    sizes = ", ".join(f"{name} from {v} to {new}" for name, (v, _w) in original.items()
+                      for s, new in smaller[-1][1].changes if s.name == name)
+    why = "too big for the capture's byte budget" if first.why.startswith("over") else "too slow to check on the CPU"
+    cap.notes.append(CaptureNote(
+        kind="scaled", file=prog.display.get(site.file.name, site.file.name) if site.file else None,
+        line=site.line or None,
+        message=f"{', '.join(added)}: recorded in a second run of the program with {sizes} (its launches at the "
+                f"program's own sizes were {why}); pass -D NAME=VALUE or --arg to choose the sizes"))
+    return cap
+
+
+def _merge_textures(src: Path, dst: Path, rel: str, remap: dict[int, int]) -> None:
+    """The textures a smaller run's launches read (textures.jsonl), under the launches' new indices."""
+    try:
+        lines = (src / "textures.jsonl").read_text(errors="replace").splitlines()
+    except OSError:
+        return
+    out = []
+    for ln in lines:
+        try:
+            d = json.loads(ln)
+        except json.JSONDecodeError:
+            continue
+        if int(d.get("launch", -1)) in remap:
+            d["launch"] = remap[int(d["launch"])]
+            if d.get("file"):
+                d["file"] = f"{rel}/{d['file']}"
+            out.append(json.dumps(d))
+    if out:
+        with open(dst / "textures.jsonl", "a") as f:
+            f.write("\n".join(out) + "\n")
 
 
 _STOPPED_EARLY = ("before any kernel launch", "without launching a kernel", "killed by signal", "host program crashed")
@@ -493,7 +694,7 @@ def _scaled(argv: list[str]) -> list[str]:
 
 
 def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeout_s: float,
-                          byte_budget: int, max_per_kernel: int) -> Capture:
+                          byte_budget: int, max_per_kernel: int, early=lambda _argv: False) -> Capture:
     """The bare run stopped before its first launch: run the command lines its folder documents (sizes scaled
     down where large), and keep the first that launches a kernel. Otherwise say what the program needs."""
     runs = documented_command_lines(path, cap.stdout_tail or "")
@@ -509,13 +710,13 @@ def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: P
     for argv, r in tries[:3]:
         att = Capture(file=cap.file, dir=cap.dir, argv=argv, defines=cap.defines,
                       notes=[n for n in cap.notes if n.kind == "include"])
-        _execute(att, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
+        _execute(att, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early(argv))
         scaled = " (its sizes scaled down from `" + " ".join(r.argv) + "`)" if argv != r.argv else ""
         file, _, line = r.where.rpartition(":")
         att.notes.append(CaptureNote(kind="argv", file=file or None, line=int(line) if line.isdigit() else None, message=(
             f"ran as `{r.name or path.stem} {' '.join(argv)}`, the command line documented at {r.where}{scaled}, since the "
             f"program needs arguments; pass --arg to give your own")))
-        if att.launches:
+        if att.launches or att._stopped:
             return att
         last = att
     if last is not None:
@@ -534,12 +735,14 @@ def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: P
 
 
 def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: dict[str, str],
-         timeout_s: float, byte_budget: int, max_per_kernel: int, entry: str, sources: list[Path]) -> tuple[Path, Program]:
+         timeout_s: float, byte_budget: int, max_per_kernel: int, entry: str, sources: list[Path],
+         texts: dict[Path, str] | None = None, execute: bool = True) -> tuple[Path, Program]:
+    """Builds the program (texts: files' contents instead of the disk's) and, with execute, runs it once."""
     if not path.is_file():
         raise CaptureFailed(f"{path}: no such file — give the path of a .cu file with a main()")
     def make(resolve_targs: bool, more: list[Path]) -> tuple[Program, list[Program]]:
-        prog = build_program(path, include_dirs, resolve_targs, leave_out)
-        extra = [build_program(s, include_dirs, resolve_targs, leave_out) for s in [*sources, *more]]
+        prog = build_program(path, include_dirs, resolve_targs, leave_out, texts)
+        extra = [build_program(s, include_dirs, resolve_targs, leave_out, texts) for s in [*sources, *more]]
         # a source another unit already #includes (bucketsort.cu includes histogram1024_kernel.cu) is not
         # compiled again on its own
         units = [prog, *extra]
@@ -587,22 +790,28 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
                 os.path.relpath(m, path.parent) for m in more) + " (they define " + ", ".join(e.undefined[:4]) +
                 "); pass sources=[...] to choose", file=prog.display.get(path.name, path.name)))
             linked += more
-            extra += [build_program(m, include_dirs, resolve_targs, leave_out) for m in more]
+            extra += [build_program(m, include_dirs, resolve_targs, leave_out, texts) for m in more]
             _merge_kernels(prog, extra)
     left = {n["message"]: n for p in [prog, *extra] for n in p.notes if "left out" in n["message"]}
     cap.notes.extend(CaptureNote(**n) for n in left.values())
-    _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
+    prog.linked = extra
+    if execute:
+        _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
     return exe, prog
 
 
 def _execute(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeout_s: float, byte_budget: int,
-             max_per_kernel: int) -> None:
-    """One run of the compiled program with cap.argv; fills cap (launches, notes, status, error)."""
-    for f in wd.glob("*.npy"):
-        f.unlink()
+             max_per_kernel: int, early: bool = False) -> None:
+    """One run of the compiled program with cap.argv; fills cap (launches, notes, status, error). early: the
+    program stops at the first launch of a kernel too big or too slow to record (cap._stopped says which), to be
+    run again at smaller sizes."""
+    for f in [*wd.glob("*.npy"), wd / "textures.jsonl"]:
+        f.unlink(missing_ok=True)
     env = dict(os.environ, KSIM_CAPTURE_DIR=str(wd.resolve()), KSIM_CAPTURE_BUDGET=str(int(byte_budget)),
                KSIM_CAPTURE_MAX_PER_KERNEL=str(int(max_per_kernel)),
                KSIM_CAPTURE_TIMEOUT_MS=str(int(timeout_s * 1000)))
+    if early:
+        env.update(KSIM_CAPTURE_STOP_OVERSIZE="1", KSIM_CAPTURE_SLOW_MS=str(int(SLOW_S * 1000)))
     out_p, err_p = wd / "stdout.txt", wd / "stderr.txt"
 
     def limits():
@@ -632,6 +841,17 @@ def _execute(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeo
         cap.stdout_tail = (cap.stdout_tail + "\n[stderr]\n" + err_tail)[-_TAIL:]
     running, stop = _read_log(cap, wd, prog, exe)
     _place_input_notes(cap, exe, prog)
+    cap.exit_code = rc
+    if stop is not None and stop.get("kind") in ("oversize", "slow") and "launch" in stop:
+        launch = stop["launch"]
+        if "@fn=" in launch.get("kernel", ""):
+            launch["kernel"], launch["targs"] = _fn_names(exe, [launch["kernel"]]).get(launch["kernel"], (launch["kernel"], ""))
+        cap.launches = [ln for ln in cap.launches if ln.index != launch.get("index")]
+        cap._stopped = stop
+        cap.status = "partial"
+        cap.error = (f"{path.name}: stopped at launch {launch.get('index')} of {launch.get('kernel')}, "
+                     f"{'too big' if stop['kind'] == 'oversize' else 'too slow'} to record, to run at smaller sizes")
+        return
     fault = ""
     try:
         raw = (wd / "fault.txt").read_bytes()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 
 class ArgRecord(BaseModel):
@@ -57,12 +57,16 @@ class LaunchRecord(BaseModel):
     symbols: list[SymbolRecord] = []
     too_large: bool = False                     # contents not recorded (over the capture's byte budget)
     sim_error: str | None = None                # the simulator stopped in this launch (message names the line)
+    seconds: float | None = None                # CPU time the capture's run of this launch took
+    # recorded in a run of the program at smaller sizes (capture_scale.py): what was changed, in words
+    scaled: str | None = None
 
 
 class CaptureNote(BaseModel):
     """Something the capture stubbed, skipped or could not do: one line a user can act on."""
     # input: a file the program could not open for reading; argv: the command line the capture chose
-    kind: Literal["stubbed", "skipped", "gpu_only", "limit", "program", "include", "input", "argv"]
+    # scaled: launches recorded from a second run at smaller sizes
+    kind: Literal["stubbed", "skipped", "gpu_only", "limit", "program", "include", "input", "argv", "scaled"]
     message: str
     file: str | None = None
     line: int | None = None
@@ -81,6 +85,8 @@ class Capture(BaseModel):
     stdout_tail: str = ""
     seconds: float = 0.0
     launch_counts: dict[str, int] = {}          # launches run per kernel (recorded or not)
+    # the run stopped at a launch too big or too slow to record, to be run again smaller (not saved)
+    _stopped: dict | None = PrivateAttr(default=None)
 
     def kernels(self) -> list[str]:
         seen: list[str] = []

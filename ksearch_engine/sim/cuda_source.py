@@ -83,16 +83,33 @@ def _as_bytes(v) -> bytes | None:
     return None
 
 
+class Results(dict):
+    """run_cuda_source's {pointer argument: contents after the launch}; `order_dependence` names the
+    elements whose value the thread order or the clock decides (runtime.OrderDependence), by argument."""
+
+    order_dependence: dict = {}
+    notes: list = []
+    asserted = False   # the launch failed an assert() (translate.check re-runs it without asserts)
+
+
 def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), args=None,
                     shared_mem_bytes: int = 0, *, template_args=None, filename: str = "kernel.cu",
                     timeout_s: float = 20.0, check_races: bool = True,
-                    strict_barriers: bool = True, include_dirs=None) -> dict[str, np.ndarray]:
+                    strict_barriers: bool = True, include_dirs=None, host_api: bool | None = None,
+                    asserts: bool = True, textures: dict | None = None) -> dict[str, np.ndarray]:
     """Launch `kernel` from `source` (a whole .cu file) over `grid` blocks of `block` threads.
 
     With ``check_races`` the grid runs twice (forward, then warps and blocks in reverse) and a
-    result that depends on the order raises SimError(kind="race"). ``strict_barriers=False``
+    result that depends on the order raises SimError(kind="race"), except what the order legitimately
+    decides (runtime.judge_orders), listed in the result's ``order_dependence``. ``strict_barriers=False``
     lets threads that returned early count as arrived at later barriers (NVIDIA hardware does;
     CUDA calls it undefined), for original kernels written with ``if (i >= n) return;``.
+    A failed assert() raises SimError(kind="assert"); ``asserts=False`` compiles them out (NDEBUG).
+
+    ``textures`` ({texture parameter or texture reference name: {"data": texels (numpy, one channel's dtype),
+    "w", "h", "d", "dims", "comps", "addr": [x, y, z address modes], "linear", "normalized", "norm_read",
+    "linear_mem"}}) makes texture objects / binds references over those texels before the launch (the host
+    runtime's textures, ksim_tex.h); a texture parameter needs no entry in ``args`` then.
     """
     args = dict(args or {})
     info = find_kernel(source, kernel)
@@ -105,6 +122,9 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
         raise SimError(f"{what} is a template: pass template_args, e.g. template_args=['float', '256']",
                        kind="usage")
     names = [p.name for p in info.params]
+    for n in textures or {}:
+        if n in names:
+            args.setdefault(n, 0)      # its handle, made below
     missing = [n for n in names if n not in args]
     symbols = {n: args[n] for n in args if n not in names and _is_global_symbol(source, n)}
     extra = [n for n in args if n not in names and n not in symbols]
@@ -122,18 +142,125 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
     if include_dirs:   # local headers, as nvcc -I finds them (their host code is blanked like the file's)
         source = inline_local_includes(source, list(include_dirs)).replace(_CURRENT, filename)
     body = prepare(strip_host_code(source, keep_kernel=kernel), "cuda")
+    if not asserts:   # NDEBUG, and no assert() from the headers already read
+        body = f'#define NDEBUG 1\n#undef assert\n#define assert(e) ((void)0)\n#line 1 "{filename}"\n' + body
     targs = "<" + ", ".join(str(t) for t in template_args) + ">" if template_args else ""
-    code = "\n".join([
-        '#include "ksim_cuda.h"', f'#line 1 "{filename}"', body,
-        '#line 1 "ksim-launch"',
-        f"static void ksim_entry() {{ ksim::call_kernel(&{info.qualified}{targs}, ksim::g.args); }}",
-        f'KSIM_EXPORT void ksim_param_info(unsigned long* ksim_sizes, int* ksim_kinds) '
-        f'{{ ksim::param_info(&{info.qualified}{targs}, ksim_sizes, ksim_kinds); }}',
-        *(f'KSIM_EXPORT void* ksim_sym_{n}() {{ return (void*)&{n}; }}\n'
-          f'KSIM_EXPORT unsigned long ksim_symsize_{n}() {{ return sizeof({n}); }}' for n in symbols),
-        "KSIM_EXPORT_RUN(ksim_entry)", ""])
-    so = _build.build(code, what, user_files={filename})
+    textures = dict(textures or {})
+    refs = [n for n in textures if n not in names]
+    so = _compile(body, info, targs, symbols, filename, what, True if textures else host_api, refs)
+    keep = _make_textures(so, textures, args, names, what) if textures else []
+    try:
+        return _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, check_races, strict_barriers)
+    finally:
+        del keep
 
+
+_KIND = {"f": 2, "i": 0, "u": 1, "b": 1}   # cudaChannelFormatKind of a texel's numpy kind
+
+
+def _make_textures(so, textures: dict, args: dict, names: list[str], what: str) -> list:
+    """Texture objects (for texture parameters: `args` gets their handles) and bound texture references (by the
+    reference's name), made over the given texels with the host runtime (ksim_tex.h), as cudaCreateTextureObject /
+    cudaBindTexture would have. Returns what must stay alive while the kernel runs."""
+    lib = rt.load(so)
+    keep = []
+    for name, t in textures.items():
+        data = np.ascontiguousarray(t["data"])
+        keep.append(data)
+        comps = int(t.get("comps", 1))
+        bits = data.dtype.itemsize * 8
+        addr = list(t.get("addr", (1, 1, 1)))
+        cfg = (ctypes.c_longlong * 15)(_KIND[data.dtype.kind], bits, comps, int(t["w"]), int(t.get("h", 1)),
+                                       int(t.get("d", 1)), int(t.get("dims", 1)), *addr[:3],
+                                       int(bool(t.get("linear"))), int(bool(t.get("normalized"))),
+                                       int(bool(t.get("norm_read"))), int(bool(t.get("linear_mem"))), 0)
+        fn = lib.ksim_tex_make if name in names else getattr(lib, f"ksim_tex_bind_{name}", None)
+        if fn is None:
+            raise SimError(f"{what}: '{name}' is neither a parameter nor a texture reference of the file",
+                           kind="usage")
+        fn.restype = ctypes.c_ulonglong if name in names else None
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong)]
+        handle = fn(data.ctypes.data, cfg)
+        if name in names:
+            args[name] = int(handle)
+    return keep
+
+
+# a texture over given texels: cfg = kind, bits, comps, w, h, d, dims, addr x/y/z, linear, normalized, norm read,
+# linear memory (ksim_tex.h's Tex, finished by its own rules)
+_TEX_MAKE = r"""
+static ksim_tex::Tex ksim_tex_of(const void* data, const long long* c) {
+  ksim_tex::Tex t;
+  int b = (int)c[1], n = (int)c[2];
+  t.ch = cudaChannelFormatDesc{b, n > 1 ? b : 0, n > 2 ? b : 0, n > 3 ? b : 0, (cudaChannelFormatKind)c[0]};
+  t.elem = (size_t)(b / 8) * n;
+  t.base = (const char*)data;
+  t.w = (size_t)c[3]; t.h = (size_t)c[4]; t.d = (size_t)c[5];
+  t.pitch = t.w * t.elem;
+  t.dims = (int)c[6];
+  t.linear_mem = c[13] != 0;
+  return t;
+}
+KSIM_EXPORT unsigned long long ksim_tex_make(const void* data, const long long* c) {
+  ksim_tex::Tex t = ksim_tex_of(data, c);
+  int addr[3] = {(int)c[7], (int)c[8], (int)c[9]};
+  ksim_tex::finish(t, addr, c[10] ? cudaFilterModeLinear : cudaFilterModePoint, (int)c[11],
+                   c[12] ? cudaReadModeNormalizedFloat : cudaReadModeElementType);
+  ksim_tex::objects().push_back(t);
+  return (unsigned long long)ksim_tex::objects().size();
+}
+"""
+_TEX_BIND = r"""
+KSIM_EXPORT void ksim_tex_bind_{n}(const void* data, const long long* c) {{
+  {n}.addressMode[0] = (cudaTextureAddressMode)c[7]; {n}.addressMode[1] = (cudaTextureAddressMode)c[8];
+  {n}.addressMode[2] = (cudaTextureAddressMode)c[9];
+  {n}.filterMode = c[10] ? cudaFilterModeLinear : cudaFilterModePoint;
+  {n}.normalized = (int)c[11];
+  ksim_tex::bind({n}, ksim_tex_of(data, c));
+}}
+"""
+
+
+# g++'s words for a name the file uses that no declaration gave: the host runtime API may declare it
+_UNDECLARED = re.compile(r"was not declared|does not name a type|declared void|has not been declared|"
+                         r"is not a (?:type|template)|expected [^\n]*before")
+
+
+def _compile(body: str, info, targs: str, symbols, filename: str, what: str, host_api: bool | None, refs=()):
+    """The kernel's library. The kernel-only entry (ksim_cuda.h) first; where the file's own host code (a timer
+    class in a header, an allocation helper) needs the CUDA runtime's host API, the entry that declares it
+    (ksim_cuda_host.h: ksim_host.h's runtime, nothing of the capture at load). `host_api=True`: that one only."""
+    def code(entry: str) -> str:
+        return "\n".join([
+            f'#include "{entry}"', f'#line 1 "{filename}"', body,
+            '#line 1 "ksim-launch"',
+            f"static void ksim_entry() {{ ksim::call_kernel(&{info.qualified}{targs}, ksim::g.args); }}",
+            f'KSIM_EXPORT void ksim_param_info(unsigned long* ksim_sizes, int* ksim_kinds) '
+            f'{{ ksim::param_info(&{info.qualified}{targs}, ksim_sizes, ksim_kinds); }}',
+            *(f'KSIM_EXPORT void* ksim_sym_{n}() {{ return (void*)&{n}; }}\n'
+              f'KSIM_EXPORT unsigned long ksim_symsize_{n}() {{ return sizeof({n}); }}' for n in symbols),
+            *((_TEX_MAKE, *(_TEX_BIND.format(n=n) for n in refs)) if entry == _build.HOST_ENTRY else ()),
+            "KSIM_EXPORT_RUN(ksim_entry)", ""])
+
+    if not host_api:
+        try:
+            return _build.build(code("ksim_cuda.h"), what, user_files={filename})
+        except SimError as e:
+            if e.kind != "compile" or host_api is False:
+                raise
+            first = e
+    try:
+        return _build.build(code(_build.HOST_ENTRY), what, user_files={filename}, host=True)
+    except SimError as e:
+        if host_api or e.kind != "compile":
+            raise
+        # the host API did not help: the first error, unless that one was a name only the host API declares
+        raise (e if _UNDECLARED.search(first.message.split("\n")[0]) else first) from None
+
+
+def _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, check_races, strict_barriers):
+    names = [p.name for p in info.params]
+    symbols = {n: args[n] for n in args if n not in names}
     _set_symbols(so, what, symbols)
     sizes, kinds = _param_info(so, len(info.params))
     buffers: list[tuple[str, rt.Buffer, np.ndarray]] = []
@@ -177,24 +304,26 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
                 pointers.append(scalars.add(v))
         runs = []
 
-        def launch_once(reverse: bool, limit: float) -> None:
-            if reverse:
+        def launch_once(reverse: bool, limit: float, clock_mode: int = 0):
+            if runs:   # a later run starts from the same memory
                 for _, b, a in buffers:
                     b.write(a)
+            info = None
             if all(grid) and all(block):
                 total = tuple(g * b for g, b in zip(grid, block))
-                rt.launch(so, what, pointers, grid, block, total, False, dyn_smem=shared_mem_bytes,
-                          timeout_s=limit, regions=[(n, b, False) for n, b, _ in buffers],
-                          reverse=reverse, strict_barriers=strict_barriers)
-            runs.append({n: b.read(a.dtype, a.shape) for n, b, a in buffers})
+                info = rt.launch(so, what, pointers, grid, block, total, False, dyn_smem=shared_mem_bytes,
+                                 timeout_s=limit, regions=[(n, b, False) for n, b, _ in buffers],
+                                 reverse=reverse, strict_barriers=strict_barriers, clock_mode=clock_mode)
+            runs.append([b.read(a.dtype, a.shape) for _, b, a in buffers])
+            return info
 
-        rt.run_both_orders(launch_once, check_races, timeout_s)
+        infos = rt.run_both_orders(launch_once, check_races, timeout_s)
+        result = Results((n, a) for (n, _, _), a in zip(buffers, runs[0]))
         if check_races:
-            for n in runs[0]:
-                why = rt.schedule_dependent(runs[0][n], runs[1][n])
-                if why:
-                    raise SimError(f"{what}: pointer argument '{n}': {rt.RACE_HINT}; {why}", kind="race")
-        return runs[0]
+            result.order_dependence = rt.judge_orders(what, [(n, "pointer argument", b, "") for n, b, _ in buffers],
+                                                      runs, infos, lambda order: launch_once(
+                                                          order, rt.reverse_timeout(timeout_s, 1.0), 0))
+        return result
     finally:
         for _, b, _ in buffers:
             b.close()

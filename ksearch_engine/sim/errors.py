@@ -9,7 +9,8 @@ class SimError(Exception):
     ``line`` is a line number in the kernel's *own* source (the body given to ``metal_kernel`` /
     ``cuda_kernel``, or the ``.cu`` file), or ``None`` when the problem has no line. ``file`` names
     which text the line belongs to (``"source"``, ``"header"`` or the ``.cu`` file name). ``kind`` is
-    one of ``compile``, ``fault``, ``deadlock``, ``timeout``, ``crash``, ``usage``.
+    one of ``compile``, ``fault``, ``deadlock``, ``timeout``, ``race``, ``assert`` (a failed assert() in the
+    kernel), ``resource_limit``, ``crash``, ``usage``.
     """
 
     def __init__(self, message: str, line: int | None = None, *, file: str | None = None,

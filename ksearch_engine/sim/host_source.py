@@ -38,6 +38,7 @@ class Program:
     kernels: dict[str, object] = field(default_factory=dict)  # name -> preprocess.KernelInfo (or None)
     display: dict[str, str] = field(default_factory=dict)  # name used in #line -> path shown to users
     left_out: list[str] = field(default_factory=list)      # unsupported headers left out (leave_out_unsupported)
+    linked: list["Program"] = field(default_factory=list)  # the program's other translation units (capture.py)
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,13 +119,12 @@ def _match_fwd(code: str, start: int, open_c: str, close_c: str) -> int:
 
 
 _UNRUNNABLE = [(re.compile(r"\basm\s*(?:volatile\s*)?\("), "inline PTX (asm)"),
-               (re.compile(r"\bwmma::|\bnvcuda::"), "tensor-core wmma"),
                (re.compile(r"\b__nv_[a-z0-9_]*tma|\bcp\.async"), "Hopper async copies")]
 _GLOBAL_HEAD = re.compile(r"__global__[^;{]*?\b([A-Za-z_]\w*)\s*\(")
 
 
 def stub_unrunnable_kernels(text: str, shown: str) -> str:
-    """Kernels whose code only a GPU runs (inline PTX, wmma) get a body that stops the capture when launched,
+    """Kernels whose code only a GPU runs (inline PTX, Hopper async copies; wmma runs: ksim_wmma.h) get a body that stops the capture when launched,
     naming the construct and its line; the rest of the program (and its other kernels) still compiles and runs.
     Line numbers are kept: the removed body's newlines stay."""
     code = mask_comments(text)
@@ -324,8 +324,9 @@ def host_only_clashes(text: str) -> list[str]:
 
 
 def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = True,
-                  leave_out_unsupported: bool = False) -> Program:
-    """The whole program as one translation unit (see the module's docstring)."""
+                  leave_out_unsupported: bool = False, texts: dict[Path, str] | None = None) -> Program:
+    """The whole program as one translation unit (see the module's docstring). `texts`: files' contents to use
+    instead of what is on disk (by resolved path: a run at smaller sizes, capture_scale.py)."""
     root = path.parent.resolve()
     prog = Program(text="")
     seen_once: set[Path] = set()
@@ -333,7 +334,7 @@ def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = Tr
 
     def read(p: Path) -> str:
         if p not in raw:
-            raw[p] = p.read_text(errors="replace")
+            raw[p] = texts[p] if texts and p in texts else p.read_text(errors="replace")
         return raw[p]
 
     def shown(p: Path) -> str:

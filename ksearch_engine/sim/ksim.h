@@ -427,9 +427,10 @@ struct Grid {
   int msglen;
   volatile int* status;  // shared with the parent: the exit code, written before exiting
   unsigned long atomic_ops;
-  int reverse;  // schedule warps and threadgroups in reverse order (the race check's second run)
+  int reverse;  // the race check's other schedules: 1 warps in reverse order, 2 threadgroups, 3 both
   int lenient;  // threads that returned count as arrived at barriers (what NVIDIA hardware does)
   int* order;   // fiber indices in scheduling order
+  int clock_mode;  // which clock the kernel reads (the race check's timing-data run uses 1)
 };
 inline Grid g;
 inline Fiber* cur;
@@ -586,6 +587,51 @@ inline void atomic_tick() {
   }
 }
 
+// What makes a result legitimately depend on the thread order, reported to the race check (runtime.py):
+// addresses that an order-dependent atomic (exchange, compare-and-swap) wrote or tried, whether the
+// kernel read the clock (clock(), clock64()) and how many atomics ran. The table lives in a shared
+// mapping made before the grid's child process forks, so the parent reads it after the run.
+constexpr int ND_CAP = 1 << 14;
+struct NdInfo {
+  int clock_reads, overflow, n, pad;
+  unsigned long long atomic_ops;
+  unsigned long long addr[ND_CAP];
+  unsigned size[ND_CAP];
+};
+inline NdInfo* nd_info;
+inline unsigned long long* nd_seen;  // the child's hash set of addresses already in the table
+inline void note_order_dependent(const void* p, unsigned size) {
+  if (!nd_info || nd_info->overflow) return;  // a full table: the rest are not allowed (reported as races)
+  if (!nd_seen) nd_seen = (unsigned long long*)calloc(4 * ND_CAP, sizeof(unsigned long long));
+  if (!nd_seen) return;
+  unsigned long long a = (unsigned long long)(uintptr_t)p;
+  size_t h = (size_t)(((a >> 2) * 0x9E3779B97F4A7C15ull) >> 48) & (4 * ND_CAP - 1);
+  for (size_t k = 0; k < 4 * ND_CAP; k++) {  // at most a quarter full: short probes
+    unsigned long long& e = nd_seen[(h + k) & (4 * ND_CAP - 1)];
+    if (e == a) return;
+    if (e != 0) continue;
+    if (nd_info->n >= ND_CAP) {
+      nd_info->overflow = 1;
+      return;
+    }
+    e = a;
+    nd_info->addr[nd_info->n] = a;
+    nd_info->size[nd_info->n] = size;
+    nd_info->n++;
+    return;
+  }
+}
+
+// The clock kernels read (clock(), clock64()): a count of reads, so that one schedule gives the same
+// readings every time; the race check runs once more with another base and rate (clock_mode 1) and
+// takes what changed as timing data, not results.
+inline long long clock_reading() {
+  static long long ticks;
+  if (nd_info) nd_info->clock_reads++;
+  ++ticks;
+  return g.clock_mode ? 7777777 + 37 * ticks : 100000 + 8 * ticks;
+}
+
 // Float atomic adds are summed per address in double precision and stored rounded, so the result
 // does not depend on the order of the adds (on a GPU it does, by rounding only). The accumulator
 // restarts whenever the memory holds something other than what it last stored.
@@ -716,7 +762,7 @@ inline void run_block() {
   }
   // scheduling order: threads in order, or (race check) warps last-to-first, lanes in order
   for (int k = 0, m = 0; k < g.nwarps * WARP; k++) {
-    int i = g.reverse ? (g.nwarps - 1 - k / WARP) * WARP + k % WARP : k;
+    int i = (g.reverse & 1) ? (g.nwarps - 1 - k / WARP) * WARP + k % WARP : k;
     if (i < n) g.order[m++] = i;
   }
   block_gen++;
@@ -795,7 +841,8 @@ inline void* map_guarded(size_t bytes, size_t* out_total) {
   return p + data - ((bytes + 15) / 16 * 16);
 }
 
-// cfg: nblocks[3], tg[3], total[3], partial, dyn_smem_bytes, timeout_ms, stack_kb, reverse, lenient
+// cfg: nblocks[3], tg[3], total[3], partial, dyn_smem_bytes, timeout_ms, stack_kb, reverse, lenient,
+// clock_mode
 inline int run_grid_child(void** args, const long long* cfg) {
   g.args = args;
   g.nblocks = u3((unsigned)cfg[0], (unsigned)cfg[1], (unsigned)cfg[2]);
@@ -833,6 +880,7 @@ inline int run_grid_child(void** args, const long long* cfg) {
   g.order = (int*)calloc((size_t)maxn + WARP, sizeof(int));
   g.reverse = (int)cfg[13];
   g.lenient = (int)cfg[14];
+  g.clock_mode = (int)cfg[15];
   g.warps = (Warp*)calloc((size_t)(maxn + WARP - 1) / WARP, sizeof(Warp));
   if (g.dyn_smem_size) {
     size_t tot;
@@ -841,9 +889,9 @@ inline int run_grid_child(void** args, const long long* cfg) {
   for (unsigned bz_ = 0; bz_ < g.nblocks.z; bz_++)
     for (unsigned by_ = 0; by_ < g.nblocks.y; by_++)
       for (unsigned bx_ = 0; bx_ < g.nblocks.x; bx_++) {
-        unsigned bx = g.reverse ? g.nblocks.x - 1 - bx_ : bx_;
-        unsigned by = g.reverse ? g.nblocks.y - 1 - by_ : by_;
-        unsigned bz = g.reverse ? g.nblocks.z - 1 - bz_ : bz_;
+        unsigned bx = (g.reverse & 2) ? g.nblocks.x - 1 - bx_ : bx_;
+        unsigned by = (g.reverse & 2) ? g.nblocks.y - 1 - by_ : by_;
+        unsigned bz = (g.reverse & 2) ? g.nblocks.z - 1 - bz_ : bz_;
         g.block = u3(bx, by, bz);
         u3 d = g.tg_req;
         if (g.partial) {
@@ -855,18 +903,27 @@ inline int run_grid_child(void** args, const long long* cfg) {
         g.n = (int)(d.x * d.y * d.z);
         if (g.n > 0) run_block();
       }
+  if (nd_info) nd_info->atomic_ops = g.atomic_ops;
   return 0;
 }
 
 // Runs the whole grid in a child process. Returns 0 on success; otherwise msg holds the reason:
 // 3 deadlock, 4 fault, 5 setup, 6 timeout, 7 killed by another signal, 8 fork failed, 9 other,
-// 10 a resource limit of the real GPU exceeded (threadgroup memory).
+// 10 a resource limit of the real GPU exceeded (threadgroup memory), 11 a failed assert() in the kernel.
 inline int run_grid(void (*entry)(), void** args, const long long* cfg, char* msg, int msglen) {
   // page layout: int status (-1 until the child reports), then the message
   char* shared = (char*)mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) {
     snprintf(msg, msglen, "cannot map a message buffer");
     return 8;
+  }
+  if (!nd_info) {
+    void* m = mmap(nullptr, sizeof(NdInfo), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) nd_info = (NdInfo*)m;
+  }
+  if (nd_info) {
+    nd_info->clock_reads = nd_info->overflow = nd_info->n = 0;
+    nd_info->atomic_ops = 0;
   }
   volatile int* status = (volatile int*)shared;
   char* text = shared + 16;
@@ -923,7 +980,7 @@ inline int run_grid(void (*entry)(), void** args, const long long* cfg, char* ms
     }
   } else if (WIFEXITED(st)) {
     rc = WEXITSTATUS(st);
-    if (rc != 0 && rc != 3 && rc != 4 && rc != 5 && rc != 10) {
+    if (rc != 0 && rc != 3 && rc != 4 && rc != 5 && rc != 10 && rc != 11) {
       if (!text[0]) snprintf(text, textlen, "the kernel exited the process with status %d", rc);
       rc = 9;
     }
@@ -999,6 +1056,34 @@ inline IdxT elem_to_loc(IdxT elem, const int* shape, const int64_t* strides, int
 
 }  // namespace ksim
 
+// clock() in a kernel reads ksim's clock; host code (a capture's program) gets the process's CPU time, as
+// from the C library. A definition, not a macro (<ctime> undefines macros named like C functions); hidden,
+// so that the library's own calls bind to it.
+extern "C" __attribute__((visibility("hidden"))) inline clock_t clock(void) __THROW {
+  if (ksim::cur) return (clock_t)ksim::clock_reading();
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (clock_t)ts.tv_sec * CLOCKS_PER_SEC + (clock_t)(ts.tv_nsec / (1000000000L / CLOCKS_PER_SEC));
+}
+// A failed assert() in a kernel stops the grid (on a GPU: the launch fails with cudaErrorAssert) and says
+// which assertion, where and in which thread; host code keeps the C library's behaviour. Not in a capture's
+// program (ksim_host.h), whose kernels' asserts end the program as before.
+#if !defined(KSIM_HOST) || defined(KSIM_KERNEL_ONLY)
+extern "C" __attribute__((visibility("hidden"))) inline void __assert_fail(const char* expr, const char* file,
+                                                                         unsigned int line, const char* func) __THROW {
+  if (ksim::cur)
+    ksim::fail(11, "assertion `%s` failed at %s line %u in thread (%u,%u,%u) of threadgroup (%u,%u,%u)", expr, file,
+               line, ksim::cur->tid.x, ksim::cur->tid.y, ksim::cur->tid.z, ksim::g.block.x, ksim::g.block.y,
+               ksim::g.block.z);
+  fprintf(stderr, "%s:%u: %s: Assertion `%s' failed.\n", file, line, func, expr);
+  fflush(stderr);
+  abort();
+}
+#endif
+#ifndef KSIM_HOST  // ksim_host.h defines clock64 for host and kernel code alike
+inline long long clock64() { return ksim::clock_reading(); }
+#endif
+
 // Libraries are built with hidden visibility: only these entry points are exported. Otherwise the
 // function-local statics that hold threadgroup memory would get STB_GNU_UNIQUE binding and be
 // shared with a same-named kernel of another loaded library.
@@ -1006,7 +1091,8 @@ inline IdxT elem_to_loc(IdxT elem, const int* shape, const int64_t* strides, int
 #define KSIM_EXPORT_RUN(entry_fn)                                                                \
   KSIM_EXPORT int ksim_run(void** args, const long long* cfg, char* msg, int msglen) {           \
     return ksim::run_grid(entry_fn, args, cfg, msg, msglen);                                    \
-  }
+  }                                                                                              \
+  KSIM_EXPORT void* ksim_nd_info() { return (void*)ksim::nd_info; }
 
 // ================================================================================================
 // CUDA dialect
@@ -1141,12 +1227,13 @@ template <class T, class U> inline T atomicSub(T* p, U v) {
 }
 template <class T, class U> inline T atomicMax(T* p, U v) { ksim::atomic_tick(); T o = *p; if (T(v) > o) *p = T(v); return o; }
 template <class T, class U> inline T atomicMin(T* p, U v) { ksim::atomic_tick(); T o = *p; if (T(v) < o) *p = T(v); return o; }
-template <class T, class U> inline T atomicExch(T* p, U v) { ksim::atomic_tick(); T o = *p; *p = T(v); return o; }
+template <class T, class U> inline T atomicExch(T* p, U v) { ksim::atomic_tick(); ksim::note_order_dependent(p, sizeof(T)); T o = *p; *p = T(v); return o; }
 template <class T, class U> inline T atomicAnd(T* p, U v) { ksim::atomic_tick(); T o = *p; *p = o & T(v); return o; }
 template <class T, class U> inline T atomicOr(T* p, U v) { ksim::atomic_tick(); T o = *p; *p = o | T(v); return o; }
 template <class T, class U> inline T atomicXor(T* p, U v) { ksim::atomic_tick(); T o = *p; *p = o ^ T(v); return o; }
 template <class T, class U, class V> inline T atomicCAS(T* p, U cmp, V v) {
   ksim::atomic_tick();
+  ksim::note_order_dependent(p, sizeof(T));
   T o = *p;
   if (o == T(cmp)) *p = T(v);
   return o;
@@ -1850,12 +1937,13 @@ template <class T, class U> inline T atomic_fetch_min_explicit(atomic<T>* a, U v
 template <class T, class U> inline T atomic_fetch_and_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); T o = a->v; a->v = T(o & T(v)); return o; }
 template <class T, class U> inline T atomic_fetch_or_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); T o = a->v; a->v = T(o | T(v)); return o; }
 template <class T, class U> inline T atomic_fetch_xor_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); T o = a->v; a->v = T(o ^ T(v)); return o; }
-template <class T, class U> inline T atomic_exchange_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); T o = a->v; a->v = T(v); return o; }
+template <class T, class U> inline T atomic_exchange_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); ksim::note_order_dependent(&a->v, sizeof(T)); T o = a->v; a->v = T(v); return o; }
 template <class T> inline T atomic_load_explicit(const atomic<T>* a, memory_order = memory_order_relaxed) { ksim::atomic_tick(); return a->v; }
 template <class T, class U> inline void atomic_store_explicit(atomic<T>* a, U v, memory_order = memory_order_relaxed) { ksim::atomic_tick(); a->v = T(v); }
 template <class T, class U>
 inline bool atomic_compare_exchange_weak_explicit(atomic<T>* a, T* expected, U desired, memory_order = memory_order_relaxed, memory_order = memory_order_relaxed) {
   ksim::atomic_tick();
+  ksim::note_order_dependent(&a->v, sizeof(T));
   if (a->v == *expected) { a->v = T(desired); return true; }
   *expected = a->v;
   return false;

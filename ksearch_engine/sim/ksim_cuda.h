@@ -35,8 +35,7 @@ template <class T> inline T __shfl_up(T v, unsigned d, int width = 32) { return 
 inline int __any(int p) { return __any_sync(0xffffffffu, p); }
 inline int __all(int p) { return __all_sync(0xffffffffu, p); }
 inline unsigned __ballot(int p) { return __ballot_sync(0xffffffffu, p); }
-// `using namespace nvcuda;` in files whose other kernels use wmma (those kernels' bodies are blanked)
-namespace nvcuda { namespace wmma {} }
+#include "ksim_wmma.h"  // nvcuda::wmma (tensor-core fragments), warp-collective on the fibers
 #ifndef KSIM_HOST
 // Texture references and objects (kernel files run without their program): declared so that a file's other
 // kernels compile; a kernel that reads one stops with a message naming the call (the translator does not port

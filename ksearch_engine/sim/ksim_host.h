@@ -290,6 +290,14 @@ struct State {
   std::map<std::string, int> recorded_of, count_of;
   std::map<std::string, int> usable_of;  // launches recorded with their contents, per kernel
   std::set<std::string> signatures;
+  // a run that capture.py may repeat at smaller sizes (capture_scale.py): the first launch of a kernel that
+  // is over the byte budget, or runs longer than slow_s, stops the program (stop_for_scaling)
+  bool stop_oversize = false;
+  double slow_s = 0;
+  bool launch_stoppable = false;  // the running launch is its kernel's first one with contents
+  double launch_t0 = 0;
+  long long blocks_done = 0, blocks_total = 0;
+  std::string launch_desc;  // the running launch's record, for a stop
   cudaError_t last_error = cudaSuccess;
   size_t device_bytes = 0, device_limit = 8ull << 30;
   std::set<std::string> noted;
@@ -557,6 +565,20 @@ template <class Tup, size_t... I> inline std::vector<ArgInfo> describe_all(const
   return std::vector<ArgInfo>{describe(std::get<I>(t))...};
 }
 
+// The program stops at a launch too big (bytes) or too slow to record: capture.py runs it again at smaller sizes
+[[noreturn]] inline void stop_for_scaling(const char* why) {
+  State& S = st();
+  char num[96];
+  snprintf(num, sizeof num, ",\"seconds\":%.3f,\"done\":%lld,\"total\":%lld", now_s() - S.launch_t0, S.blocks_done,
+           S.blocks_total);
+  log_line("{\"ev\":\"stop\",\"kind\":" + jstr(why) + ",\"message\":\"stopped to run at smaller sizes\",\"file\":null,"
+           "\"line\":null,\"launch\":" + S.launch_desc + num + "}");
+  write_counts();
+  fflush(stdout);
+  fflush(stderr);
+  _exit(3);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Running a grid in this process (ksim.h's scheduler, without its fork)
 // ------------------------------------------------------------------------------------------------
@@ -653,6 +675,11 @@ inline void run_grid_here(dim3 grid, dim3 block, size_t smem) {
         g.bdim = g.tg_req;
         g.n = n;
         ksim::run_block();
+        S.blocks_done++;
+        if (S.launch_stoppable && now_s() - S.launch_t0 > S.slow_s) {
+          S.in_kernel = false;
+          stop_for_scaling("slow");
+        }
       }
   S.in_kernel = false;
 }
@@ -744,6 +771,14 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   std::vector<std::vector<char>> sym_before;
   long long need = 0;
   for (auto& a : infos) if (a.alloc) need += (long long)(a.alloc->n - ((const char*)a.ptr - a.alloc->ptr));
+  bool first_usable = S.usable_of[kname] == 0;
+  S.launch_t0 = now_s();
+  S.blocks_done = 0;
+  S.blocks_total = (long long)c.grid.x * c.grid.y * c.grid.z;
+  if (S.stop_oversize && record && first_usable && 2 * need > S.byte_budget - S.bytes_used) {
+    S.launch_desc = launch_json(index, s, c, infos, false, true, syms);
+    stop_for_scaling("oversize");
+  }
   // a kernel that already has a launch with its contents takes at most a quarter of what is left: the budget
   // stays for the kernels the program has not launched yet
   if (record && S.usable_of[kname] >= 1 && 4 * 2 * need > S.byte_budget - S.bytes_used) record = false;
@@ -777,6 +812,9 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   }
   std::string begin = launch_json(index, s, c, infos, record, too_large, syms);
   if (record) log_line("{\"ev\":\"begin\",\"launch\":" + begin + "}");
+  S.launch_stoppable = S.slow_s > 0 && first_usable && record && !too_large;
+  if (S.launch_stoppable) S.launch_desc = begin;
+  S.launch_t0 = now_s();
   if (S.current) {
     size_t n = std::min(begin.size(), CURRENT_BYTES - 1);
     memcpy(S.current + 1, begin.data(), n);
@@ -789,6 +827,8 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   this_thread_in_kernel = true;
   run_grid_here(c.grid, c.block, c.smem);
   this_thread_in_kernel = false;
+  S.launch_stoppable = false;
+  double seconds = now_s() - S.launch_t0;
   if (S.current) S.current[0] = 0;
   if (!record) return;
   for (size_t i = 0; i < infos.size(); i++) {
@@ -812,7 +852,11 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
       syms[k].second += ",\"after\":" + jstr(f) + ",\"written\":true}";
     }
   }
-  log_line("{\"ev\":\"end\",\"launch\":" + launch_json(index, s, c, infos, true, too_large, syms) + "}");
+  std::string end = launch_json(index, s, c, infos, true, too_large, syms);
+  char secs[48];
+  snprintf(secs, sizeof secs, ",\"seconds\":%.4f}", seconds);
+  end.pop_back();
+  log_line("{\"ev\":\"end\",\"launch\":" + end + secs + "}");
 }
 
 template <class F, class... A> inline void launch_g(const Site& s, const Cfg& c, F f, A&&... a);
@@ -907,6 +951,8 @@ inline State& st() {
   if (const char* e = getenv("KSIM_CAPTURE_BUDGET")) S->byte_budget = atoll(e);
   if (const char* e = getenv("KSIM_CAPTURE_MAX_PER_KERNEL")) S->max_per_kernel = atoi(e);
   if (const char* e = getenv("KSIM_CAPTURE_SKIP_AFTER")) S->skip_after = atoi(e);
+  if (const char* e = getenv("KSIM_CAPTURE_STOP_OVERSIZE")) S->stop_oversize = atoi(e) != 0;
+  if (const char* e = getenv("KSIM_CAPTURE_SLOW_MS")) S->slow_s = atoll(e) / 1000.0;
   S->t0 = now_s();
   if (const char* e = getenv("KSIM_CAPTURE_DEVICE_LIMIT")) S->device_limit = (size_t)atoll(e);
   if (dir) {
@@ -959,7 +1005,9 @@ inline State& st() {
   return *S;
 }
 struct Init { Init() { st(); } };
+#ifndef KSIM_KERNEL_ONLY  // a kernel file run without its program (ksim_cuda_host.h): no capture state at load
 inline Init init_at_start;
+#endif
 
 // Input files the program could not open: the link wraps fopen (capture.py: -Wl,--wrap=fopen), and each
 // failed open for reading is noted with the caller's address, so a capture that stops before its first launch
@@ -973,6 +1021,7 @@ inline void note_failed_open(const char* path, const char* mode, void* caller) {
   note("input", std::string("could not open ") + path + " for reading: " + strerror(errno) + site);
 }
 }  // namespace ksim_host
+#ifndef KSIM_KERNEL_ONLY  // the link that wraps fopen is the capture's
 extern "C" FILE* __real_fopen(const char*, const char*);
 extern "C" __attribute__((used, noinline)) inline FILE* __wrap_fopen(const char* path, const char* mode) {
   FILE* f = __real_fopen(path, mode);
@@ -985,6 +1034,7 @@ extern "C" __attribute__((used, noinline)) inline FILE* __wrap_fopen64(const cha
   if (!f) { int e = errno; ksim_host::note_failed_open(path, mode, __builtin_return_address(0)); errno = e; }
   return f;
 }
+#endif
 
 // ================================================================================================
 // The runtime API
@@ -1296,7 +1346,7 @@ template <class T, class... A> inline void surf2Dwrite(T, cudaSurfaceObject_t, A
 template <class T, class... A> inline void surf2Dread(T*, cudaSurfaceObject_t, A...) { ksim_host::tex_in_kernel("surf2Dread"); }
 
 // device-side helpers host programs' kernels use
-inline long long clock64() { return (long long)(ksim_host::now_s() * 1e9); }
+inline long long clock64() { return ksim::cur ? ksim::clock_reading() : (long long)(ksim_host::now_s() * 1e9); }
 inline unsigned long long __globaltimer() { return (unsigned long long)(ksim_host::now_s() * 1e9); }
 
 // system- and block-scoped atomics are the plain ones on one device
@@ -1651,3 +1701,4 @@ template <thread_scope Scope> inline void pipeline_producer_commit(pipeline<thre
 }
 }  // namespace cuda
 #include "ksim_tex.h"  // textures: arrays, references, objects, fetches (owned by the textures work)
+#include "ksim_wmma.h"  // nvcuda::wmma (tensor-core fragments; owned by the wmma work)

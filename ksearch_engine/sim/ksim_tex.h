@@ -203,6 +203,9 @@ inline void cube_face(float x, float y, float z, long& face, float& u, float& v)
 inline std::map<std::string, int>& dumps_of() { static std::map<std::string, int> m; return m; }
 template <class R> inline void dump_slow(Tex& t, const std::string& key);
 template <class R, class K> inline void dump(Tex& t, K key) {
+#ifdef KSIM_KERNEL_ONLY   // a kernel run without its program: no capture to write to
+  return;
+#endif
   long long launch = ksim_host::st().launches - 1;
   if (t.dumped == launch) return;   // the cheap test every fetch makes
   t.dumped = launch;

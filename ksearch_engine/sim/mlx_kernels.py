@@ -86,8 +86,9 @@ def _dims(v, what: str) -> tuple[int, int, int]:
 
 def generate(dialect: str, name: str, input_names, output_names, source: str, header: str,
              in_dtypes: list[str], in_shapes: list[tuple], template, output_dtypes: list[str],
-             atomic_outputs: bool) -> tuple[str, list[str]]:
-    """The C++ translation unit, and the argument list it expects (kinds, in order)."""
+             atomic_outputs: bool, asserts: bool = True) -> tuple[str, list[str]]:
+    """The C++ translation unit, and the argument list it expects (kinds, in order). `asserts=False`: assert()
+    compiled out (NDEBUG)."""
     types = METAL_TYPES if dialect == "metal" else CUDA_TYPES
     targs = [(n, *_template_value(v)) for n, v in template]
     arg_kinds: list[str] = []  # "in:i", "shape:i", "strides:i", "ndim:i", "out:j"
@@ -143,6 +144,8 @@ def generate(dialect: str, name: str, input_names, output_names, source: str, he
 
     fname = f"custom_kernel_{name}"
     lines = [f'#include "ksim_{dialect}.h"']
+    if not asserts:
+        lines += ["#define NDEBUG 1", "#undef assert", "#define assert(e) ((void)0)"]
     if dialect == "cuda":
         lines.append("#define inf cuda::std::numeric_limits<float>::infinity()")
     # MLX appends its generated signature to the header with no newline in between (Metal: `template <` or
@@ -195,11 +198,14 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                    shared_memory: int = 0, *, input_dtypes=None, timeout_s: float = 20.0,
                    ensure_row_contiguous: bool = True, check_races: bool = True,
                    strict_barriers: bool = True, writable_inputs=None,
-                   inout_results: dict | None = None) -> list[np.ndarray]:
+                   inout_results: dict | None = None,
+                   order_dependence: dict | None = None, asserts: bool = True) -> list[np.ndarray]:
     """Run a metal_kernel / cuda_kernel body on the CPU; returns the outputs as numpy arrays.
 
     With ``check_races`` the grid runs twice (warps and threadgroups forward, then in reverse) and
-    a result that depends on the order raises SimError(kind="race"). With ``strict_barriers`` a
+    a result that depends on the order raises SimError(kind="race"), except where the order legitimately
+    decides it (runtime.judge_orders: atomicExch/CAS, clock readings, atomic slots); those come back in
+    ``order_dependence`` when a dict is given ({buffer name: OrderDependence}). With ``strict_barriers`` a
     barrier that threads which already returned never reach is a deadlock (SimError kind
     "deadlock"); without it those threads count as arrived, as on NVIDIA hardware.
     """
@@ -242,7 +248,7 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
     out_shapes = [tuple(int(s) for s in shp) for shp in output_shapes]
 
     code, arg_kinds = generate(dialect, name, input_names, output_names, source, header, in_dtypes,
-                               [a.shape for a in arrays], template, out_dtypes, atomic_outputs)
+                               [a.shape for a in arrays], template, out_dtypes, atomic_outputs, asserts)
     so = _build.build(code, what)
 
     buffers: list[rt.Buffer] = []
@@ -301,28 +307,29 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
         initial = [b.read(np.uint8, (b.nbytes,)) for b in outs]
         runs = []
 
-        def launch_once(reverse: bool, limit: float) -> None:
-            if reverse:
+        def launch_once(reverse: bool, limit: float, clock_mode: int = 0):
+            if runs:   # a later run starts from the same memory
                 for b, raw in zip(outs, initial):
                     b.write(raw)
                 for _, b, arr, _ in inouts:
                     b.write(arr)
+            info = None
             if all(n > 0 for n in nblocks):  # an empty grid runs nothing
-                rt.launch(so, what, pointers, nblocks, tgc, total, partial, dyn_smem=shared_memory,
-                          timeout_s=limit, regions=regions, reverse=reverse,
-                          strict_barriers=strict_barriers)
+                info = rt.launch(so, what, pointers, nblocks, tgc, total, partial, dyn_smem=shared_memory,
+                                 timeout_s=limit, regions=regions, reverse=reverse,
+                                 strict_barriers=strict_barriers, clock_mode=clock_mode)
             runs.append([b.read(rt.STORAGE[dt], shp) for b, dt, shp in zip(outs, out_dtypes, out_shapes)]
                         + [b.read(arr.dtype, arr.shape) for _, b, arr, _ in inouts])
+            return info
 
-        rt.run_both_orders(launch_once, check_races, timeout_s)
+        infos = rt.run_both_orders(launch_once, check_races, timeout_s)
         if check_races:
-            names = output_names + [n for n, _, _, _ in inouts]
-            dts = out_dtypes + [dt for _, _, _, dt in inouts]
-            for nm, a, b, dt in zip(names, runs[0], runs[1], dts):
-                why = rt.schedule_dependent(a, b, dt)
-                if why:
-                    raise SimError(f"{what}: {'output' if nm in output_names else 'in-out input'} '{nm}': "
-                                   f"{rt.RACE_HINT}; {why}", kind="race")
+            bufs = [(nm, "output", b, dt) for nm, b, dt in zip(output_names, outs, out_dtypes)] \
+                + [(nm, "in-out input", b, dt) for nm, b, _, dt in inouts]
+            allowed = rt.judge_orders(what, bufs, runs, infos,
+                                      lambda order: launch_once(order, rt.reverse_timeout(timeout_s, 1.0), 0))
+            if order_dependence is not None:
+                order_dependence.update(allowed)
         if inout_results is not None:
             for (nm, _, arr, dt), a in zip(inouts, runs[0][len(outs):]):
                 inout_results[nm] = rt.bf16_bits_to_f32(a).reshape(arr.shape) if dt == "bfloat16" else a

@@ -262,14 +262,38 @@ def _system_header(path: str) -> bool:
     return any(os.path.isfile(os.path.join(r, path)) for r in roots)
 
 
+_CPP_LINKAGE = re.compile(r'^[ \t]*#[ \t]*if(?:def[ \t]+__cplusplus|[ \t]+defined[ \t]*\(?[ \t]*__cplusplus[ \t]*\)?)[^\n]*\n'
+                          r'(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*(?:extern[ \t]+"C"[ \t]*\{|\})[ \t]*(?://[^\n]*)?\n'
+                          r'(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*#[ \t]*endif[^\n]*$', re.M)
+
+
 def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
     """Blank every function definition that is neither ``__global__`` nor ``__device__``. With
     `keep_kernel`, the bodies of the file's other ``__global__`` kernels are blanked too (their
     signatures stay): a kernel another compiler cannot take (wmma, inline PTX, textures) then never
-    stops the kernel being run."""
+    stops the kernel being run. Declarations of host functions (prototypes: `extern void f(MAT **I);`, whose
+    types may come from a host header that is not here) go too: device code never calls them."""
     src = source.encode("utf-8")
-    tree = _parser().parse(src)
+    # a C header's `#ifdef __cplusplus / extern "C" { / #endif ... }` splits a block across conditionals, which
+    # the parser cannot follow: it reads the text without those lines (same length: the spans stay)
+    tree = _parser().parse(_CPP_LINKAGE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source).encode("utf-8"))
     spans: list[tuple[int, int]] = []
+
+    def host_prototype(decl) -> bool:
+        """`void f(int);` / `extern float *g(MAT **I, int n);` outside any function: a host function's declaration."""
+        if _is_device_fn(src[decl.start_byte:decl.end_byte].decode("utf-8", "replace")):
+            return False
+        for d in decl.children_by_field_name("declarator"):
+            while d is not None and d.type in ("pointer_declarator", "reference_declarator"):
+                d = d.child_by_field_name("declarator")
+            if d is None or d.type != "function_declarator":
+                return False
+            params = d.child_by_field_name("parameters")
+            # `dim3 grid(16, 16);` parses alike: a declaration's parameters name types, not values
+            if params is None or any(c.type in ("number_literal", "string_literal", "binary_expression",
+                                                "call_expression") for c in params.children):
+                return False
+        return bool(decl.children_by_field_name("declarator"))
 
     def other_kernel_body(fn) -> None:
         head = _head(fn, src)
@@ -299,8 +323,16 @@ def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
                     spans.append((c.start_byte, c.end_byte))
                 elif fn is not None:
                     other_kernel_body(fn)
+                elif any(x.type == "declaration" and host_prototype(x) for x in c.children):
+                    spans.append((c.start_byte, c.end_byte))
+            elif t == "declaration" and host_prototype(c):
+                spans.append((c.start_byte, c.end_byte))
+            elif t == "template_instantiation" and not _is_device_fn(src[c.start_byte:c.end_byte].decode(
+                    "utf-8", "replace")):   # `template void host_fn<float>(...);`: its template is blanked
+                spans.append((c.start_byte, c.end_byte))
             elif t == "linkage_specification" and any(
-                    x.type == "function_definition" and not _is_device_fn(_head(x, src)) for x in c.children):
+                    (x.type == "function_definition" and not _is_device_fn(_head(x, src)))
+                    or (x.type == "declaration" and host_prototype(x)) for x in c.children):
                 spans.append((c.start_byte, c.end_byte))   # `extern "C" void host() {...}`: all of it, or the
                 # `extern "C"` left behind would apply to whatever follows
             elif t in ("namespace_definition", "declaration_list", "linkage_specification",
@@ -335,6 +367,7 @@ def find_kernel(source: str, kernel: str) -> KernelInfo | None:
     src = source.encode("utf-8")
     tree = _parser().parse(src)
     found: list[KernelInfo] = []
+    directives: list[str] = []   # kernels with preprocessor lines in their parameter list
 
     def visit(node, ns: list[str], templ: bool):
         for c in node.children:
@@ -361,6 +394,8 @@ def find_kernel(source: str, kernel: str) -> KernelInfo | None:
                     ptype = re.sub(rf"\b{re.escape(pname)}\b", "", text, count=1).strip() if pname else text
                     params.append(KernelParam(pname, ptype))
                 found.append(KernelInfo(name, "::".join(ns + [name]), params, templ))
+                if plist is not None and "#" in src[plist.start_byte:plist.end_byte].decode("utf-8", "replace"):
+                    directives.append(name)
             elif t == "template_declaration":
                 visit(c, ns, True)
             elif t == "namespace_definition":
@@ -373,6 +408,15 @@ def find_kernel(source: str, kernel: str) -> KernelInfo | None:
                 visit(c, ns, templ)
 
     visit(tree.root_node, [], False)
+    if found and directives:
+        # `#if` inside the parameter list: the parameters the compiler sees (source/conditionals.py)
+        from ..source.conditionals import has_conditionals, resolve_conditionals
+        if has_conditionals(source):
+            resolved = resolve_conditionals(source)[0]
+            if resolved != source:
+                again = find_kernel(resolved, kernel)
+                if again is not None:
+                    return again
     return found[0] if found else None
 
 

@@ -147,12 +147,15 @@ def load(so: Path) -> ctypes.CDLL:
         lib.ksim_run.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong),
                                  ctypes.c_char_p, ctypes.c_int]
         lib.ksim_run.restype = ctypes.c_int
+        if hasattr(lib, "ksim_nd_info"):
+            lib.ksim_nd_info.argtypes = []
+            lib.ksim_nd_info.restype = ctypes.c_void_p
         _libs[str(so)] = lib
     return lib
 
 
 _KINDS = {3: "deadlock", 4: "fault", 5: "crash", 6: "timeout", 7: "crash", 8: "crash", 9: "crash",
-          10: "resource_limit"}
+          10: "resource_limit", 11: "assert"}
 
 
 def describe_address(addr: int, regions) -> str:
@@ -166,21 +169,52 @@ def describe_address(addr: int, regions) -> str:
     return ""
 
 
+ND_CAP = 1 << 14   # ksim.h's NdInfo table
+
+
+class RunInfo:
+    """What one grid run reports beside memory: the addresses order-dependent atomics (exchange,
+    compare-and-swap) touched, the clock reads and the number of atomics (ksim.h's NdInfo)."""
+
+    def __init__(self, addrs=(), sizes=(), clock_reads: int = 0, atomic_ops: int = 0, overflow: bool = False):
+        self.addrs = np.asarray(addrs, dtype=np.uint64)
+        self.sizes = np.asarray(sizes, dtype=np.uint32)
+        self.clock_reads = int(clock_reads)
+        self.atomic_ops = int(atomic_ops)
+        self.overflow = bool(overflow)
+
+
+def _run_info(lib) -> RunInfo:
+    if not hasattr(lib, "ksim_nd_info"):
+        return RunInfo()
+    base = lib.ksim_nd_info()
+    if not base:
+        return RunInfo()
+    head = (ctypes.c_int * 4).from_address(base)
+    n = max(0, min(int(head[2]), ND_CAP))
+    atomic_ops = ctypes.c_ulonglong.from_address(base + 16).value
+    addrs = np.ctypeslib.as_array((ctypes.c_ulonglong * ND_CAP).from_address(base + 24))[:n].copy()
+    sizes = np.ctypeslib.as_array((ctypes.c_uint * ND_CAP).from_address(base + 24 + 8 * ND_CAP))[:n].copy()
+    return RunInfo(addrs, sizes, head[0], atomic_ops, bool(head[1]))
+
+
 def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial: bool,
            dyn_smem: int = 0, timeout_s: float = 20.0, stack_kb: int | None = None, regions=(),
-           reverse: bool = False, strict_barriers: bool = True) -> None:
-    """Run the grid; raise SimError (with the kernel line of a fault when known) if it fails."""
+           reverse: bool | int = False, strict_barriers: bool = True, clock_mode: int = 0) -> RunInfo:
+    """Run the grid; raise SimError (with the kernel line of a fault when known) if it fails.
+    `reverse`: True runs warps and threadgroups in reverse order, 1 only the warps, 2 only the threadgroups.
+    `clock_mode` 1 gives clock()/clock64() another base and rate (the race check's timing-data run)."""
     if stack_kb is None:
         stack_kb = int(os.environ.get("KSEARCH_SIM_STACK_KB", "256") or 256)
     lib = load(so)
     argv = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
-    cfg = (ctypes.c_longlong * 15)(*nblocks, *tg, *total, int(partial), int(dyn_smem),
-                                   int(timeout_s * 1000), int(stack_kb), int(reverse),
-                                   int(not strict_barriers))
+    cfg = (ctypes.c_longlong * 16)(*nblocks, *tg, *total, int(partial), int(dyn_smem),
+                                   int(timeout_s * 1000), int(stack_kb), 3 if reverse is True else int(reverse),
+                                   int(not strict_barriers), int(clock_mode))
     msg = ctypes.create_string_buffer(4096)
     rc = lib.ksim_run(argv, cfg, msg, 4096)
     if rc == 0:
-        return
+        return _run_info(lib)
     text = msg.value.decode("utf-8", "replace")
     line = file = None
     m = re.search(r"\s*\[(pc_offset|site)=0x([0-9a-f]+)\]", text)
@@ -192,6 +226,10 @@ def launch(so: Path, what: str, pointers: list[int], nblocks, tg, total, partial
         if line is not None and m.group(1) == "site":
             text = text.replace("threadgroup barrier (__syncthreads/threadgroup_barrier)",
                                 f"threadgroup barrier at {file} line {line}", 1)
+    if rc == 11 and line is None:   # a failed assert() names its own file and line
+        fm = re.search(r" at (.+?) line (\d+) in thread", text)
+        if fm:
+            file, line = fm.group(1), int(fm.group(2))
     am = re.search(r"address (0x[0-9a-f]+)", text)
     if rc == 4 and am:
         text += describe_address(int(am.group(1), 16), regions)
@@ -203,6 +241,21 @@ def schedule_dependent(a: np.ndarray, b: np.ndarray, dtype_name: str = "") -> st
 
     Floats may differ by the rounding of a different summation order (atomics): the tolerance is
     relative to the output's largest magnitude. Integers and booleans must match exactly."""
+    bad = differing(a, b, dtype_name)
+    if not bad.any():
+        return None
+    return _first_difference(a, b, bad)
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray, bad: np.ndarray) -> str:
+    idx = np.unravel_index(int(np.argmax(bad)), a.shape) if a.ndim else ()
+    x, y = a[idx], b[idx]
+    x, y = (x.item(), y.item()) if hasattr(x, "item") and not a.dtype.names else (x, y)
+    return f"{int(bad.sum())} elements differ, first at index {tuple(int(i) for i in idx)}: {x!r} vs {y!r}"
+
+
+def differing(a: np.ndarray, b: np.ndarray, dtype_name: str = "") -> np.ndarray:
+    """Elementwise: where two runs' contents differ beyond float reordering noise (see schedule_dependent)."""
     if dtype_name == "bfloat16":
         a, b = bf16_bits_to_f32(a).reshape(a.shape), bf16_bits_to_f32(b).reshape(b.shape)
         tol = 1e-2
@@ -213,12 +266,12 @@ def schedule_dependent(a: np.ndarray, b: np.ndarray, dtype_name: str = "") -> st
         finite = np.abs(af[np.isfinite(af)])
         scale = max(1.0, float(finite.max())) if finite.size else 1.0
         bad = ~np.isclose(af, bf, rtol=tol, atol=tol * scale, equal_nan=True)
+    elif a.dtype.names:   # structs: an element differs where any byte does
+        bad = (np.ascontiguousarray(a).view(np.uint8).reshape(a.shape + (-1,))
+               != np.ascontiguousarray(b).view(np.uint8).reshape(b.shape + (-1,))).any(axis=-1)
     else:
         bad = a != b
-    if not bad.any():
-        return None
-    idx = np.unravel_index(int(np.argmax(bad)), a.shape) if a.ndim else ()
-    return f"{int(bad.sum())} elements differ, first at index {tuple(int(i) for i in idx)}: {a[idx]!r} vs {b[idx]!r}"
+    return np.asarray(bad, dtype=bool).reshape(a.shape)
 
 
 RACE_HINT = ("the result depends on the order in which threads run (a missing threadgroup_barrier / "
@@ -238,18 +291,130 @@ REVERSE_HANG = ("; this happened only when threadgroups ran in reverse order: th
                 "threadgroup index")
 
 
-def run_both_orders(launch_once, check_races: bool, timeout_s: float) -> None:
-    """Call launch_once(reverse, timeout) forward, then (race check) reversed with a bounded time."""
+def run_both_orders(launch_once, check_races: bool, timeout_s: float) -> list[RunInfo]:
+    """Call launch_once(reverse, timeout, clock_mode) forward, then (race check) reversed with a bounded
+    time, and, where the kernel read the clock, forward once more with another clock (its timing data).
+    Returns each run's RunInfo (launch_once returns it, or None for a run that launched nothing)."""
     import time
 
     t0 = time.monotonic()
-    launch_once(False, timeout_s)
+    infos = [launch_once(False, timeout_s, 0) or RunInfo()]
     if not check_races:
-        return
+        return infos
     forward = time.monotonic() - t0
     try:
-        launch_once(True, reverse_timeout(timeout_s, forward))
+        infos.append(launch_once(True, reverse_timeout(timeout_s, forward), 0) or RunInfo())
     except SimError as e:
         if e.kind in ("timeout", "deadlock"):
             raise SimError(e.message + REVERSE_HANG, e.line, file=e.file, kind="race") from None
         raise
+    if infos[0].clock_reads:
+        infos.append(launch_once(False, reverse_timeout(timeout_s, forward), 1) or RunInfo())
+    return infos
+
+
+def _which_order(relaunch, runs, k: int, rest: np.ndarray, dt: str) -> str:
+    """Whether reversing only the threadgroups changes the racing elements (one more run), as a clause."""
+    if relaunch is None:
+        return ""
+    try:
+        relaunch(2)
+    except SimError:
+        return ""
+    blocks = runs[-1][k]
+    return BLOCK_ORDER if (differing(runs[0][k], blocks, dt) & rest).any() else WARP_ORDER
+
+
+class OrderDependence:
+    """Elements of one buffer whose value legitimately depends on the thread order or on timing:
+    `clock` holds clock()/clock64() readings (they changed with the clock alone), `atomic` was last
+    decided by an order-dependent atomic (exchange, compare-and-swap) and differs between schedules;
+    `multiset`: the schedules left the same values in another order (slots taken through atomic
+    counters), so the buffer is compared as a multiset."""
+
+    def __init__(self, clock: np.ndarray, atomic: np.ndarray, multiset: bool = False):
+        self.clock = np.asarray(clock, dtype=bool).reshape(-1)
+        self.atomic = np.asarray(atomic, dtype=bool).reshape(-1)
+        self.multiset = bool(multiset)
+
+    def mask(self) -> np.ndarray:
+        """Elements that cannot be compared by position."""
+        return self.clock | self.atomic
+
+    def describe(self, name: str) -> str:
+        parts = []
+        if self.clock.any():
+            parts.append(f"{int(self.clock.sum())} element(s) hold clock()/clock64() readings (timing, not "
+                         f"results)")
+        if self.atomic.any():
+            parts.append(f"{int(self.atomic.sum())} element(s) are left by whichever thread's atomicExch/atomicCAS "
+                         f"came last (first at index {int(np.argmax(self.atomic))})")
+        if self.multiset:
+            parts.append("the threads' atomic order decides where each value goes: compared as a multiset")
+        return f"buffer '{name}': " + "; ".join(parts)
+
+
+def _touched(b: "Buffer", arr: np.ndarray, infos) -> np.ndarray:
+    """Elements of `arr` (the contents of `b`) that an order-dependent atomic touched in any run."""
+    mask = np.zeros(arr.size, dtype=bool)
+    item = max(1, arr.dtype.itemsize)
+    for info in infos:
+        if not info.addrs.size:
+            continue
+        a = info.addrs.astype(np.int64) - int(b.addr)
+        end = a + info.sizes.astype(np.int64)
+        hit = (end > 0) & (a < arr.size * item)
+        for lo, hi in zip(a[hit], end[hit]):
+            mask[max(0, lo // item):min(arr.size, -(-hi // item))] = True
+    return mask.reshape(arr.shape)
+
+
+def _same_multiset(a: np.ndarray, c: np.ndarray, dt: str) -> bool:
+    x, y = a.reshape(-1), c.reshape(-1)
+    if x.dtype.names:
+        def rows(v):
+            return sorted(map(bytes, np.ascontiguousarray(v).view(np.uint8).reshape(v.size, v.dtype.itemsize)))
+        return rows(x) == rows(y)
+    if dt == "bfloat16":
+        x, y = bf16_bits_to_f32(x), bf16_bits_to_f32(y)
+    return not differing(np.sort(x), np.sort(y), "" if dt == "bfloat16" else dt).any()
+
+
+BLOCK_ORDER = (" when only the threadgroups' (blocks') order is reversed: one threadgroup reads what another "
+               "writes, or two write different values to one place; GPUs run threadgroups concurrently and in any "
+               "order, so it races there too (or the workload breaks an assumption of the kernel: its sizes, block "
+               "shape, or data such as unique indices)")
+WARP_ORDER = (" when the warps inside each threadgroup run in reverse order (the threadgroups' order alone does not "
+              "change it): a missing threadgroup_barrier / __syncthreads, or two threads writing different values "
+              "to one place")
+
+
+def judge_orders(what: str, bufs, runs, infos, relaunch=None) -> dict[str, OrderDependence]:
+    """The race check over the runs of run_both_orders. bufs: [(name, label, Buffer, dtype name)] in the
+    order of each run's arrays; runs[0] forward, runs[1] reversed, runs[2] (when present) forward with
+    another clock. An element that differs between the schedules is a race unless an order-dependent
+    atomic decided it, it holds timing data, or the whole buffer holds the same values in another order
+    after atomics ran. Raises SimError(kind="race"); returns {name: OrderDependence} of the allowed.
+    `relaunch(reverse)` (launch_once) runs one more schedule to say whether a race is between threadgroups."""
+    atomic_ops = max(i.atomic_ops for i in infos[:2]) if infos else 0
+    out: dict[str, OrderDependence] = {}
+    for k, (nm, label, b, dt) in enumerate(bufs):
+        a, c = runs[0][k], runs[1][k]
+        diff = differing(a, c, dt)
+        clock = differing(a, runs[2][k], dt) if len(runs) > 2 else np.zeros(a.shape, dtype=bool)
+        atom = _touched(b, a, infos) if any(i.addrs.size for i in infos) else np.zeros(a.shape, dtype=bool)
+        rest = diff & ~(atom | clock)
+        multiset = False
+        if rest.any():
+            # slots taken through atomic counters: the same values elsewhere, and at least one atomic per warp's
+            # worth of moved elements (a sort whose barrier is missing also permutes, without atomics doing it)
+            if atomic_ops * 32 >= int(rest.sum()) and not clock.any() and _same_multiset(a, c, dt):
+                multiset = True
+            else:
+                which = _which_order(relaunch, runs, k, rest, dt)
+                raise SimError(f"{what}: {label} '{nm}': " + (
+                    f"the result depends on the order in which threads run: {_first_difference(a, c, rest)}{which}"
+                    if which else f"{RACE_HINT}; {_first_difference(a, c, rest)}"), kind="race")
+        if clock.any() or (diff & atom).any() or multiset:
+            out[nm] = OrderDependence(clock, diff & atom, multiset)
+    return out

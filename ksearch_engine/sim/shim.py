@@ -19,7 +19,10 @@ import numpy as np
 from .mlx_kernels import WRITABLE_SUFFIX, run_mlx_kernel
 
 _saved: dict[str, object] = {}
-_options: dict[str, object] = {"timeout_s": 20.0, "check_races": True, "strict_barriers": True}
+_options: dict[str, object] = {"timeout_s": 20.0, "check_races": True, "strict_barriers": True, "asserts": True}
+# When a list: every kernel call appends (kernel name, {buffer name: runtime.OrderDependence}) for the
+# elements whose value the thread order or the clock legitimately decides (translate/check.py reads it).
+order_log: list | None = None
 
 
 def _dtype_name(d) -> str:
@@ -73,12 +76,15 @@ class SimKernel:
             tmpl.append((n, _dtype_name(v) if isinstance(v, mx.Dtype) else v))
         out_names = [_dtype_name(d) for d in output_dtypes]
         inout: dict = {}
+        order: dict = {}
         outs = run_mlx_kernel(self.dialect, self.name, self.input_names, self.output_names,
                               self.source, self.header, np_inputs, tmpl, tuple(grid),
                               tuple(threadgroup), [tuple(s) for s in output_shapes], out_names,
                               init_value=init_value, atomic_outputs=self.atomic_outputs,
                               shared_memory=self.shared_memory, input_dtypes=in_dtypes,
-                              inout_results=inout, **_options)
+                              inout_results=inout, order_dependence=order, **_options)
+        if order_log is not None:
+            order_log.append((self.name, order))
         for nm, x in zip(self.input_names, inputs):
             if nm.endswith(WRITABLE_SUFFIX) and nm in inout and isinstance(x, mx.array):
                 _write_back(x, inout[nm])

@@ -129,6 +129,13 @@ def param_from_node(node, data: bytes, orig: bytes) -> Param | None:
     while start > 0 and data[start - 1:start] not in (b"(", b","):
         start -= 1
     written = orig[start:node.end_byte].decode("utf-8", errors="replace").strip()
+    if re.search(r"^[ \t]*#", written, re.M):
+        # `#ifdef TESTING` / `#endif` lines inside a parameter list: the parser folds the directive's words into
+        # the type; the parameter is what is left without them (as the condition that holds keeps it)
+        written = "\n".join(ln for ln in written.splitlines() if not ln.lstrip().startswith("#")).strip()
+        head = re.sub(r"\[[^\]]*\]|[*&]", " ", written)
+        head = re.sub(rf"\b{re.escape(info['name'])}\s*$", "", head.strip()) if info["name"] else head
+        base = " ".join(w for w in head.split() if w not in _QUALIFIER_WORDS)
     words = re.findall(r"[A-Za-z_]\w*", written.split("[[")[0])
     for w in words:
         if w in METAL_ADDRESS_SPACES and w not in quals:

@@ -76,7 +76,10 @@ def written_pointers(kernel: KernelInfo) -> set[str]:
                 target = base_of(arg)
         elif n.type == "call_expression":
             fn = n.child_by_field_name("function")
-            if fn is not None and t(fn).startswith("atomic"):
+            if fn is not None and t(fn).split("::")[-1] == "store_matrix_sync":   # wmma: writes through arg 0
+                args = n.child_by_field_name("arguments").named_children
+                target = base_of(args[0]) if args else None
+            elif fn is not None and t(fn).startswith("atomic"):
                 args = n.child_by_field_name("arguments").named_children
                 if args:
                     a = args[0]
@@ -98,26 +101,86 @@ def called_helpers(kernel: KernelInfo, helpers: list[KernelInfo]) -> list[Kernel
         for w in words & set(by_name) - want:
             want.add(w)
             todo.append(by_name[w].text)
-    return [h for h in helpers if h.name in want]
+    return _callees_first([h for h in helpers if h.name in want])
 
 
-def helper_pointer_spaces(kernel: KernelInfo, helpers: list[KernelInfo], shared: set[str]) -> dict[str, dict[int, str]]:
-    """{helper: {param index: 'threadgroup'}} for helper calls that pass a shared array."""
+def _callees_first(helpers: list[KernelInfo]) -> list[KernelInfo]:
+    """`helpers` reordered so that each comes after the helpers it calls (C++ wants a function declared before
+    its use; helpers gathered from several headers and the program are not always in that order), otherwise in
+    their given order. Overloads (one name, several definitions) move together; a cycle keeps the given order."""
+    groups: dict[str, list[KernelInfo]] = {}
+    for h in helpers:
+        groups.setdefault(h.name, []).append(h)
+    rank = {n: i for i, n in enumerate(groups)}
+    calls = {n: sorted((set(re.findall(r"[A-Za-z_]\w*", "\n".join(h.body for h in hs))) & set(groups)) - {n},
+                       key=rank.get) for n, hs in groups.items()}
+    done: set[str] = set()
+    order: list[str] = []
+    for root in groups:
+        if root in done:
+            continue
+        stack = [(root, iter(calls[root]))]
+        active = {root}
+        while stack:
+            name, it = stack[-1]
+            nxt = next((c for c in it if c not in done and c not in active), None)
+            if nxt is None:
+                stack.pop()
+                active.discard(name)
+                done.add(name)
+                order.append(name)
+            else:
+                active.add(nxt)
+                stack.append((nxt, iter(calls[nxt])))
+    return [h for n in order for h in groups[n]]
+
+
+def helper_pointer_spaces(kernel: KernelInfo, helpers: list[KernelInfo], shared: set[str],
+                          helper_shared: dict[str, set[str]] | None = None) -> dict[str, dict[int, str]]:
+    """{helper: {param index: 'threadgroup'}} for helper calls that pass a shared array: from the kernel, and from
+    helpers passing on shared memory they were given or declare themselves (`helper_shared`: helper -> names)."""
     names = {h.name for h in helpers}
-    data = kernel.text.encode()
-    root = parse_bytes(data, "cuda").root_node
     out: dict[str, dict[int, str]] = {}
-    for n in walk(root):
-        if n.type != "call_expression":
-            continue
-        fn = n.child_by_field_name("function")
-        name = data[fn.start_byte:fn.end_byte].decode() if fn is not None else ""
-        if name not in names:
-            continue
-        for i, a in enumerate(n.child_by_field_name("arguments").named_children):
-            idents = {data[x.start_byte:x.end_byte].decode() for x in walk(a) if x.type == "identifier"}
-            if idents & shared:
-                out.setdefault(name, {})[i] = "threadgroup"
+
+    def calls(text: str) -> list[tuple[str, list[set[str]]]]:
+        data = text.encode()
+        found = []
+        for n in walk(parse_bytes(data, "cuda").root_node):
+            if n.type != "call_expression":
+                continue
+            fn = n.child_by_field_name("function")
+            if fn is not None and fn.type == "template_function":
+                fn = fn.child_by_field_name("name")
+            name = data[fn.start_byte:fn.end_byte].decode() if fn is not None else ""
+            args = n.child_by_field_name("arguments")
+            if name not in names or args is None:
+                continue
+            found.append((name, [{data[x.start_byte:x.end_byte].decode() for x in walk(a) if x.type == "identifier"}
+                                 for a in args.named_children if a.type != "comment"]))
+        return found
+
+    def mark(text_calls, tg: set[str]) -> bool:
+        changed = False
+        for name, args in text_calls:
+            for i, idents in enumerate(args):
+                if idents & tg and out.setdefault(name, {}).get(i) != "threadgroup":
+                    out[name][i] = "threadgroup"
+                    changed = True
+        return changed
+
+    mark(calls(kernel.text), set(shared))
+    helper_calls = {id(h): calls(h.body) for h in helpers if set(re.findall(r"[A-Za-z_]\w*", h.body)) & names}
+    changed = True
+    while changed and helper_calls:
+        changed = False
+        for h in helpers:
+            if id(h) not in helper_calls:
+                continue
+            spaces = out.get(h.name, {})
+            tg = {p.name for i, p in enumerate(h.params) if spaces.get(i) == "threadgroup"}
+            tg |= (helper_shared or {}).get(h.name, set())
+            if tg and mark(helper_calls[id(h)], tg):
+                changed = True
     return out
 
 

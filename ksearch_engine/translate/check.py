@@ -30,6 +30,7 @@ class PortCheck(BaseModel):
     messages: dict[str, str] = {}          # "metal" / "cuda" -> one line (empty when passed)
     original_error: str | None = None      # the original could not run: nothing to compare with
     message: str = ""                      # one line: the first failure, or what passed
+    notes: list[str] = []                  # elements not compared by position (clock readings, atomic order)
 
 
 def _get(launch, key, default=None):
@@ -100,9 +101,25 @@ def run_original(original_source: str, kernel: str, args: dict, grid, block, sha
               strict_barriers=False)
     if include_dirs and "include_dirs" in inspect.signature(run_cuda_source).parameters:  # noqa: SIM102
         kw["include_dirs"] = list(include_dirs)
-    return run_cuda_source(original_source, kernel, tuple(grid), tuple(block),
-                           {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()},
-                           int(shared_mem or 0), **kw)
+    from ..sim.errors import SimError
+
+    def run(**more):
+        return run_cuda_source(original_source, kernel, tuple(grid), tuple(block),
+                               {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()},
+                               int(shared_mem or 0), **kw, **more)
+    try:
+        return run()
+    except SimError as e:
+        if e.kind != "assert":
+            raise
+        failed = e
+    # the ports drop assert() (translate notes it): what they must reproduce is the original without its asserts
+    res = run(asserts=False)
+    text = str(failed.message).split(": ", 1)[-1]
+    res.asserted = True
+    res.notes = [f"the original's {text}: on a GPU this launch ends with cudaErrorAssert; the ports were compared "
+                 f"with the original, both without their assert() (the Metal port has none)"]
+    return res
 
 
 def _to_mx(value: np.ndarray, dtype: str | None):
@@ -128,13 +145,14 @@ def _from_mx(value, dtype: str | None, like: np.ndarray) -> np.ndarray:
 
 
 def run_port(module_text: str, dialect: str, args: dict, grid, block, shared_mem: int, template_args,
-             timeout_s: float = 20.0) -> dict[str, np.ndarray]:
+             timeout_s: float = 20.0, asserts: bool = True) -> dict[str, np.ndarray]:
     """The port module's launch() in the simulator with `dialect`'s port; {written buffer: contents}."""
     from ..sim import shim
 
     shim.install_mlx_shim()
     saved = dict(shim._options)
-    shim._options.update(timeout_s=timeout_s, check_races=True, strict_barriers=False)
+    shim._options.update(timeout_s=timeout_s, check_races=True, strict_barriers=False, asserts=asserts)
+    shim.order_log = []
     try:
         ns: dict = {"__name__": "ksearch_port_check"}
         exec(compile(module_text + f"\n\n_backend = lambda: {dialect!r}\n", "port_module", "exec"), ns)
@@ -143,12 +161,79 @@ def run_port(module_text: str, dialect: str, args: dict, grid, block, shared_mem
         for p in params:
             v = args.get(p["name"])   # absent or None: a NULL pointer (a defaulted `T* p = NULL` parameter)
             call.append(_to_mx(v, p.get("dtype")) if p["pointer"] and v is not None else v)
+        syms = {s["name"]: _to_mx(args[s["name"]], s.get("dtype")) for s in ns.get("SYMBOLS", [])
+                if args.get(s["name"]) is not None}   # what the program copied into its __constant__/__device__
         out = ns["launch"](*call, grid=tuple(grid), block=tuple(block), shared_mem=int(shared_mem or 0),
-                           template=list(template_args or []) or None)
-        return {n: _from_mx(a, None, np.asarray(args[n])) for n, a in out.items() if args.get(n) is not None}
+                           template=list(template_args or []) or None, **({"symbols": syms} if syms else {}))
+        got = _Contents((n, _from_mx(a, None, np.asarray(args[n]))) for n, a in out.items() if args.get(n) is not None)
+        got.order_dependence = _by_parameter(shim.order_log, params, args)
+        return got
     finally:
+        shim.order_log = None
         shim._options.clear()
         shim._options.update(saved)
+
+
+class _Contents(dict):
+    """{written buffer: contents}; `order_dependence`: {parameter: runtime.OrderDependence} of the elements
+    whose value the thread order or the clock decides."""
+
+    order_dependence: dict = {}
+
+
+def _by_parameter(log, params, args) -> dict:
+    """The port kernels' order-dependent elements ({kernel buffer: OrderDependence}, in-out inputs named
+    `<param>_inout`) by launch parameter, cut to the parameter's own elements."""
+    from ..sim.runtime import OrderDependence
+
+    names = {p["name"] for p in params if p["pointer"]}
+    out: dict = {}
+    for _kernel, order in log or []:
+        for buf, od in order.items():
+            n = buf[:-len("_inout")] if buf.endswith("_inout") else buf
+            if n not in names or not isinstance(args.get(n), np.ndarray):
+                continue
+            size = np.asarray(args[n]).size
+            clock, atomic = od.clock[:size], od.atomic[:size]
+            if clock.size < size:   # another view of the buffer (bytes of structs): the whole buffer
+                clock = np.full(size, bool(od.clock.any()))
+                atomic = np.full(size, bool(od.atomic.any()))
+            prev = out.get(n)
+            if prev is not None:
+                clock, atomic = clock | prev.clock, atomic | prev.atomic
+            out[n] = OrderDependence(clock, atomic, od.multiset or (prev is not None and prev.multiset))
+    return out
+
+
+def _order_problem(name: str, port, orig) -> str | None:
+    """A port's order-dependence the original does not have: a race of the port (None when it has none)."""
+    extra = port.mask() & ~(orig.mask() if orig is not None else np.zeros_like(port.mask()))
+    if extra.any():
+        i = int(np.argmax(extra))
+        what = "a clock reading" if port.clock[i] else "an atomicExch/atomicCAS whose thread order decides it"
+        return (f"race: buffer '{name}' [{i}] of the port depends on the thread order ({what}) where the "
+                f"original's result does not; make the port's result independent of the order there")
+    if port.multiset and not (orig is not None and orig.multiset):
+        return (f"race: buffer '{name}' of the port holds its values in an order that depends on the threads' "
+                f"atomics, where the original's order does not")
+    return None
+
+
+def _compare_allowing(name: str, got: np.ndarray, want: np.ndarray, dtype, od) -> str | None:
+    """compare(), leaving out the elements whose value the original's thread order or clock decides, and
+    comparing a buffer whose values the atomics' order places as a multiset."""
+    if od is None:
+        return compare(name, got, want, dtype)
+    g = np.array(np.asarray(got).reshape(-1), copy=True)
+    e = np.asarray(want).reshape(-1)
+    if od.multiset and not e.dtype.names:
+        problem = compare(name, np.sort(g), np.sort(e), dtype)
+        return problem and problem.replace(f"buffer '{name}' ", f"buffer '{name}' sorted (compared as a multiset: "
+                                           f"the atomics' order places its values) ", 1)
+    m = od.mask()[:g.size]
+    if m.size == g.size and g.shape == e.shape:
+        g[m] = e[m]
+    return compare(name, g, e, dtype)
 
 
 def check_port(module_text: str, original_source: str, kernel: str, launch, filename: str = "kernel.cu",
@@ -184,6 +269,7 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
         return res
     pointers = [p for p in params if p["pointer"]]
     want: dict[str, np.ndarray] = {}
+    orig_order: dict | None = None   # {parameter: OrderDependence} of the original (None: not run yet)
     if expected:
         want = {n: np.asarray(v) for n, v in expected.items()}
         for p in pointers:   # buffers the capture saw unchanged must stay unchanged
@@ -193,6 +279,7 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
         try:
             want = run_original(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs,
                                 timeout_s)
+            orig_order = dict(getattr(want, "order_dependence", {}) or {})
         except Exception as e:
             res.original_error = _error_text(e)
             msg = f"the original kernel does not run in the simulator on this launch: {res.original_error}"
@@ -201,27 +288,46 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
             res.message = msg
             return res
     written = {p["name"] for p in pointers if p["written"]}
+    orig_race: str | None = None
     for d in dialects:
         try:
-            got = run_port(module_text, d, args, grid, block, smem, targs, timeout_s)
+            got = run_port(module_text, d, args, grid, block, smem, targs, timeout_s,
+                           asserts=not getattr(want, "asserted", False))
         except Exception as e:
             res.dialects[d], res.messages[d] = "sim_error", _error_text(e)
+            if expected and getattr(e, "kind", None) == "race":   # captured contents: does the original race too?
+                if orig_race is None:
+                    orig_race = _original_race(original_source, kernel, args, grid, block, smem, targs, filename,
+                                               include_dirs, timeout_s)
+                if orig_race:
+                    res.dialects[d] = "not_runnable"
+                    res.messages[d] = (f"the original kernel races on this launch too ({orig_race}); the port "
+                                       f"races the same way: there is no one result to compare with")
             continue
-        problem = None
-        for p in pointers:
-            n = p["name"]
-            if n not in want:
-                continue
-            if n in got:
-                problem = compare(n, got[n], want[n], p.get("dtype"))
-            elif n not in written and isinstance(args.get(n), np.ndarray):
-                before = np.asarray(args[n])
-                if compare(n, before, want[n], p.get("dtype")) is not None:
-                    problem = f"buffer '{n}': the original writes it, the port treats it as read-only"
-            if problem:
-                break
+        port_order = dict(getattr(got, "order_dependence", {}) or {})
+        problem = _first_problem(pointers, got, want, args, written, orig_order or {})
+        if (problem or port_order) and orig_order is None:
+            # captured contents: what the original's thread order decides is known from a run of the original
+            try:
+                orig_order = dict(getattr(run_original(original_source, kernel, args, grid, block, smem, targs,
+                                                       filename, include_dirs, timeout_s),
+                                          "order_dependence", {}) or {})
+            except Exception:
+                orig_order = {}
+            if orig_order:
+                problem = _first_problem(pointers, got, want, args, written, orig_order)
+        race = next((r for r in (_order_problem(n, od, (orig_order or {}).get(n)) for n, od in port_order.items())
+                     if r), None)
+        if race:
+            res.dialects[d], res.messages[d] = "sim_error", race
+            continue
         res.dialects[d] = "mismatch" if problem else "passed"
         res.messages[d] = problem or ""
+    res.notes += [n for n in getattr(want, "notes", []) if n not in res.notes]
+    for n, od in (orig_order or {}).items():
+        line = od.describe(n) + " (not compared by position)"
+        if line not in res.notes:
+            res.notes.append(line)
     res.passed = bool(res.dialects) and all(s == "passed" for s in res.dialects.values())
     name = {"metal": "Metal port", "cuda": "CUDA-backend port"}
     if res.passed:
@@ -230,6 +336,35 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
         d = next(d for d, s in res.dialects.items() if s != "passed")
         res.message = f"{name.get(d, d)}: {res.dialects[d]}: {res.messages[d]}"
     return res
+
+
+def _original_race(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs,
+                   timeout_s) -> str:
+    """The original's race on this launch (one line), or "" when it runs deterministically or not at all."""
+    try:
+        run_original(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs, timeout_s)
+    except Exception as e:
+        if getattr(e, "kind", None) == "race":
+            return _one_line(str(e), 300)
+    return ""
+
+
+def _first_problem(pointers, got, want, args, written, orig_order) -> str | None:
+    """The first buffer where the port's contents differ from the original's (one line), or None."""
+    for p in pointers:
+        n = p["name"]
+        if n not in want:
+            continue
+        problem = None
+        if n in got:
+            problem = _compare_allowing(n, got[n], want[n], p.get("dtype"), orig_order.get(n))
+        elif n not in written and isinstance(args.get(n), np.ndarray):
+            before = np.asarray(args[n])
+            if compare(n, before, want[n], p.get("dtype")) is not None:
+                problem = f"buffer '{n}': the original writes it, the port treats it as read-only"
+        if problem:
+            return problem
+    return None
 
 
 __all__ = ["PortCheck", "check_port", "compare", "run_original", "run_port"]

@@ -98,7 +98,7 @@ def _launch_object(kind, shared_mem, type_defs=()):
                                                  source=LAUNCH_METAL_SOURCE, header=LAUNCH_METAL_HEADER + extra)
         else:
             _kernels[key] = mx.fast.cuda_kernel(name=name, input_names=LAUNCH_INPUT_NAMES, output_names=["ks_done"],
-                                                source=LAUNCH_CUDA_SOURCE, header=CUDA_HEADER + extra,
+                                                source=LAUNCH_CUDA_SOURCE, header=LAUNCH_CUDA_HEADER + extra,
                                                 shared_memory=shared_mem)
     return _kernels[key]
 
@@ -136,13 +136,15 @@ def _template_args(template):
     return out
 
 
-def launch(*args, grid, block, shared_mem=0, template=None):
+def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
     """Runs the kernel with CUDA's convention; returns {name: new contents} for every pointer it may write.
 
     args: in the CUDA parameter order: a flat mx.array per pointer (its whole contents from the pointer on,
     of the pointee's scalar dtype: a float4* takes 4x the floats), a number per scalar. grid counts blocks,
     block threads, as in kernel<<<grid, block, shared_mem>>>; template: the C++ template arguments as
-    strings (["float", "256"]). The returned arrays have the shapes and dtypes given.
+    strings (["float", "256"]); symbols: {name: contents} of the file-scope __constant__/__device__ variables
+    the kernel uses (SYMBOLS; what cudaMemcpyToSymbol put there), each else its initializer or zeros; the
+    __device__ ones come back with the pointers, as "symbol:<name>". The returned arrays have the shapes and dtypes given.
     """
     if len(args) != len(PARAMS):
         raise TypeError(f"{NAME} takes {len(PARAMS)} arguments ({', '.join(p['name'] for p in PARAMS)}), "
@@ -155,6 +157,11 @@ def launch(*args, grid, block, shared_mem=0, template=None):
     types = {n: v for n, v in tmpl if isinstance(v, mx.Dtype)}
     inputs, written = [], []
     for p, a in zip(PARAMS, args):
+        if a is None and p.get("texture"):   # a texture the launch does not bind: an empty one (never fetched)
+            a = None if p["pointer"] else (1 if p["name"].endswith(("__h", "__d")) else 0)
+        elif a is None and not p["pointer"]:
+            raise TypeError(f"{NAME}: no value for parameter '{p['name']}' ({p['ctype']}): launch() takes a "
+                            "number for each scalar parameter, and the bytes of each struct passed by value")
         if p.get("nullable"):
             tmpl = tmpl + [("KS_NULL_" + p["name"], a is None)]
         if p["pointer"] and a is None:   # NULL: a placeholder buffer the kernel never reads (it tests for NULL)
@@ -174,6 +181,12 @@ def launch(*args, grid, block, shared_mem=0, template=None):
         elif p.get("struct"):   # a struct by value: its bytes (bytes, or a numpy structured scalar/array)
             import numpy as np
             raw = bytes(a) if isinstance(a, (bytes, bytearray, memoryview)) else np.asarray(a).tobytes()
+            if p.get("repack"):   # its doubles as the ports' floats (both ports compute doubles as float)
+                out = bytearray(p["port_bytes"])
+                for src, sdt, dst, ddt in p["repack"]:
+                    v = np.frombuffer(raw, dtype=sdt, count=1, offset=src).astype(ddt)
+                    out[dst:dst + v.itemsize] = v.tobytes()
+                raw = bytes(out)
             raw = raw + bytes(max(0, 8 - len(raw)))   # Metal: inputs under 8 elements are `constant`
             inputs.append(mx.array(np.frombuffer(raw, dtype=np.uint8)))
         else:
@@ -181,6 +194,32 @@ def launch(*args, grid, block, shared_mem=0, template=None):
             if dt == mx.float64 or (kind == "metal" and dt in (mx.bfloat16,)):
                 dt = mx.float32
             inputs.append(mx.array([a], dtype=dt))
+    unknown = sorted(set(symbols or {}) - {s["name"] for s in SYMBOLS})
+    if unknown:
+        raise TypeError(f"{NAME}: symbols= names {', '.join(unknown)}, which the kernel does not use "
+                        f"(it uses: {', '.join(s['name'] for s in SYMBOLS) or 'none'})")
+    for s in SYMBOLS:   # file-scope device memory, as one more buffer each
+        import numpy as np
+        a = (symbols or {}).get(s["name"])
+        src = np.dtype("uint16" if s["dtype"] == "bfloat16" else s["dtype"])
+        dst = np.dtype("float32") if src == np.float64 else src   # both ports compute doubles as float
+        if a is None:
+            vals = np.full((s["count"],), s["init"] or 0, dtype=dst)
+        else:
+            raw = np.ascontiguousarray(np.asarray(a)).reshape(-1)
+            if raw.dtype != src and raw.nbytes == s["count"] * src.itemsize:   # its bytes (what a capture holds)
+                raw = raw.view(src)
+            vals = raw.astype(dst)
+        flat = mx.array(vals)
+        if s["dtype"] == "bfloat16":
+            flat = flat.view(mx.bfloat16)
+        n = flat.size
+        if n < 8:   # Metal: inputs under 8 elements are `constant` (see above)
+            flat = mx.concatenate([flat, mx.zeros((8 - n,), dtype=flat.dtype)])
+        if s["written"]:
+            flat = _copy(flat, kind)
+            written.append(("symbol:" + s["name"], flat, n, (n,)))
+        inputs.append(flat)
     if kind == "metal" and STATIC_SHARED_BYTES + shared_mem > APPLE_THREADGROUP_BYTES:
         raise ValueError(f"{NAME}: {STATIC_SHARED_BYTES + shared_mem} bytes of threadgroup memory; "
                          f"Apple GPUs allow {APPLE_THREADGROUP_BYTES}: use a smaller block or tile")
@@ -262,6 +301,10 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w(f"LAUNCH_METAL_SOURCE = {_pystr(tr.launch_metal_source)}")
     w("")
     w(f"LAUNCH_CUDA_SOURCE = {_pystr(tr.launch_cuda_source)}")
+    w("")
+    w(f"LAUNCH_CUDA_HEADER = {_pystr(tr.launch_cuda_header or tr.cuda_header)}")
+    w("# file-scope __constant__/__device__ variables the kernel uses: launch(..., symbols={name: contents})")
+    w(f"SYMBOLS = {tr.symbols!r}")
     lines.append(_HELPERS)
     lines.append(_LAUNCH)
     w("")

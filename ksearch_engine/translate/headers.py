@@ -9,16 +9,28 @@ import re
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 
-def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: int = 0) -> list[str]:
-    """File-scope entries (as ParseResult.preamble) of the local headers `text` includes, nested ones first."""
+def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: int = 0,
+                    _macros: dict | None = None) -> list[str]:
+    """File-scope entries (as ParseResult.preamble) of the local headers `text` includes, nested ones first.
+    A header's conditionals (`#if defined(ENABLE_BF16) typedef __nv_bfloat16 floatX; #else typedef float floatX;
+    #endif`) are decided as nvcc would decide them where the macros they test are known (source/conditionals.py:
+    the including text's #defines before the #include, the headers' before it); undecided ones stay as written."""
     from ..sim.preprocess import _GPU_HEADER
     from ..source import find_kernels
+    from ..source.conditionals import PREDEFINED, resolve_conditionals
 
     seen = set() if _seen is None else _seen
     out: list[str] = []
     if _depth > 8:
         return out
+    macros = dict(PREDEFINED) if _macros is None else _macros   # the caller reads the headers' macros from it
+    entry = dict(macros)
+    from_headers: dict = {}   # macros the headers included so far define
     for m in _INCLUDE.finditer(text):
+        try:   # the macros at this #include: `text`'s own before it, read with the headers' ones before it
+            here = resolve_conditionals(text[:m.start()], {**entry, **from_headers})[1]
+        except Exception:
+            here = {**entry, **from_headers}
         path = m.group(1).strip()
         if _GPU_HEADER.match(path):
             continue
@@ -33,8 +45,15 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
             inner = open(real, errors="replace").read()
         except OSError:
             continue
-        out += header_preamble(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1)
-        out += with_aggregates(find_kernels(inner, "header.cuh").preamble, inner)
+        nested = dict(here)   # gains the macros of the headers `inner` includes
+        out += header_preamble(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1, nested)
+        try:
+            decided, after = resolve_conditionals(inner, nested)
+        except Exception:   # a header this cannot read: as written
+            decided, after = inner, nested
+        from_headers.update({k: v for k, v in after.items() if here.get(k, ...) is not v})
+        macros.update(from_headers)
+        out += with_aggregates(find_kernels(decided, "header.cuh").preamble, decided)
     unique: list[str] = []
     for e in out:
         if e not in unique:
@@ -147,6 +166,33 @@ def header_helpers(text: str, include_dirs, _seen: set | None = None, _depth: in
         name = os.path.basename(real)   # parsed as CUDA whatever its extension (util.h, bisect_util.cu)
         name = name if name.endswith((".cu", ".cuh")) else name + ".cuh"
         out += [h for h in find_kernels(_unwrap_qualifiers(inner), name).helpers if h.language == "cuda"]
+    return out
+
+
+def included_texts(text: str, include_dirs, _seen: set | None = None, _depth: int = 0) -> list[str]:
+    """The texts of the local headers `text` includes (found in `include_dirs` as nvcc -I finds them), nested ones
+    first."""
+    from ..sim.preprocess import _GPU_HEADER
+
+    seen = set() if _seen is None else _seen
+    out: list[str] = []
+    if _depth > 8:
+        return out
+    for m in _INCLUDE.finditer(text):
+        path = m.group(1).strip()
+        if _GPU_HEADER.match(path):
+            continue
+        found = next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))), None)
+        if found is None or os.path.realpath(found) in seen:
+            continue
+        real = os.path.realpath(found)
+        seen.add(real)
+        try:
+            inner = open(real, errors="replace").read()
+        except OSError:
+            continue
+        out += included_texts(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1)
+        out.append(inner)
     return out
 
 

@@ -127,10 +127,14 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
             entry["dtype"] = SCALAR.get(base) if base not in template_types else None
             entry["elem_bytes"] = POINTEE[base][1] if base in POINTEE else None
             if entry["dtype"] is None and base not in template_types:
-                from .layout import by_value_problem
+                from .layout import by_value_problem, double_repack
                 problem = by_value_problem(base, preamble)
+                repack = double_repack(base, preamble) if problem is not None and problem.kind == "double" else None
                 if problem is None:
                     entry["dtype"], entry["struct"] = "uint8", True   # its bytes; the kernel reinterprets them
+                elif repack is not None:   # doubles: launch() turns the C bytes into the ports' (doubles as float)
+                    entry["dtype"], entry["struct"] = "uint8", True
+                    entry["repack"], entry["port_bytes"] = [list(x) for x in repack[0]], repack[1]
                 else:
                     why = (f"texture object '{p.name}' ({base}): Metal textures are another API that MLX kernels do "
                            "not take; port by hand") if base in TEXTURE_TYPES else \

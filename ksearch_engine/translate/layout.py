@@ -177,9 +177,11 @@ def _explicit_align(name: str, preamble: list[str]) -> int:
 
 
 def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None = None, *,
-                  source=None, _depth: int = 0) -> StructLayout:
+                  source=None, _depth: int = 0, double_as_float: bool = False,
+                  keep_doubles: bool = False) -> StructLayout:
     """The layout of struct `name` (a file-scope definition in `preamble`); raises LayoutError. `source` (a text,
-    or [(file name, text)]) only places a field for the messages."""
+    or [(file name, text)]) only places a field for the messages. `double_as_float`: the layout the ports compile
+    (doubles computed as float), instead of raising for a double; `keep_doubles`: the C layout with its doubles."""
     defines = defines or {}
     body = struct_body(name, preamble)
     if body is None:
@@ -215,16 +217,24 @@ def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None
                 base = "int"   # an enum without a fixed underlying type is an int in nvcc's layout
             if base in POINTEE:
                 size, al = POINTEE[base][1], scalar_align(base)
-                if base == "double" or POINTEE[base][0] == "float64":
+                if (base == "double" or POINTEE[base][0] == "float64") and double_as_float:
+                    size = POINTEE[base][1] // 2
+                    al = size if size & (size - 1) == 0 else 4
+                    lanes = size // 4
+                    sub = np.dtype("float32") if lanes == 1 else np.dtype((np.float32, (lanes,)))
+                    fields.append((fname, base, count))
+                elif (base == "double" or POINTEE[base][0] == "float64") and not keep_doubles:
                     raise LayoutError(f"struct {name} holds a double (field {fname}"
                                       + (f", {line}" if line else "") + ")", kind="double", struct=name,
                                       field_name=fname, line=line)
-                dt, lanes = POINTEE[base][0], POINTEE[base][1] // ELEM_BYTES[POINTEE[base][0]]
-                np_dt = np.dtype("uint16" if dt == "bfloat16" else dt)
-                sub = np_dt if lanes == 1 else np.dtype((np_dt, (lanes,)))
-                fields.append((fname, base, count))
+                else:
+                    dt, lanes = POINTEE[base][0], POINTEE[base][1] // ELEM_BYTES[POINTEE[base][0]]
+                    np_dt = np.dtype("uint16" if dt == "bfloat16" else dt)
+                    sub = np_dt if lanes == 1 else np.dtype((np_dt, (lanes,)))
+                    fields.append((fname, base, count))
             elif _depth < 4 and struct_body(base, preamble) is not None:
-                inner = struct_layout(base, preamble, defines, source=source, _depth=_depth + 1)
+                inner = struct_layout(base, preamble, defines, source=source, _depth=_depth + 1,
+                                      double_as_float=double_as_float, keep_doubles=keep_doubles)
                 sub, size, al = inner.dtype, inner.dtype.itemsize, inner.align
                 fields.append((fname, base, count))
             else:
@@ -259,6 +269,41 @@ def struct_dtype_of(name: str, preamble: list[str], defines: dict[str, int] | No
     if lay.dtype.itemsize % ELEM_BYTES[dt]:
         return None
     return dt, lay.dtype.itemsize
+
+
+def _leaves(dt: np.dtype, base: int = 0):
+    """(byte offset, scalar dtype) of every scalar of a (structured) dtype, in field order."""
+    if dt.names:
+        for n in dt.names:
+            sub, off = dt.fields[n][0], dt.fields[n][1]
+            yield from _leaves(sub, base + off)
+    elif dt.subdtype is not None:
+        inner, shape = dt.subdtype
+        for i in range(int(np.prod(shape))):
+            yield from _leaves(inner, base + i * inner.itemsize)
+    else:
+        yield base, dt
+
+
+def double_repack(name: str, preamble: list[str], defines: dict[str, int] | None = None):
+    """For a by-value struct holding doubles: ([(offset in C, dtype in C, offset in the ports, dtype there)], sizeof
+    in the ports), the map from the original's bytes (what a capture records) to the struct both ports compile with
+    doubles as float; None where either layout is not computed here."""
+    try:
+        struct_layout(name, preamble, defines)
+        return None   # no double: the bytes are the ports' as they are
+    except LayoutError as e:
+        if e.kind != "double":
+            return None
+    try:
+        orig = struct_layout(name, preamble, defines, keep_doubles=True)
+        port = struct_layout(name, preamble, defines, double_as_float=True)
+    except LayoutError:
+        return None
+    a, b = list(_leaves(orig.dtype)), list(_leaves(port.dtype))
+    if len(a) != len(b) or len(a) > 4096:
+        return None
+    return [(oa, da.str, ob, db.str) for (oa, da), (ob, db) in zip(a, b)], port.dtype.itemsize
 
 
 def by_value_problem(name: str, preamble: list[str], defines: dict[str, int] | None = None) -> LayoutError | None:

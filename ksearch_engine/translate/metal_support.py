@@ -112,4 +112,8 @@ def metal_support(text: str) -> str:
         out.append(SHUFFLE_WIDTH)
     if "cooperative_groups" in text:
         out.append(COOPERATIVE_GROUPS)
+    from .wmma import metal_wmma_support   # nvcuda::wmma on simdgroup matrices (wmma.py)
+    wmma = metal_wmma_support(text)
+    if wmma:
+        out.append(wmma)
     return "\n".join(out)

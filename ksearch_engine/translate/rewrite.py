@@ -56,6 +56,12 @@ class RewriteContext:
     cast_atomics: bool = False
     # Metal: helpers that read thread attributes take them as trailing parameters (metal_support.py)
     helper_attrs: dict[str, list[str]] = field(default_factory=dict)
+    # Metal: shared arrays that helpers declare live in the kernel (helpershared.py): helper -> [(its trailing
+    # parameter, what a call passes)], and helper -> the names whose declarations leave it
+    helper_params: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    hoisted: dict[str, set[str]] = field(default_factory=dict)
+    dynamic_alias: dict[str, str] = field(default_factory=dict)   # kernel's extern array -> the buffer declared first
+    fragment_types: set[str] = field(default_factory=set)   # Metal: typedef names of wmma fragments (wmma.py)
 
 
 class Rewriter:
@@ -75,6 +81,7 @@ class Rewriter:
         self.data = b""
         self.grid_objects: set[str] = set()
         self.nested_replace: dict[int, str] = {}
+        self.helper_name = ""   # the helper being rewritten
 
     # -- entry points ---------------------------------------------------------------------------
     def rewrite_function(self, text: str, helper: bool) -> tuple[str, str]:
@@ -259,6 +266,11 @@ class Rewriter:
                 if rule.severity:
                     self._report(norm, node, rule.notes or f"{norm} is not available in Metal", rule.severity)
                 return rule.metal or ""
+            if t == "type_identifier" and text in METAL_KEYWORDS and "ident.metal_keyword" in self.special:
+                # a type named like a Metal keyword: renamed like a variable (wmma::fragment -> translate/wmma.py)
+                self._apply_special("tc.wmma" if text == "fragment" and "tc.wmma" in self.special
+                                    else "ident.metal_keyword")
+                return text + "_"
             return text
         return text
 
@@ -290,7 +302,8 @@ class Rewriter:
                 self._report("grid.sync()" if short != "this_grid" else "this_grid()", node,
                              rule.reason or "grid-wide synchronization is not available in Metal")
             return self._emit_children(node)
-        if short == "this_thread_block" and not (args_node is not None and args_node.named_children):
+        if short == "this_thread_block" and not (args_node is not None and args_node.named_children) \
+                and "cg.this_thread_block" in self.special:
             self._apply_special("cg.this_thread_block")
             return THIS_THREAD_BLOCK
         if self.ctx.cast_atomics and name in _CUDA_ATOMICS:
@@ -349,7 +362,7 @@ class Rewriter:
             return self._emit_children(node, replace={fn.id: rule.metal or ""})
         # helper calls: pointer arguments to shared arrays decide the helper's parameter address space
         out = self._emit_children(node)
-        attrs = self.ctx.helper_attrs.get(short)
+        attrs = list(self.ctx.helper_attrs.get(short, [])) + [a for _, a in self.ctx.helper_params.get(short, [])]
         if attrs and out.endswith(")"):
             inner = out[:-1]
             sep = "" if inner.rstrip().endswith("(") else ", "
@@ -367,11 +380,21 @@ class Rewriter:
         if is_shared:
             for d in node.children_by_field_name("declarator"):
                 self.ctx.shared_names.add(_decl_name(d, self))
+            gone = self.ctx.hoisted.get(self.helper_name, set())
+            names = [_decl_name(d, self) for d in node.children_by_field_name("declarator")]
+            if names and all(n in gone for n in names):   # the kernel declares it; this helper takes it
+                self._apply_special("mem.helper_shared")
+                return f"/* ksearch: threadgroup {', '.join(names)}: a parameter (Metal declares it in the kernel) */"
         if is_shared and "extern" in words and "mem.dynamic_shared" in self.special:
             type_node = node.child_by_field_name("type")
             decls = node.children_by_field_name("declarator")
             if type_node is not None and decls:
                 pieces = []
+                if all(_decl_name(d, self) in self.ctx.dynamic_alias for d in decls):   # a view of the one buffer
+                    t = self._emit(type_node)
+                    self._apply_special("mem.dynamic_shared")
+                    return " ".join(f"threadgroup {t}* {n} = (threadgroup {t}*){self.ctx.dynamic_alias[n]};"
+                                    for n in (_decl_name(d, self) for d in decls))
                 for d in decls:
                     name = _decl_name(d, self)
                     size = self.ctx.dynamic_shared.get(name) or f"{name.upper()}_SIZE"
@@ -449,6 +472,8 @@ class Rewriter:
             name_node = name_node.child_by_field_name("declarator")
         if name_node is not None:
             fname = self._text(name_node.child_by_field_name("declarator"))
+            fname = fname.split("::")[-1].split("<")[0].strip()
+            self.helper_name = fname
             plist = name_node.child_by_field_name("parameters")
             spaces = self.ctx.helper_pointer_spaces.get(fname, {})
             idx = 0
@@ -460,16 +485,24 @@ class Rewriter:
                     words = {self._text(c).strip() for c in p.children if c.type == "type_qualifier"}
                     if not (words & _ADDRESS_SPACES):
                         replace[tnode.id] = f"{spaces.get(idx, 'device')} " + self._emit(tnode)
+                elif tnode is not None and (re.search(r"\bfragment\s*<", self._text(tnode))
+                                            or self._text(tnode).split("::")[-1].strip() in self.ctx.fragment_types) \
+                        and getattr(p.child_by_field_name("declarator"), "type", "") == "reference_declarator":
+                    # a wmma fragment by reference (translate/wmma.py): Metal references need an address space
+                    words = {self._text(c).strip() for c in p.children if c.type == "type_qualifier"}
+                    if not (words & _ADDRESS_SPACES):
+                        replace[tnode.id] = "thread " + self._emit(tnode)
                 idx += 1
             attrs = self.ctx.helper_attrs.get(fname)
-            if attrs and plist is not None:
+            hparams = self.ctx.helper_params.get(fname, [])
+            if (attrs or hparams) and plist is not None:
                 self.nested_replace.update(replace)
                 replace = {}
                 text = self._emit(plist)
                 inner = text[:text.rfind(")")]
                 empty = inner.strip() in ("(", "(void")
                 inner = "(" if empty else inner
-                extra = ", ".join(f"{THREAD_ATTRIBUTES[a]} {a}" for a in attrs)
+                extra = ", ".join([f"{THREAD_ATTRIBUTES[a]} {a}" for a in attrs or []] + [d for d, _ in hparams])
                 replace[plist.id] = inner + ("" if empty else ", ") + extra + ")"
                 self._apply_special("fn.helper_thread_attributes")
         top = {c.id for c in fn.children}

@@ -28,13 +28,43 @@ def _declaration(name: str):
                       + re.escape(name) + r"\s*<\s*(?P<arg>[^;<>]+?)\s*>\s*\(\s*\)\s*;")
 
 
-def port_shared_proxies(parse_result, kernel_name: str):
-    """parse_result with `kernel_name`'s `T *s = Proxy<T>();` declarations as `extern __shared__ T s[];` (same
-    lines); the same parse_result when the kernel has none."""
+_TYPE = r"(?P<type>(?:(?:const|volatile|unsigned|signed|long|short)\s+)*[A-Za-z_][\w:]*(?:\s*<[^;<>]*>)?(?:\s+(?:const|volatile))*)"
+
+
+def _temporary_call(name: str):
+    """`T *s = Proxy<T>().getPointer();`"""
+    return re.compile(_TYPE + r"\s*\*\s*(?:__restrict__\s+)?(?P<var>[A-Za-z_]\w*)\s*=\s*(?:\([^;()]*\)\s*)?"
+                      + re.escape(name) + r"\s*<\s*[^;<>]+?\s*>\s*\(\s*\)\s*\.\s*[A-Za-z_]\w*\s*\(\s*\)\s*;")
+
+
+def _object_form(body: str, name: str) -> str:
+    """`Proxy<T> smem;` then `T *s = smem.getPointer();` (or `= smem;`): the object's declaration goes (spaces, the
+    same lines) and the pointer becomes the extern array."""
+    for m in list(re.finditer(r"(?<![\w:])" + re.escape(name) + r"\s*<\s*[^;<>]+?\s*>\s+(?P<obj>[A-Za-z_]\w*)\s*;",
+                              body)):
+        obj = m.group("obj")
+        use = re.compile(_TYPE + r"\s*\*\s*(?:__restrict__\s+)?(?P<var>[A-Za-z_]\w*)\s*=\s*(?:\([^;()]*\)\s*)?"
+                         + re.escape(obj) + r"(?:\s*\.\s*[A-Za-z_]\w*\s*\(\s*\))?\s*;")
+        rest = body[m.end():]
+        if not use.search(rest):
+            continue
+        uses = len(re.findall(r"\b" + re.escape(obj) + r"\b", rest))
+        new_rest = use.sub(lambda u: f"extern __shared__ {u.group('type').strip()} {u.group('var')}[];", rest)
+        if len(re.findall(r"\b" + re.escape(obj) + r"\b", new_rest)) and uses:   # the object is used otherwise too
+            continue
+        blank = re.sub(r"[^\n]", " ", m.group(0))
+        body = body[:m.start()] + blank + new_rest
+    return body
+
+
+def port_shared_proxies(parse_result, kernel_name: str, extra_texts: list[str] | tuple = ()):
+    """parse_result with `kernel_name`'s `T *s = Proxy<T>();` declarations (also `Proxy<T> o; T *s =
+    o.getPointer();`) as `extern __shared__ T s[];` (same lines); the same parse_result when the kernel has none.
+    `extra_texts`: the local headers the file includes (where NVIDIA's samples define the proxy)."""
     k = parse_result.kernel(kernel_name)
     if k is None or "<" not in k.body:
         return parse_result
-    names = proxy_names([parse_result.source] + list(parse_result.preamble))
+    names = proxy_names([parse_result.source] + list(parse_result.preamble) + list(extra_texts))
     names = {n for n in names if re.search(r"\b" + re.escape(n) + r"\s*<", k.body)}
     if not names:
         return parse_result
@@ -45,6 +75,9 @@ def port_shared_proxies(parse_result, kernel_name: str):
     for n in sorted(names):
         changed = _declaration(n).sub(lambda m: f"extern __shared__ {m.group('type').strip()} {m.group('var')}[];",
                                       changed)
+        changed = _temporary_call(n).sub(
+            lambda m: f"extern __shared__ {m.group('type').strip()} {m.group('var')}[];", changed)
+        changed = _object_form(changed, n)
     if changed == body:
         return parse_result
     return with_kernel_body(parse_result, kernel_name, changed)

@@ -56,6 +56,8 @@ class Translation(BaseModel):
     launch_metal_header: str = ""
     launch_cuda_source: str = ""
     launch_dynamic_shared: list[tuple[str, int]] = []
+    launch_cuda_header: str = ""
+    symbols: list[dict] = []   # file-scope device memory launch() passes as buffers (symbols.py)
 
     @property
     def errors(self) -> list[Issue]:
@@ -124,8 +126,13 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     if k.language != "cuda":
         raise TranslateError(f"{where}: '{kernel_name}' is a {k.language} kernel; Port to MLX translates CUDA "
                              "kernels (Metal and MLX kernels can be optimized directly)")
+    from ..source.conditionals import has_conditionals
+    if has_conditionals(k.text):   # `#if` in its parameter list or body: decided as nvcc decides it, where known
+        parse_result = _with_resolved_conditionals(parse_result, kernel_name)
+        k = parse_result.kernel(kernel_name) or k
     from .textures import TextureError, port_textures
     issues: list[Issue] = []
+    _textures: list[str] = []
     try:   # texture reads become buffer reads with the texture unit's index arithmetic (textures.py)
         parse_result, _textures = port_textures(parse_result, kernel_name)
         k = parse_result.kernel(kernel_name) or k
@@ -135,7 +142,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     parse_result = lower_async_copies(parse_result, kernel_name, issues)
     k = parse_result.kernel(kernel_name) or k
     from .sharedproxy import port_shared_proxies   # `T *s = SharedMemory<T>();` is an extern __shared__ array
-    parse_result = port_shared_proxies(parse_result, kernel_name)
+    parse_result = port_shared_proxies(parse_result, kernel_name, _included_texts(parse_result.source, src_path))
     k = parse_result.kernel(kernel_name) or k
     from .headers import resolve_param_types, type_aliases, with_aggregates
     full = with_aggregates(parse_result.preamble, parse_result.source)   # unions the parser missed
@@ -202,6 +209,10 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                 from .launch import norm_type
                 from .layout import by_value_problem
                 problem = by_value_problem(norm_type(ctype), parse_result.preamble)
+                if problem is not None and problem.kind == "double":   # launch() repacks its bytes (layout.py)
+                    from .layout import double_repack
+                    if double_repack(norm_type(ctype), parse_result.preamble) is not None:
+                        problem = None
                 by_bytes = problem is None
                 issues.append(Issue(construct=p.text, line=line0, severity="error",
                                     scope="inputs" if ctype in SCALAR or by_bytes else "kernel",   # launch() passes it
@@ -227,14 +238,26 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     # -- Metal body and header ----------------------------------------------------------------
     shared_names = {s.name for s in k.shared}
     helpers = analysis.called_helpers(k, _helper_pool(parse_result, src_path))
+    from .helpershared import helper_shared   # shared arrays helpers declare: Metal declares them in the kernel
+    _type_rules = table.by_kind("type")
+    hshared = helper_shared(k, helpers, lambda t: (_type_rules[" ".join(t.split())].metal
+                                                   if " ".join(t.split()) in _type_rules else t),
+                            set(_identifiers(k.text)))
+    for construct, line, message in hshared.problems:
+        issues.append(Issue(construct=construct, line=line, severity="error", message=message))
     ctx = RewriteContext(shared_names=shared_names, outputs={a.name for a in plan.arrays if a.output},
-                         helper_pointer_spaces=analysis.helper_pointer_spaces(k, helpers, shared_names))
+                         helper_pointer_spaces=analysis.helper_pointer_spaces(k, helpers, shared_names,
+                                                                              hshared.tg_names))
+    ctx.helper_params, ctx.hoisted, ctx.dynamic_alias = hshared.params, hshared.hoisted, hshared.alias
+    ctx.dynamic_shared.update(hshared.dynamic)
     atomic_callees = {r.callee for r in table.rules if r.requires == "atomic_outputs"}
     ctx.atomic = bool(atomic_callees & set(_identifiers(k.body)))
     ctx.helper_attrs = _helper_attributes(table, helpers, shared_names)
+    from .wmma import fragment_aliases   # helpers' fragment references get `thread` in Metal (wmma.py)
+    ctx.fragment_types = fragment_aliases(parse_result.source)
     rw = Rewriter(table, line_offset=line0, context=ctx)
     _, metal_body = rw.rewrite_function(k.text, helper=False)
-    metal_body = _align_first(metal_body)
+    metal_body = _align_first(_with_hoisted(metal_body, hshared.kernel_decls))
     header_parts = []
     preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers]
                                         + _instantiated_types(k, parse_result.source))
@@ -245,7 +268,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         header_parts.append(_metal_packed_fields(pre.rewrite_snippet(_metal_align("\n".join(preamble)))))
         rw.applied += [a for a in pre.applied if a not in rw.applied]
     for h in helpers:
-        hr = Rewriter(table, line_offset=h.range.start.line, context=ctx)
+        hr = Rewriter(table, line_offset=h.range.start.line, context=_helper_ctx(ctx, hshared, h))
         whole, _ = hr.rewrite_function(h.text, helper=True)
         header_parts.append(whole)
         rw.issues += hr.issues
@@ -256,10 +279,13 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     if support:
         metal_header = support + "\n" + metal_header
     metal_header = _cuda_arch(metal_header + metal_body) + metal_header
+    from .wmma import metal_issues as _wmma_issues   # what the Metal port's wmma cannot do (wmma.py)
+    wmma_issues = _wmma_issues(k.text, line0) + [i for h in helpers for i in _wmma_issues(h.text, h.range.start.line)]
+    rw.issues += wmma_issues
     rw_issues = list(rw.issues)
     for i in rw.issues:
         issues.append(i)
-    dyn = [s for s in k.shared if s.dynamic]
+    dyn = [s for s in list(k.shared) + hshared.shared if s.dynamic]
     if len(dyn) > 1:
         issues.append(Issue(construct="extern __shared__", line=dyn[1].line, severity="error",
                             message="several extern __shared__ arrays alias one buffer in CUDA; in Metal each "
@@ -279,6 +305,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         issues.append(Issue(construct="double", line=line0, severity="warning",
                             message="double buffers and arithmetic are float in both ports (MLX GPU arrays have no "
                                     "float64; Metal has no double)"))
+    from .wmma import cuda_header_lines   # <mma.h> and the file's nvcuda namespace lines (wmma.py)
+    cuda_header_parts += cuda_header_lines(parse_result.source, [k.text] + [h.text for h in helpers])
+    cuda_base = list(cuda_header_parts)
     cuda_header_parts += preamble
     cuda_header_parts += [h.text for h in helpers]
     cuda_header = "\n\n".join(cuda_header_parts) + "\n"
@@ -288,20 +317,46 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                          "cooperative launch or relocatable device code)"
     # -- the launch() path: CUDA's parameter order, pointers cast from flat inputs, in-out buffers --------
     from . import launch as lp
+    from . import symbols as sy
+    type_rules = table.by_kind("type")
+
+    def metal_type(t: str) -> str:
+        r = type_rules.get(" ".join(t.split()))
+        return r.metal if r is not None and r.metal else t
+
+    # __constant__ tables the program fills and __device__ variables: launch() passes them as buffers (symbols.py)
+    syms = sy.used(sy.file_symbols(parse_result.source, parse_result.preamble), [k.text] + [h.text for h in helpers])
+    syms = [x for x in syms if x.name not in {p.name for p in k.params}]
+    hsyms = sy.helper_symbols(helpers, syms)
+    if syms:
+        issues.append(Issue(construct=syms[0].decl, line=line0, severity="error", scope="inputs",
+                            message=f"the kernel uses file-scope device memory ({', '.join(x.name for x in syms)}): "
+                                    "kernel(*inputs) does not take it; launch(..., symbols={name: contents}) does"))
+    lpreamble = [e for e in preamble if not sy.declares(e, syms)]
     params_table = lp.param_table(k, written, set(template_types), parse_result.preamble, issues)
+    for e in params_table:   # a texture's texels and geometry: launch() takes an unbound texture as an empty one
+        head, _, tail = e["name"].rpartition("__")
+        if e["name"] in _textures or (head in _textures and tail in ("w", "h", "d", "m")):
+            e["texture"] = True
     lctx = RewriteContext(shared_names=set(shared_names), outputs=set(), cast_atomics=True,
-                          helper_pointer_spaces=ctx.helper_pointer_spaces, helper_attrs=ctx.helper_attrs)
+                          helper_pointer_spaces=ctx.helper_pointer_spaces, helper_attrs=ctx.helper_attrs,
+                          helper_params={n: list(hshared.params.get(n, [])) + [(x.param("metal", metal_type), x.name)
+                                                                              for x in hsyms.get(n, [])]
+                                         for n in set(hshared.params) | set(hsyms)},
+                          hoisted=hshared.hoisted, dynamic_alias=hshared.alias)
+    lctx.fragment_types = ctx.fragment_types
+    lctx.dynamic_shared.update(hshared.dynamic)
     lrw = Rewriter(table, line_offset=line0, context=lctx)
     _, launch_metal_body = lrw.rewrite_function(k.text, helper=False)
-    launch_metal_body = _align_first(launch_metal_body)
+    launch_metal_body = _align_first(_with_hoisted(launch_metal_body, hshared.kernel_decls))
     lheader_parts = []
-    launch_issues = list(lrw.issues)
-    if preamble:
+    launch_issues = list(lrw.issues) + wmma_issues   # the launch() port has the same Metal wmma
+    if lpreamble:
         lpre = Rewriter(table, line_offset=0, context=lctx)
-        lheader_parts.append(_metal_packed_fields(lpre.rewrite_snippet(_metal_align("\n".join(preamble)))))
+        lheader_parts.append(_metal_packed_fields(lpre.rewrite_snippet(_metal_align("\n".join(lpreamble)))))
         launch_issues += lpre.issues
     for h in helpers:
-        lhr = Rewriter(table, line_offset=h.range.start.line, context=lctx)
+        lhr = Rewriter(table, line_offset=h.range.start.line, context=_helper_ctx(lctx, hshared, h))
         whole, _ = lhr.rewrite_function(h.text, helper=True)
         lheader_parts.append(whole)
         launch_issues += lhr.issues
@@ -317,11 +372,19 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     launch_metal_header = (lp.metal_atomic_helpers() if uses_atomics else "") + (support + "\n" if support else "") \
         + "\n\n".join(lheader_parts) + "\n"
     launch_metal_header = _cuda_arch(launch_metal_header + launch_metal_body) + launch_metal_header
-    type_rules = table.by_kind("type")
-
-    def metal_type(t: str) -> str:
-        r = type_rules.get(" ".join(t.split()))
-        return r.metal if r is not None and r.metal else t
+    # the CUDA-backend launch: without the symbols' declarations; helpers that use one take it as a parameter
+    launch_cuda_body = k.body
+    launch_cuda_helpers = [h.text for h in helpers]
+    if hsyms:
+        from .rules import RuleTable
+        cctx = RewriteContext(helper_params={n: [(x.param("cuda"), x.name) for x in v] for n, v in hsyms.items()})
+        plain = RuleTable(version=table.version, rules=[])
+        _, launch_cuda_body = Rewriter(plain, line_offset=line0, context=cctx).rewrite_function(k.text, helper=False)
+        launch_cuda_helpers = [Rewriter(plain, line_offset=h.range.start.line, context=cctx)
+                               .rewrite_function(h.text, helper=True)[0] for h in helpers]
+    launch_cuda_header = "\n\n".join(cuda_base + lpreamble + launch_cuda_helpers) + "\n" if syms else cuda_header
+    sym_metal = "".join(x.view("metal", metal_type) for x in syms)
+    sym_cuda = "".join(x.view("cuda") for x in syms)
 
     # -- the launch, shapes and scalars ----------------------------------------------------------
     _plan_launch(plan, k, launch, profile, template_values, issues, source_bytes, fnames)
@@ -345,15 +408,15 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                               f"    {s.ctype} {s.name} = {s.name}_arg[0];") + "\n" for s in plan.scalars)
     else:
         l_cuda, l_metal = prologue_cuda, prologue_metal
-    launch_metal_source = note + lp.pointer_prologue(k, params_table, "metal", metal_type) + l_metal \
+    launch_metal_source = note + lp.pointer_prologue(k, params_table, "metal", metal_type) + sym_metal + l_metal \
         + ("\n" if l_metal and not l_metal.endswith("\n") else "") + _dedent_body(launch_metal_body)
-    launch_cuda_source = note + lp.pointer_prologue(k, params_table, "cuda", metal_type) + l_cuda \
-        + _dedent_body(k.body)
+    launch_cuda_source = note + lp.pointer_prologue(k, params_table, "cuda", metal_type) + sym_cuda + l_cuda \
+        + _dedent_body(launch_cuda_body)
 
     # -- shared memory budget --------------------------------------------------------------------
     env = analysis.constants_env(parse_result.preamble, {n: _try_eval(v) for n, v in template_values.items()})
     static_bytes = 0
-    for s in k.shared:
+    for s in list(k.shared) + hshared.shared:
         if s.dynamic:
             continue
         n = 1
@@ -392,7 +455,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     tr.params = params_table
     tr.template_params = [{"name": t.name, "kind": "typename" if t.kind == "typename" else "value"}
                           for t in k.template_params]
-    tr.launch_input_names = lp.launch_input_names(k, params_table)
+    tr.launch_input_names = lp.launch_input_names(k, params_table) + [x.input_name for x in syms]
+    tr.symbols = [x.entry() for x in syms]
+    tr.launch_cuda_header = launch_cuda_header
     tr.launch_metal_source, tr.launch_cuda_source = launch_metal_source, launch_cuda_source
     tr.launch_metal_header = launch_metal_header
     tr.launch_dynamic_shared = [(lctx.dynamic_shared.get(s.name, f"{s.name.upper()}_SIZE"),
@@ -405,6 +470,52 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         tr.task_hint["reference"] = "import math\n\nimport mlx.core as mx\n\n\n" + ref
     tr.module_text = emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes, k)
     return tr
+
+
+def _with_resolved_conditionals(parse_result: ParseResult, kernel_name: str) -> ParseResult:
+    """`parse_result` re-read with the file's preprocessor conditionals decided by the macros its program, local
+    headers and own text define (source/conditionals.py; every line keeps its number); the same parse_result when
+    nothing changes or the kernel is no longer found."""
+    from ..source import find_kernels
+    from ..source.conditionals import known_macros, resolve_conditionals
+
+    try:
+        before = find_kernels(parse_result.source, parse_result.path)
+        own = set(before.preamble)
+        extra = [e for e in parse_result.preamble if e not in own]   # the program's and headers' entries
+        text, _ = resolve_conditionals(parse_result.source, known_macros(extra))
+        if text == parse_result.source:
+            return parse_result
+        new = find_kernels(text, parse_result.path)
+    except Exception:   # a reading this cannot follow: the file as it is
+        return parse_result
+    if new.kernel(kernel_name) is None:
+        return parse_result
+    new.preamble = extra + [e for e in new.preamble if e not in extra]
+    own_helpers = {h.text for h in before.helpers}
+    names = {h.name for h in new.helpers}
+    new.helpers = [h for h in parse_result.helpers if h.text not in own_helpers and h.name not in names] + new.helpers
+    return new
+
+
+def _with_hoisted(body: str, decls: list[str]) -> str:
+    """The kernel's Metal body with the shared arrays its helpers declare, declared first (helpershared.py)."""
+    if not decls:
+        return body
+    lead = "\n    // ksearch: threadgroup arrays the helpers declare (Metal declares them in the kernel)\n"
+    return lead + "".join(f"    {d}\n" for d in decls) + body.lstrip("\n")
+
+
+def _helper_ctx(ctx: RewriteContext, hshared, h: KernelInfo) -> RewriteContext:
+    """`ctx` for rewriting helper `h`: its threadgroup parameters (shared arrays it declares or is passed) count
+    as shared memory in its body (local pointers into them are `threadgroup`)."""
+    import dataclasses
+    spaces = ctx.helper_pointer_spaces.get(h.name, {})
+    extra = set(hshared.tg_names.get(h.name, set())) | {p.name for i, p in enumerate(h.params)
+                                                          if spaces.get(i) == "threadgroup"}
+    if not extra:
+        return ctx
+    return dataclasses.replace(ctx, shared_names=set(ctx.shared_names) | extra)
 
 
 def analysis_texture(ctype: str) -> bool:
@@ -436,6 +547,23 @@ def _helper_pool(parse_result: ParseResult, src_path: str | None) -> list[Kernel
     return [h for h in extra if h.name not in names] + pool
 
 
+def _included_texts(source: str, src_path: str | None) -> tuple[str, ...]:
+    """The local headers the file includes (next to it), for constructs defined there (sharedproxy.py)."""
+    import os
+    if not src_path or "#include" not in source:
+        return ()
+    try:
+        return _included_texts_cached(source, os.path.dirname(os.path.abspath(src_path)))
+    except Exception:   # a header that cannot be read gives nothing
+        return ()
+
+
+@lru_cache(maxsize=16)
+def _included_texts_cached(source: str, folder: str) -> tuple[str, ...]:
+    from .headers import included_texts
+    return tuple(included_texts(source, [folder]))
+
+
 @lru_cache(maxsize=16)
 def _header_helpers_cached(source: str, folder: str) -> list[KernelInfo]:
     from .headers import header_helpers
@@ -448,12 +576,16 @@ def _namespace_aliases(source: str, texts: list[str], preamble: list[str]) -> li
     import re
     used = set(_identifiers("\n".join(texts)))
     out = []
+    from .wmma import uses_wmma
+    wmma = any(uses_wmma(x) for x in texts)   # nvcuda's lines only where the code uses wmma (wmma.py defines it)
     for m in re.finditer(r"^[ \t]*(?:namespace\s+(\w+)\s*=\s*(?:::)?([\w:]+)|using\s+namespace\s+((?:::)?"
-                         r"cooperative_groups[\w:]*))\s*;", source, re.M):
+                         r"(?:cooperative_groups|nvcuda)[\w:]*))\s*;", source, re.M):
         line = m.group(0).strip()
         if line in preamble or line in out:
             continue
-        if m.group(3) or (m.group(1) in used and m.group(2).startswith("cooperative_groups")):
+        if "nvcuda" in line and not wmma:
+            continue
+        if m.group(3) or (m.group(1) in used and m.group(2).startswith(("cooperative_groups", "nvcuda"))):
             out.append(line)
     return out
 

@@ -22,6 +22,20 @@ def test_rule_example_translates_as_listed(rule: Rule):
         tr = translate_kernel(find_kernels(src, "t.cu"), "k", "t.cu")
         assert rule.example.metal in tr.header and "lane(thread_position_in_threadgroup)" in tr.metal_source
         return
+    if rule.id == "mem.helper_shared":   # needs a kernel that calls the helper
+        from ksearch_engine.source import find_kernels
+        from ksearch_engine.translate import translate_kernel
+        src = rule.example.cuda + "\n__global__ void k(float* y) { y[0] = total(1.0f); }\n"
+        tr = translate_kernel(find_kernels(src, "t.cu"), "k", "t.cu")
+        assert rule.example.metal in tr.launch_metal_header and "threadgroup float part[32];" in tr.launch_metal_source
+        assert rule.id in tr.rules_applied or "total(1.0f, thread_position_in_threadgroup, part)" in tr.metal_source
+        return
+    if rule.id == "mem.device_symbols":   # a file-scope declaration and a kernel
+        from ksearch_engine.source import find_kernels
+        from ksearch_engine.translate import translate_kernel
+        tr = translate_kernel(find_kernels(rule.example.cuda, "t.cu"), "k", "t.cu")
+        assert rule.example.metal in tr.launch_metal_source and tr.symbols[0]["name"] == "coef"
+        return
     if rule.id == "fn.device_helper":
         got = translate_helper(rule.example.cuda)
         assert got == rule.example.metal

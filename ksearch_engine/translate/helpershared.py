@@ -1,0 +1,138 @@
+"""Shared arrays declared in `__device__` helpers, for the Metal port.
+
+CUDA lets a helper declare `__shared__ float s[64];` or `extern __shared__ float sdata[];` (one array per block, as
+if declared in the kernel). Metal takes `threadgroup` variables in a kernel function's own scope only, so the Metal
+port declares each such array at the top of the kernel body and hands it down: the declaring helper takes it as a
+trailing parameter of the same name (`threadgroup float* s`), and every helper that calls it (directly or through
+others) takes and forwards it too. `extern __shared__` arrays of helpers are one dynamic array, sized like the
+kernel's own (`SDATA_SIZE`, a template constant from the launch's shared-memory bytes). The CUDA-backend port keeps
+the helpers as written.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..source.cfamily import parse_bytes, shared_from_declaration
+from ..source.models import KernelInfo, SharedDecl
+from .analysis import walk
+
+
+@dataclass
+class HelperShared:
+    kernel_decls: list[str] = field(default_factory=list)          # Metal declarations for the kernel's body
+    params: dict[str, list[tuple[str, str]]] = field(default_factory=dict)   # helper -> [(Metal param, call arg)]
+    hoisted: dict[str, set[str]] = field(default_factory=dict)     # helper -> its own declarations that go
+    tg_names: dict[str, set[str]] = field(default_factory=dict)    # helper -> names that are threadgroup memory
+    dynamic: dict[str, str] = field(default_factory=dict)          # hoisted extern array -> its size constant
+    shared: list[SharedDecl] = field(default_factory=list)         # the hoisted arrays (budget, dynamic sizes)
+    problems: list[tuple[str, int, str]] = field(default_factory=list)   # (construct, line, message)
+    alias: dict[str, str] = field(default_factory=dict)   # the kernel's extern array -> the buffer it views
+
+
+def _declarations(h: KernelInfo) -> list[tuple[SharedDecl, list[str]]]:
+    """(shared declaration, its qualifiers other than __shared__) in helper `h`'s body."""
+    data = h.text.encode()
+    root = parse_bytes(data, "cuda").root_node
+    out = []
+    for n in walk(root):
+        if n.type != "declaration":
+            continue
+        words = [data[c.start_byte:c.end_byte].decode() for c in n.children
+                 if c.type in ("type_qualifier", "storage_class_specifier")]
+        if "__shared__" not in words:
+            continue
+        quals = [w for w in words if w in ("volatile", "const")]
+        for sd in shared_from_declaration(n, data, data, "cuda"):
+            sd.line = h.range.start.line + n.start_point[0]
+            out.append((sd, quals))
+    return out
+
+
+def helper_shared(k: KernelInfo, helpers: list[KernelInfo], metal_type, kernel_words: set[str]) -> HelperShared:
+    """What the Metal port does with the shared arrays `helpers` (callees first) declare; `metal_type` maps a CUDA
+    element type to Metal's, `kernel_words` are the identifiers of the kernel's own text (names to avoid)."""
+    res = HelperShared()
+    kernel_templates = {t.name for t in k.template_params}
+    taken = set(kernel_words)
+    names = {h.name for h in helpers}
+    own: dict[str, list[tuple[str, str]]] = {}     # helper -> [(hoisted name, its Metal param)]
+    dyn_type: dict[str, str] = {}
+    # the kernel's own extern __shared__ array: every extern array of a helper is the same buffer (CUDA)
+    kdyn = next((s for s in k.shared if s.dynamic), None)
+    for h in helpers:
+        for sd, quals in _declarations(h):
+            helper_templates = {t.name for t in h.template_params} - kernel_templates
+            used = set(re.findall(r"[A-Za-z_]\w*", " ".join([sd.type] + sd.sizes)))
+            if used & helper_templates:
+                res.problems.append((sd.text.strip(), sd.line,
+                                     f"shared array '{sd.name}' of helper {h.name} is sized or typed by the helper's "
+                                     f"template parameter {sorted(used & helper_templates)[0]}: Metal declares "
+                                     "threadgroup arrays in the kernel only, which does not know it; declare the "
+                                     "array in the kernel and pass it to the helper"))
+                continue
+            elem = " ".join(quals + [metal_type(sd.type)])
+            if sd.dynamic:
+                hoisted = sd.name if sd.name not in taken or sd.name in dyn_type else f"ks_tg_{sd.name}"
+                if hoisted in dyn_type and dyn_type[hoisted] != elem:
+                    res.problems.append((sd.text.strip(), sd.line,
+                                         f"extern __shared__ '{sd.name}' is declared as {dyn_type[hoisted]} and as "
+                                         f"{elem}: in CUDA both alias one buffer, in Metal they would be two "
+                                         "arrays; use one type"))
+                    continue
+                if hoisted not in dyn_type and kdyn is not None:
+                    # one buffer for the kernel's extern array and the helpers': declared first, the kernel's array
+                    # and each helper's a view of it
+                    buf = "ks_dynamic_shared"
+                    if buf not in res.alias.values():
+                        kelem = metal_type(kdyn.type)
+                        size = f"{kdyn.name.upper()}_SIZE"
+                        res.dynamic[kdyn.name] = size
+                        res.kernel_decls.append(f"threadgroup {kelem} {buf}[{size}];")
+                        res.alias[kdyn.name] = buf
+                    dyn_type[hoisted] = elem
+                    res.kernel_decls.append(f"threadgroup {elem}* {hoisted} = (threadgroup {elem}*){buf};")
+                    taken.add(hoisted)
+                elif hoisted not in dyn_type:
+                    dyn_type[hoisted] = elem
+                    size = f"{hoisted.upper()}_SIZE"
+                    res.dynamic[hoisted] = size
+                    res.kernel_decls.append(f"threadgroup {elem} {hoisted}[{size}];")
+                    res.shared.append(SharedDecl(name=hoisted, type=sd.type, sizes=[""], dynamic=True,
+                                                 line=sd.line, text=sd.text))
+                    taken.add(hoisted)
+            else:
+                hoisted = sd.name if sd.name not in taken else f"ks_tg_{h.name}_{sd.name}"
+                taken.add(hoisted)
+                dims = "".join(f"[{s}]" for s in sd.sizes)
+                res.kernel_decls.append(f"threadgroup {elem} {hoisted}{dims};")
+                res.shared.append(SharedDecl(name=hoisted, type=sd.type, sizes=list(sd.sizes), dynamic=False,
+                                             line=sd.line, text=sd.text))
+            if not sd.sizes:
+                param = f"threadgroup {elem}& {{name}}"
+            elif len(sd.sizes) == 1:
+                param = f"threadgroup {elem}* {{name}}"
+            else:
+                param = f"threadgroup {elem} (*{{name}})" + "".join(f"[{s}]" for s in sd.sizes[1:])
+            own.setdefault(h.name, []).append((hoisted, param))
+            res.hoisted.setdefault(h.name, set()).add(sd.name)
+            res.tg_names.setdefault(h.name, set()).add(sd.name)
+            # the helper itself names it as declared; its callers pass (and forward) the kernel's name
+            res.params.setdefault(h.name, []).append((param.format(name=sd.name), hoisted))
+    if not own:
+        return res
+    # callers take their callees' arrays too (helpers come callees first; iterate for safety)
+    calls = {h.name: set(re.findall(r"[A-Za-z_]\w*", h.body)) & names - {h.name} for h in helpers}
+    params_of = {h.name: {hoisted: param for hoisted, param in own.get(h.name, [])} for h in helpers}
+    changed = True
+    while changed:
+        changed = False
+        for h in helpers:
+            for c in calls[h.name]:
+                for hoisted, param in params_of.get(c, {}).items():
+                    if hoisted not in params_of[h.name]:
+                        params_of[h.name][hoisted] = param
+                        res.params.setdefault(h.name, []).append((param.format(name=hoisted), hoisted))
+                        res.tg_names.setdefault(h.name, set()).add(hoisted)
+                        changed = True
+    return res

@@ -1,0 +1,328 @@
+"""Captures at smaller sizes (sim/capture_scale.py, capture.py's _smaller): a program whose launches are too big
+for the byte budget, or too slow to check, is run again with the host-side sizes those launches show divided by a
+power of two; programs written for these tests."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ksearch_engine.sim import capture as capture_mod
+from ksearch_engine.sim import capture_scale as cs
+from ksearch_engine.sim.capture import capture_program
+from tests.sources import line_of, write
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+# two kernels; the size is a host-only #define, the kernels take it as a parameter; TILE is the kernels' own
+BIG = """
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+#define NUM_ITEMS (1 << 18)
+#define TILE 256
+__global__ void scale_by(float* x, int n, float a) {
+  int i = blockIdx.x * TILE + threadIdx.x;
+  if (i < n) x[i] = x[i] * a;
+}
+__global__ void add_into(const float* x, float* y, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] += x[i];
+}
+int main() {
+  float* h = (float*)malloc(NUM_ITEMS * sizeof(float));
+  for (int i = 0; i < NUM_ITEMS; i++) h[i] = (float)(i % 97);
+  float *dx, *dy;
+  cudaMalloc(&dx, NUM_ITEMS * sizeof(float));
+  cudaMalloc(&dy, NUM_ITEMS * sizeof(float));
+  cudaMemcpy(dx, h, NUM_ITEMS * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemcpy(dy, h, NUM_ITEMS * sizeof(float), cudaMemcpyHostToDevice);
+  scale_by<<<(NUM_ITEMS + TILE - 1) / TILE, TILE>>>(dx, NUM_ITEMS, 2.0f);
+  add_into<<<64, 128>>>(dx, dy, NUM_ITEMS);
+  cudaMemcpy(h, dy, NUM_ITEMS * sizeof(float), cudaMemcpyDeviceToHost);
+  printf("y[5]=%.1f n=%d\\n", h[5], NUM_ITEMS);
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_oversized_launches_are_recorded_from_a_smaller_run(tmp_path):
+    prog = write(tmp_path, "big.cu", BIG)
+    cap = capture_program(prog, workdir=tmp_path / "cap", byte_budget=1 << 20)   # 1 MiB: each launch needs 2+
+    assert cap.status == "ok", cap.error
+    kernels = {ln.kernel: ln for ln in cap.launches if not ln.too_large}
+    assert set(kernels) == {"scale_by", "add_into"}
+    sc, add = kernels["scale_by"], kernels["add_into"]
+    n = sc.args[1].value
+    assert n < 1 << 18 and (1 << 18) % n == 0          # a power-of-two fraction of the program's own size
+    assert sc.grid == (n // 256, 1, 1) and sc.block == (256, 1, 1)
+    assert sc.scaled and "NUM_ITEMS" in sc.scaled
+    # real contents of the smaller run: the kernel's own result
+    x0 = cap.load(sc.args[0].before)
+    assert x0.shape == (n,)
+    np.testing.assert_array_equal(x0, (np.arange(n) % 97).astype(np.float32))
+    np.testing.assert_array_equal(cap.load(sc.args[0].after), 2 * x0)
+    np.testing.assert_array_equal(cap.load(add.args[1].after), 3 * x0)
+    note = next(nt for nt in cap.notes if nt.kind == "scaled")
+    assert "NUM_ITEMS from 262144 to" in note.message and "byte budget" in note.message
+    assert (note.file, note.line) == ("big.cu", line_of(BIG, "#define NUM_ITEMS"))
+    assert f"n={n}" in cap.stdout_tail      # the capture's ending is the smaller run's
+    assert cap.seconds < 60
+
+
+# sizes the program computes at run time: nothing to scale; the run at full size stands, as before
+UNSCALABLE = """
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+__global__ void fill(int* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = i;
+}
+int main(int argc, char** argv) {
+  int n = 1;
+  for (int k = 0; k < 17; k++) n *= 2;
+  int *d, *e;
+  cudaMalloc(&d, n * sizeof(int));
+  cudaMalloc(&e, 32 * sizeof(int));
+  fill<<<n / 256, 256>>>(d, n);
+  fill<<<1, 32>>>(e, 32);
+  printf("done\\n");
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_without_a_size_to_scale_the_full_run_stands(tmp_path):
+    cap = capture_program(write(tmp_path, "u.cu", UNSCALABLE), workdir=tmp_path / "cap", byte_budget=1 << 19)
+    assert cap.status == "ok", cap.error
+    assert [ln.too_large for ln in cap.launches] == [True, False]
+    assert not any(ln.scaled for ln in cap.launches) and not any(n.kind == "scaled" for n in cap.notes)
+    assert "done" in cap.stdout_tail and cap.launch_counts == {"fill": 2}
+
+
+# one block per option, each block busy: the grid is the host's NOPT (no scalar or buffer shows it)
+SLOW = """
+#include <cstdio>
+#include <cuda_runtime.h>
+#define STEPS 40
+__device__ float d_out[8192];
+__global__ void price(int steps) {
+  __shared__ float v[64];
+  v[threadIdx.x] = threadIdx.x;
+  for (int s = 0; s < steps; s++) {
+    __syncthreads();
+    float t = v[(threadIdx.x + 1) % 64] * 0.5f + 1.0f;
+    __syncthreads();
+    v[threadIdx.x] = t;
+  }
+  if (threadIdx.x == 0) d_out[blockIdx.x] = v[0] + blockIdx.x;
+}
+int main() {
+  const int NOPT = 8192;
+  price<<<NOPT, 64>>>(STEPS);
+  float h[8192];
+  cudaMemcpyFromSymbol(h, d_out, sizeof(h));
+  printf("%.2f\\n", h[1]);
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_a_launch_too_slow_to_check_is_recorded_from_a_smaller_grid(tmp_path, monkeypatch):
+    monkeypatch.setattr(capture_mod, "SLOW_S", 0.2)
+    cap = capture_program(write(tmp_path, "slow.cu", SLOW), workdir=tmp_path / "cap")
+    assert cap.status == "ok", cap.error
+    (ln,) = [ln for ln in cap.launches if ln.kernel == "price"]
+    assert ln.grid[0] < 8192 and 8192 % ln.grid[0] == 0 and ln.grid[0] >= 32
+    assert ln.scaled and "NOPT" in ln.scaled and ln.seconds is not None
+    note = next(nt for nt in cap.notes if nt.kind == "scaled")
+    assert "too slow" in note.message and note.line == line_of(SLOW, "const int NOPT")
+
+
+def test_host_sites_leave_out_what_device_code_uses():
+    text = """
+#define WIDTH 4096
+#define HALF (WIDTH / 2)
+#define COUNT (1 << 20)
+#define LIMIT 8192
+__constant__ float table[LIMIT];
+__global__ void k(float* x, int N) { if (threadIdx.x < HALF) x[threadIdx.x] = N; }
+static const int CAP = 3 * 1024;
+int main() {
+  const unsigned int N = COUNT / 4;
+  for (int i = 1024; i < 2048; i++) {}
+  dim3 dims(10 * 4 * 32, 640, 1);
+  dim3 grid(1024);
+  k<<<grid, 256>>>(0, N);
+}
+"""
+    sites = {s.name: s for s in cs.host_sites({Path("p.cu"): text}, ["-n=100000", "7"])}
+    # HALF is the kernel's; WIDTH through it; LIMIT sizes a __constant__ array; a loop's counter is no size
+    assert set(sites) == {"COUNT", "CAP", "N", "dims.x", "dims.y", "grid.x", "argument 1 (-n=100000)"}
+    assert sites["N"].value == 262144 and sites["N"].local           # a kernel's parameter named N: not the same
+    assert sites["dims.x"].value == 1280 and sites["CAP"].value == 3072
+
+
+def test_evaluate_integer_expressions():
+    known = {"A": 32}
+    assert cs.evaluate("10 * 4 * A", known) == 1280
+    assert cs.evaluate("(1 << 22)", known) == 4194304
+    assert cs.evaluate("4 * 1048576u", known) == 4194304
+    assert cs.evaluate("0x100 + 010", known) == 264
+    assert cs.evaluate("-7 / 2", known) == -3                          # C truncates toward zero
+    assert cs.evaluate("sizeof(float) * 4", known) is None
+    assert cs.evaluate("B * 2", known) is None
+    assert cs.evaluate("1.5 * 4", known) is None
+
+
+def test_plan_prefers_scalars_and_buffers_over_grid_dimensions():
+    sites = [cs.SizeSite("define", "SIZE", 1 << 22), cs.SizeSite("var", "bins", 1024, local=True)]
+    ev = cs.Evidence(kernel="count", grid=(1024, 1, 1), block=(32, 1, 1), scalars={1 << 22},
+                     counts=[(1 << 22) + 4096], need=16 << 20, seconds=None, why="oversize")
+    pl = cs.plan(sites, [ev], 64 << 20)
+    assert [(s.name, new) for s, new in pl.changes] == [("SIZE", (1 << 22) // pl.factor)]
+    # only a grid dimension shows it: that is taken (one block per option)
+    ev2 = cs.Evidence(kernel="opt", grid=(1024, 1, 1), block=(128, 1, 1), scalars=set(), counts=[], need=0,
+                      seconds=30.0, why="slow")
+    pl2 = cs.plan([cs.SizeSite("var", "OPT_N", 1024, local=True)], [ev2], 64 << 20)
+    ((s, new),) = pl2.changes
+    assert s.name == "OPT_N" and 32 <= new < 1024
+
+
+def test_apply_writes_the_smaller_values_on_their_lines():
+    f = Path("p.cu")
+    text = "#define N (1 << 20)  // items\nint main(int argc, char** argv) {\n  dim3 d(2048, 4096);\n}\n"
+    sites = cs.host_sites({f: text}, ["-size=65536"])
+    ev = cs.Evidence(kernel="k", grid=(64, 64, 1), block=(32, 32, 1), scalars={1 << 20, 2048, 4096, 65536},
+                     counts=[], need=64 << 20, seconds=None, why="oversize")
+    pl = cs.plan(sites, [ev], 64 << 20)
+    out, argv = cs.apply(pl, {f: text}, ["-size=65536"])
+    lines = out[f].splitlines()
+    assert len(lines) == 4 and lines[0].startswith("#define N (") and lines[0].endswith("// items")
+    new = dict((s.name, v) for s, v in pl.changes)
+    assert lines[0] == f"#define N ({new['N']})  // items"
+    assert lines[2] == f"  dim3 d(({new['d.x']}), ({new['d.y']}));"
+    assert argv == [f"-size={new['argument 1 (-size=65536)']}"]
+    assert all(v < old for (s, v), old in zip(pl.changes, [s.value for s, _ in pl.changes]))
+
+
+def test_launches_for_prefers_launches_quick_to_replay():
+    from ksearch_engine.portfile import _launches_for
+    from ksearch_engine.sim.capture_models import Capture, LaunchRecord
+
+    def rec(i, secs, grid):
+        return LaunchRecord(index=i, kernel="k", grid=(grid, 1, 1), block=(32, 1, 1), args=[], seconds=secs)
+    cap = Capture(file="p.cu", dir=".", launches=[rec(0, 30.0, 1024), rec(1, 0.2, 32), rec(2, 0.1, 16)])
+    assert [ln.index for ln in _launches_for(cap, "k")] == [1, 2]
+    slow_only = Capture(file="p.cu", dir=".", launches=[rec(0, 30.0, 1024), rec(1, 9.0, 512)])
+    assert [ln.index for ln in _launches_for(slow_only, "k")] == [1]
+
+
+# the mode is the program's third argument, as its README documents it; mode 0 launches another kernel
+MODES = """
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+__global__ void solver_a(float* x) { x[threadIdx.x] += 1.0f; }
+__global__ void solver_b(float* x) { x[threadIdx.x] *= 2.0f; }
+int main(int argc, char** argv) {
+  if (argc < 4) { printf("usage: modes steps size mode\\n"); return 1; }
+  int mode = atoi(argv[3]);
+  float* d;
+  cudaMalloc(&d, 32 * sizeof(float));
+  cudaMemset(d, 0, 32 * sizeof(float));
+  if (mode == 1) solver_a<<<1, 32>>>(d);
+  else solver_b<<<1, 32>>>(d);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_a_documented_mode_argument_is_varied_for_kernels_it_did_not_launch(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from ksearch_engine.portfile import PortReport, _capture, _mode_captures
+    monkeypatch.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
+    src = write(tmp_path, "modes.cu", MODES)
+    write(tmp_path, "README", "Run it as:\n\n    ./modes 100 100 1\n")
+    cap = _capture(src, [], {}, [str(tmp_path)], 30, PortReport(file=str(src)), lambda _m: None)
+    assert cap.argv == ["100", "100", "1"] and cap.kernels() == ["solver_a"]
+    found = _mode_captures(src, cap, [SimpleNamespace(name="solver_a"), SimpleNamespace(name="solver_b")], [], {},
+                           [str(tmp_path)], 30, lambda _m: None)
+    other, line = found["solver_b"]
+    assert line == "100 100 0" and other.kernels() == ["solver_b"]
+
+
+def test_launches_for_prefers_launches_without_null_pointers():
+    from ksearch_engine.portfile import _launches_for
+    from ksearch_engine.sim.capture_models import ArgRecord, Capture, LaunchRecord
+
+    def rec(i, kind):
+        arg = ArgRecord(name="opt", ctype="unsigned int *", kind=kind, dtype="uint32", buffer=1 if kind == "buffer" else None,
+                        before="x.npy" if kind == "buffer" else None)
+        return LaunchRecord(index=i, kernel="k", grid=(4, 1, 1), block=(32, 1, 1), args=[arg], seconds=0.01)
+    cap = Capture(file="p.cu", dir=".", launches=[rec(0, "null"), rec(1, "buffer"), rec(2, "unknown_pointer")])
+    assert [ln.index for ln in _launches_for(cap, "k")] == [1]
+    only_null = Capture(file="p.cu", dir=".", launches=[rec(0, "null")])
+    assert [ln.index for ln in _launches_for(only_null, "k")] == [0]    # the check then says why
+
+
+# the program reads a word option (-type=float) before the kernel-choosing one (-kernel=N)
+OPTIONS = """
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cuda_runtime.h>
+static int getCmdLineArgumentInt(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; i++)
+    if (!strncmp(argv[i] + 1, name, strlen(name)) && argv[i][strlen(name) + 1] == '=') return atoi(argv[i] + strlen(name) + 2);
+  return 0;
+}
+static bool getCmdLineArgumentString(int argc, char** argv, const char* name, char** out) { *out = nullptr; return false; }
+__global__ void first(float* x) { x[threadIdx.x] = 1.0f; }
+__global__ void second(float* x) { x[threadIdx.x] = 2.0f; }
+int main(int argc, char** argv) {
+  char* type = nullptr;
+  getCmdLineArgumentString(argc, argv, "type", &type);
+  int which = getCmdLineArgumentInt(argc, argv, "kernel");
+  float* d;
+  cudaMalloc(&d, 32 * sizeof(float));
+  if (which == 1) second<<<1, 32>>>(d); else first<<<1, 32>>>(d);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_kernel_options_are_tried_before_word_options(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from ksearch_engine import portfile
+    monkeypatch.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
+    src = write(tmp_path, "opts.cu", OPTIONS)
+    said: list[str] = []
+    cap = portfile._capture(src, [], {}, [str(tmp_path)], 30, portfile.PortReport(file=str(src)), said.append)
+    assert cap.kernels() == ["first"]
+    found = portfile._mode_captures(src, cap, [SimpleNamespace(name="first"), SimpleNamespace(name="second")], [], {},
+                                    [str(tmp_path)], 30, said.append)
+    assert found["second"][1] == "-kernel=1"
+    assert not any("-type=" in m for m in said)     # a word option is never given numbers
+
+
+@needs_gxx
+def test_a_program_slow_to_build_is_not_built_again_smaller(tmp_path, monkeypatch):
+    monkeypatch.setattr(capture_mod, "SCALE_BUILD_S", -1.0)    # every build counts as slow
+    cap = capture_program(write(tmp_path, "big.cu", BIG), workdir=tmp_path / "cap", byte_budget=1 << 20)
+    assert cap.status == "ok", cap.error
+    assert [ln.too_large for ln in cap.launches] == [True, True]      # as recorded at the program's own sizes
+    assert not any(n.kind == "scaled" for n in cap.notes) and "n=262144" in cap.stdout_tail
