@@ -18,6 +18,10 @@ The transformations:
 * `fast_math`   `expf`→`__expf` (Metal `exp`→`fast::exp`) and friends, where the tolerance allows;
 * `read_only`   `__restrict__` on the kernel's pointers (launch() gives each its own buffer: no aliasing), so
                 read-only loads go through the read-only data path (`__ldg`).
+* `warp_reduce` a shared-memory tree reduction (`for (s = blockDim.x/2; s > 0; s >>= 1) { if (tid < s)
+                sdata[tid] OP= sdata[tid + s]; __syncthreads(); }`) finishes its last 32 partials with warp
+                shuffles (`__shfl_down_sync` / `simd_shuffle_down`) instead of five more barrier rounds; blocks
+                of fewer than 32 threads keep the tree.
 Each has a predicted effect read from the analysis (bytes moved, arithmetic intensity, occupancy).
 """
 from __future__ import annotations
@@ -497,6 +501,110 @@ def _predict_restrict(a: dict, v) -> tuple[Impact, float]:
                         "no effect on Metal or in the simulator"), 1.02
 
 
+# -- warp-level reduction instead of the last rounds of a shared-memory tree
+_BARRIER = {"cuda": r"__syncthreads\(\)\s*;", "metal": r"threadgroup_barrier\(\s*mem_flags::mem_threadgroup\s*\)\s*;"}
+_SHFL = {"cuda": "__shfl_down_sync(0xffffffffu, ks_v, ks_o)", "metal": "simd_shuffle_down(ks_v, (ushort)ks_o)"}
+_TREE = re.compile(r"for\s*\(\s*(?:unsigned\s+int|unsigned|uint|int)\s+(?P<s>[A-Za-z_]\w*)\s*=\s*(?P<start>[^;]+?)\s*"
+                   r"(?:/\s*2|>>\s*1)\s*;\s*(?P=s)\s*>\s*0\s*;\s*(?:(?P=s)\s*>>=\s*1|(?P=s)\s*/=\s*2|(?P=s)\s*=\s*(?P=s)\s*(?:>>\s*1|/\s*2))\s*\)\s*\{")
+
+
+_KEPT = "/* ksearch warp_reduce: fewer than 32 threads */"
+
+
+@dataclass
+class _Tree:
+    start: int            # the for statement's span in the body
+    end: int
+    s: str                # the stride variable
+    extent: str           # what the stride starts from (halved): the threads taking part
+    tid: str
+    arr: str
+    elem: str
+    stmt: str             # the update statement, e.g. "sdata[tid] += sdata[tid + s];"
+
+
+def _find_tree(body: str, dialect: str) -> _Tree | None:
+    for m in _TREE.finditer(body):
+        if body[:m.start()].rstrip().endswith(_KEPT):
+            continue   # the small-block copy an earlier warp_reduce kept
+        close = _match_brace(body, m.end() - 1)
+        inner = body[m.end(): close]
+        g = re.fullmatch(rf"\s*if\s*\(\s*(?P<tid>[A-Za-z_]\w*(?:\.x)?)\s*<\s*{m.group('s')}\s*\)\s*(?P<blk>\{{[^{{}}]*\}}|[^;{{}}]*;)"
+                         rf"\s*{_BARRIER[dialect]}\s*", inner)
+        if not g:
+            continue
+        stmt = g.group("blk").strip()
+        if stmt.startswith("{"):
+            stmt = stmt[1:-1].strip()
+        tid, sv = re.escape(g.group("tid")), re.escape(m.group("s"))
+        u = re.fullmatch(rf"(?P<arr>[A-Za-z_]\w*)\s*\[\s*{tid}\s*\]\s*(?P<op>[-+*&|^]?=)\s*(?P<rhs>[^;]+);", stmt)
+        if not u or ";" in u.group("rhs") or not re.search(rf"\b{u.group('arr')}\s*\[\s*{tid}\s*\+\s*{sv}\s*\]", stmt):
+            continue
+        arr = u.group("arr")
+        d = re.search(rf"(?:__shared__|threadgroup)\s+(?:volatile\s+)?(?P<t>[A-Za-z_][\w:]*)\s+{arr}\s*\[", body) or \
+            re.search(rf"(?P<t>float|double|int|unsigned|uint|half|__half|long)\s*\*\s*{arr}\s*=", body)
+        if not d:
+            continue
+        # the reducing threads must be one warp's lanes: tid is threadIdx.x itself, or a copy of it
+        t_ids = _IDS[dialect][2]
+        if not (re.fullmatch(t_ids, g.group("tid")) or re.search(
+                rf"\b{tid}\s*=\s*(?:\(\s*\w+\s*\)\s*)?{t_ids}\s*;", body)):
+            continue
+        return _Tree(start=m.start(), end=close + 1, s=m.group("s"), extent=m.group("start").strip(),
+                     tid=g.group("tid"), arr=arr, elem=d.group("t"), stmt=stmt)
+    return None
+
+
+def _check_warp_reduce(text: str) -> str | None:
+    for name, body in bodies(text).items():
+        if _find_tree(body, _dialect(name)) is None:
+            return ("no shared-memory tree reduction of the form `for (s = blockDim.x/2; s > 0; s >>= 1) { if (tid < s) "
+                    "sdata[tid] += sdata[tid + s]; __syncthreads(); }`")
+    if _assign(text, "KS_GEOMETRY") is not None and any(
+            g["block"][1] * g["block"][2] != 1 for g in get_const(text, "KS_GEOMETRY").values()):
+        return "the kernel is launched with 2-D or 3-D blocks (the reducing threads are not one warp's lanes)"
+    return None
+
+
+def _warp_rewrite(body: str, dialect: str) -> str:
+    t = _find_tree(body, dialect)
+    if t is None:
+        return body
+    bar = "__syncthreads();" if dialect == "cuda" else "threadgroup_barrier(mem_flags::mem_threadgroup);"
+    tid, arr = re.escape(t.tid), re.escape(t.arr)
+    # the update with the partner element shuffled in and the own element in a register
+    upd = re.sub(rf"\b{arr}\s*\[\s*{tid}\s*\+\s*{re.escape(t.s)}\s*\]", "ks_p", t.stmt)
+    upd = re.sub(rf"\b{arr}\s*\[\s*{tid}\s*\]", "ks_v", upd)
+    loop = body[t.start:t.end]
+    head = loop[:loop.index("{")]
+    cond = re.sub(rf"\b{re.escape(t.s)}\s*>\s*0\s*;", f"{t.s} > 16;", head, count=1)
+    new = (f"if (({t.extent}) >= 32) {{  // ksearch warp_reduce: the tree down to 32 partials, then one warp's shuffles\n"
+           f"  {cond}{loop[len(head):]}\n"
+           f"  if ({t.tid} < 32) {{\n"
+           f"    {t.elem} ks_v = {t.arr}[{t.tid}];\n"
+           f"    for (int ks_o = 16; ks_o > 0; ks_o >>= 1) {{\n"
+           f"      {t.elem} ks_p = {_SHFL[dialect]};\n"
+           f"      {upd}\n"
+           f"    }}\n"
+           f"    if ({t.tid} == 0) {t.arr}[0] = ks_v;\n"
+           f"  }}\n"
+           f"  {bar}\n"
+           f"}} else {{\n"
+           f"  {_KEPT} {loop}\n"
+           f"}}")
+    return body[:t.start] + new + body[t.end:]
+
+
+def _apply_warp_reduce(text: str, v) -> Change:
+    return Change(_both(text, _warp_rewrite), "the last 32 partials of the block's tree reduction by warp shuffles")
+
+
+def _predict_warp_reduce(a: dict, v) -> tuple[Impact, float]:
+    return Impact(memory_traffic="low", occupancy="medium", compute_fit="medium",
+                  notes="five fewer barrier rounds and shared-memory round trips per block; bytes moved to and "
+                        "from device memory unchanged"), 1.05
+
+
 TRANSFORMS: list[Transform] = [
     Transform("vectorize", "vectorised loads and stores", "width", [4], 2, lambda v: f"float{v} loads and stores",
               _check_vector, _apply_vector, _predict_vector),
@@ -512,6 +620,9 @@ TRANSFORMS: list[Transform] = [
                                                                  notes="fewer branches and index updates"), 1.03)),
     Transform("read_only", "read-only data path", "on", [True], 1, lambda v: "__restrict__ pointers (__ldg loads)",
               _check_restrict, _apply_restrict, _predict_restrict),
+    Transform("warp_reduce", "warp-level reduction", "on", [True], 2,
+              lambda v: "warp shuffles for the last 32 partials of the tree reduction",
+              _check_warp_reduce, _apply_warp_reduce, _predict_warp_reduce),
 ]
 BY_ID = {t.id: t for t in TRANSFORMS}
 

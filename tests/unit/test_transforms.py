@@ -3,6 +3,7 @@ contract (checked in the real simulator against the original), edits both dialec
 apply instead of guessing."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,42 @@ def test_a_broken_rewrite_is_caught_by_the_check(saxpy):
     broken = T.set_const(src, "LAUNCH_METAL_SOURCE", body.replace("ks_y.y = a * ks_x.y", "ks_y.y = a * ks_x.x"))
     with Evaluator(saxpy.task, backend="sim") as ev:
         assert ev.evaluate(broken, timing=False).status == "failed"
+
+
+def _captured(name: str, kernel: str):
+    path = DATA / name
+    r = port_file(path, kernels=[kernel], write=False)
+    assert r.kernels[0].status == "verified", r.kernels[0].reason
+    cap = capture_program(path)
+    return build_captured_task(r.kernels[0].module_text, path.read_text(), kernel,
+                               launches_from_capture(cap, kernel), source_file=str(path))
+
+
+@pytest.mark.parametrize("kernel, update", [("block_max", r"ks_v = (?:metal::)?(?:fmaxf|max)\(ks_v, ks_p\);"),
+                                            ("block_sum", r"ks_v \+= ks_p;")])
+def test_warp_reduce_finishes_a_shared_memory_tree_with_shuffles(kernel, update):
+    task = _captured("block_max.cu", kernel)
+    assert T.get("warp_reduce").applies(task.root) is None
+    src = T.apply_chain(task.root, [("warp_reduce", True)])
+    cuda, metal = T.get_const(src, "LAUNCH_CUDA_SOURCE"), T.get_const(src, "LAUNCH_METAL_SOURCE")
+    assert "__shfl_down_sync(0xffffffffu, ks_v, ks_o)" in cuda and "simd_shuffle_down(ks_v" in metal
+    assert re.search(update, cuda) and re.search(update, metal)
+    assert "> 16;" in cuda and "} else {" in cuda      # the tree stops at 32 partials; small blocks keep it whole
+    with Evaluator(task.task, backend="sim") as ev:
+        res = ev.evaluate(src, timing=False)
+    assert res.status == "passed", res.message
+    with pytest.raises(T.TransformError, match="does not apply"):
+        T.apply_chain(src, [("warp_reduce", True)])    # the tree is gone: nothing left to rewrite
+
+
+def test_warp_reduce_refuses_what_is_not_one_warp_and_a_wrong_rewrite_fails():
+    task = _captured("block_max.cu", "block_sum")
+    body = T.get_const(task.root, "LAUNCH_CUDA_SOURCE")
+    two_d = T.set_const(task.root, "LAUNCH_CUDA_SOURCE", body.replace("unsigned int tid = threadIdx.x;",
+                                                                       "unsigned int tid = threadIdx.y;"))
+    assert "no shared-memory tree" in T.get("warp_reduce").applies(two_d)
+    src = T.apply_chain(task.root, [("warp_reduce", True)])
+    wrong = T.set_const(src, "LAUNCH_METAL_SOURCE", T.get_const(src, "LAUNCH_METAL_SOURCE").replace(
+        "ks_o = 16; ks_o > 0", "ks_o = 8; ks_o > 0"))   # drops the upper 16 partials
+    with Evaluator(task.task, backend="sim") as ev:
+        assert ev.evaluate(wrong, timing=False).status == "failed"
