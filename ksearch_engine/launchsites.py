@@ -549,6 +549,15 @@ def related_sources(path: Path) -> list[tuple[Path, str]]:
         files += sorted(f for f in path.parent.iterdir() if f.suffix in SOURCE_SUFFIXES and f.is_file())
     except OSError:
         pass
+    # a header's includers (directly or through other headers: `runner.cu` includes `kernels.cuh`, which
+    # includes `kernels/k3.cuh`) in the folders above it, and the sources next to them: the launches that
+    # instantiate its template kernels are there
+    for inc in _includers(path):
+        files.append(inc)
+        try:
+            files += sorted(f for f in inc.parent.iterdir() if f.suffix in SOURCE_SUFFIXES and f.is_file())
+        except OSError:
+            pass
     seen, out = set(), []
     for f in files:
         try:
@@ -565,6 +574,61 @@ def related_sources(path: Path) -> list[tuple[Path, str]]:
         except OSError:
             continue
     return out
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def _includers(path: Path, levels: int = 3, max_scan: int = 400) -> list[Path]:
+    """Source files in `path`'s folder and up to `levels` folders above it (each folder's own files and those of
+    its direct subfolders) that include `path`, directly or through headers that do; nearest first."""
+    try:
+        target = path.resolve()
+    except OSError:
+        return []
+    folders, d = [], target.parent
+    for _ in range(levels + 1):
+        folders.append(d)
+        if d.parent == d or (d / ".git").exists():
+            break
+        d = d.parent
+    cands: list[Path] = []
+    seen: set[Path] = set()
+    for fo in folders:
+        try:
+            subs = [fo] + sorted(x for x in fo.iterdir() if x.is_dir() and not x.name.startswith("."))
+        except OSError:
+            continue
+        for sub in subs:
+            try:
+                for f in sorted(sub.iterdir()):
+                    if f.suffix in SOURCE_SUFFIXES and f.is_file() and f.resolve() not in seen and f.resolve() != target:
+                        seen.add(f.resolve())
+                        cands.append(f)
+            except OSError:
+                continue
+            if len(cands) >= max_scan:
+                break
+    includes: dict[Path, set[Path]] = {}
+    for f in cands:
+        try:
+            if f.stat().st_size > 2 << 20:
+                continue
+            text = f.read_text(errors="replace")
+        except OSError:
+            continue
+        includes[f] = {(f.parent / m).resolve() for m in _INCLUDE.findall(text)}
+    found: list[Path] = []
+    want = {target}
+    changed = True
+    while changed:
+        changed = False
+        for f, incs in includes.items():
+            if f not in found and incs & want:
+                found.append(f)
+                want.add(f.resolve())
+                changed = True
+    return found
 
 
 def build_scope(texts: list[str], given: dict | None = None) -> Scope:

@@ -27,8 +27,9 @@ class KernelCheck(BaseModel):
     checked: list = Field(default_factory=list, exclude=True)
 
 
-def _args_of(capture: Capture, rec: LaunchRecord) -> tuple[dict, dict]:
-    """({param: numpy array | number}, {param: expected array after the launch}) of a captured launch."""
+def _args_of(capture: Capture, rec: LaunchRecord, nullable=frozenset()) -> tuple[dict, dict]:
+    """({param: numpy array | number | None}, {param: expected array after the launch}) of a captured launch;
+    `nullable`: the pointer parameters the ports take None for (the kernel compares them with NULL)."""
     args, expected = {}, {}
     for a in rec.args:
         if a.kind == "buffer":
@@ -40,6 +41,8 @@ def _args_of(capture: Capture, rec: LaunchRecord) -> tuple[dict, dict]:
             args[a.name] = a.value
         elif a.kind == "struct":
             args[a.name] = bytes.fromhex(a.raw_hex or "")
+        elif a.kind == "null" and a.name in nullable:   # launch(..., None): the kernel sees a null pointer
+            args[a.name] = None
         elif a.kind == "null":
             raise ValueError(f"argument '{a.name}' ({a.ctype}) is a null pointer in this launch (line {rec.line}): the "
                              f"ports take every pointer as an array, so a launch passing NULL cannot be checked — "
@@ -83,16 +86,57 @@ def _run_checks(module_text: str, source: str, k, path: Path, launches: list[tup
     return out
 
 
+def _aliased(rec: LaunchRecord, expected: dict, port_writes: set[str]) -> str | None:
+    """Pointer arguments of one allocation (an in-place launch: `k<<<...>>>(d_a, d_a, ...)`): the capture's `after`
+    of each is the allocation's, which the port -- given a copy per parameter -- changes only through the
+    parameters it writes. The others' expectations are dropped from `expected` (they are the port's read-only
+    copies, which must stay as they were); returns a note naming them, or None where no argument aliases another."""
+    groups: dict[int, list] = {}
+    for a in rec.args:
+        if a.kind == "buffer" and a.buffer is not None:
+            groups.setdefault(a.buffer, []).append(a)
+    dropped = []
+    for group in groups.values():
+        if len(group) < 2 or not any(a.name in port_writes for a in group):
+            continue
+        for a in group:
+            if a.name not in port_writes and a.name in expected:
+                del expected[a.name]
+                dropped.append((a.name, next(b.name for b in group if b.name in port_writes)))
+    if not dropped:
+        return None
+    return "; ".join(f"'{n}' points into the same allocation as '{w}' on launch #{rec.index + 1} (in place): the "
+                     f"port gets a copy of each, so the result is compared through '{w}' (what the port writes)"
+                     for n, w in dropped)
+
+
 def check_captured(module_text: str, source: str, k, path: Path, capture: Capture,
                    launches: list[LaunchRecord], include_dirs=()) -> KernelCheck:
-    prepared = []
+    from .captask import module_constant
+
+    try:
+        # `stored`: the kernel stores through it (every non-const pointer is `written`: launch() returns it)
+        port_writes = {p["name"] for p in module_constant(module_text, "PARAMS")
+                       if p.get("stored", p.get("written"))}
+    except (KeyError, SyntaxError, ValueError):
+        port_writes = set()
+    try:
+        nullable = {p["name"] for p in module_constant(module_text, "PARAMS") if p.get("nullable")}
+    except (KeyError, SyntaxError, ValueError):
+        nullable = set()
+    prepared, notes = [], []
     for rec in launches:
         try:
-            args, expected = _args_of(capture, rec)
+            args, expected = _args_of(capture, rec, nullable)
         except (ValueError, OSError) as e:
             return KernelCheck(reason=f"launch #{rec.index + 1}: {e}")
+        note = _aliased(rec, expected, port_writes)
+        if note and not notes:     # one launch's note stands for all (a program launches one way in a loop)
+            notes.append(note)
         prepared.append((rec, args, expected))
-    return _run_checks(module_text, source, k, path, prepared, include_dirs)
+    res = _run_checks(module_text, source, k, path, prepared, include_dirs)
+    res.notes = notes + res.notes
+    return res
 
 
 def check_inferred(module_text: str, source: str, k, path: Path, define_ints: dict[str, int],

@@ -383,7 +383,7 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     from .translate.headers import header_preamble   # the local headers' macros and types reach both ports
     parsed.preamble = [e for e in header_preamble(source, include_dirs) if e not in parsed.preamble] + parsed.preamble
     define_ints = int_defines(parsed.preamble, defines or {})
-    by_mode = _mode_captures(p, capture, chosen, argv, defines or {}, include_dirs, capture_timeout, say)
+    by_mode = _mode_captures(p, capture, chosen, argv, defines or {}, include_dirs, capture_timeout, say, report)
     for k in chosen:
         say(f"{k.name}: translating")
         v = KernelVerdict(kernel=k.name, line=k.range.start.line + 1, status="not_ported")
@@ -427,20 +427,175 @@ MODE_VALUES = 12          # option values tried, 0..MODE_VALUES-1
 MODE_BUDGET_S = 120.0     # wall time spent on such runs per file (each runs the whole program on the CPU)
 
 
+# a positional argument read as an integer: `kernel_num = atoi(argv[1])`, `std::stoi(argv[1])`, `strtol(argv[2], ...)`,
+# `sscanf(argv[1], "%d", &k)`
+_POS_READ = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*(?:[^;=?]*\?\s*)?(?:\(\s*\w+\s*\)\s*)?(?:std\s*::\s*)?"
+                       r"(?:atoi|atol|atoll|stoi|stol|stoll|stoul|strtol|strtoul|strtoll|strtoull)"
+                       r"\s*\(\s*argv\s*\[\s*(\d+)\s*\]")
+# (the format is read from the unmasked text: masking blanks string literals)
+_POS_SCANF = re.compile(r"\bsscanf\s*\(\s*argv\s*\[\s*(\d+)\s*\]\s*,\s*\"%l{0,2}[diu]\"\s*,\s*&\s*([A-Za-z_]\w*)")
+_SELECTOR_WORD = re.compile(r"(?i)^(?:kernel\w*|\w*_?kernel|k_?num|kid|method\w*|mode|variant|version|alg\w*|"
+                            r"impl\w*|which|choice|select\w*|test_?\w*|id|k)$")
+
+
+def positional_selectors(texts: list[str]) -> list[tuple[int, str, list[int]]]:
+    """Integer positional arguments a program reads to choose its kernel: (argv index, variable, values to try).
+    The values are the case labels of a `switch` on that variable (or on the parameter it is passed as) and the
+    literals it is compared with (`kernel_num == 2`), else 0..MODE_VALUES for a variable named like a selector;
+    the value it starts with (`int kernel_num = 1;`, what the bare run chose) comes last."""
+    from .sim.preprocess import mask_comments, split_top
+
+    codes = [mask_comments(t) for t in texts]
+    out: list[tuple[int, str, list[int]]] = []
+    for code, raw in zip(codes, texts):
+        reads = [(int(m.group(2)), m.group(1)) for m in _POS_READ.finditer(code)]
+        reads += [(int(m.group(1)), m.group(2)) for m in _POS_SCANF.finditer(raw)
+                  if code[m.start()] == "s"]   # not inside a comment
+        for idx, var in reads:
+            if idx < 1 or any(o[0] == idx for o in out):
+                continue
+            names = {var}
+            # the variable passed on to a function: the name its parameter has there (run_kernel(kernel_num, ...))
+            for c in codes:
+                for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*)\)\s*;", c):
+                    args = [a.strip() for a in split_top(m.group(2))]
+                    if var not in args:
+                        continue
+                    i = args.index(var)
+                    for c2 in codes:
+                        for d in re.finditer(r"\b" + re.escape(m.group(1)) + r"\s*\(([^;{}()]*)\)\s*\{", c2):
+                            params = split_top(d.group(1))
+                            if i < len(params):
+                                pm = re.search(r"([A-Za-z_]\w*)\s*(?:\[\s*\])?\s*$", params[i].split("=")[0])
+                                if pm:
+                                    names.add(pm.group(1))
+            values: list[int] = []
+            for c in codes:
+                for n in names:
+                    for m in re.finditer(r"\bswitch\s*\(\s*" + re.escape(n) + r"\s*\)\s*\{", c):
+                        depth, j = 0, m.end() - 1
+                        while j < len(c):
+                            depth += {"{": 1, "}": -1}.get(c[j], 0)
+                            if depth == 0:
+                                break
+                            j += 1
+                        values += [int(v) for v in re.findall(r"\bcase\s+\(?\s*(-?\d+)\s*\)?\s*:", c[m.end():j])]
+                    values += [int(v) for v in re.findall(r"\b" + re.escape(n) + r"\s*[=!]=\s*(-?\d+)\b", c)]
+                    values += [int(v) for v in re.findall(r"\b(-?\d+)\s*[=!]=\s*" + re.escape(n) + r"\b", c)]
+            if not values:
+                if not _SELECTOR_WORD.match(var):
+                    continue   # a size or a count read from the command line, not a choice
+                values = list(range(MODE_VALUES + 1))
+            else:   # the value no case or comparison names (a `default:` or an `else` branch) after them
+                values = list(dict.fromkeys(values + [v for v in (0, max(values) + 1) if v >= 0]))
+            start = [int(v) for v in re.findall(r"\b" + re.escape(var) + r"\s*=\s*(-?\d+)\s*;", code)]
+            values = [v for v in values if v not in start[:1]] + [v for v in values if v in start[:1]]
+            out.append((idx, var, values))
+    return sorted(out)
+
+
+def _brace_end(code: str, open_at: int) -> int:
+    depth, j = 0, open_at
+    while j < len(code):
+        depth += {"{": 1, "}": -1}.get(code[j], 0)
+        if depth == 0:
+            return j
+        j += 1
+    return len(code)
+
+
+def _launching_values(texts: list[str], var: str, values: list[int], kernels: set[str]) -> list[int]:
+    """`values` with those first whose `case N:` branch (of a switch on `var` or a parameter named alike) reaches one
+    of `kernels`: names it, or calls a function whose body does (two calls deep), so that a ladder of a dozen
+    kernels runs the program once for the one wanted rather than once for each kernel before it."""
+    from .sim.preprocess import mask_comments
+
+    codes = [mask_comments(t) for t in texts]
+    bodies: dict[str, str] = {}
+    for c in codes:
+        for d in re.finditer(r"\b([A-Za-z_]\w*)\s*\([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*\)\s*(?:const\s*)?\{", c):
+            if d.group(1) not in _NOT_FN:
+                bodies.setdefault(d.group(1), c[d.end() - 1:_brace_end(c, d.end() - 1)])
+
+    def reaches(text: str, depth: int) -> bool:
+        if any(re.search(r"\b" + re.escape(k) + r"\b", text) for k in kernels):
+            return True
+        return depth > 0 and any(reaches(bodies[f], depth - 1) for f in set(re.findall(r"\b([A-Za-z_]\w*)\s*[(<]", text))
+                                 if f in bodies)
+    hits: list[int] = []
+    for c in codes:
+        for m in re.finditer(r"\bswitch\s*\(\s*[A-Za-z_]\w*\s*\)\s*\{", c):
+            block = c[m.end():_brace_end(c, m.end() - 1)]
+            cases = list(re.finditer(r"\bcase\s+\(?\s*(-?\d+)\s*\)?\s*:", block))
+            for i, cm in enumerate(cases):
+                branch = block[cm.end():cases[i + 1].start() if i + 1 < len(cases) else len(block)]
+                if int(cm.group(1)) in values and int(cm.group(1)) not in hits and reaches(branch, 2):
+                    hits.append(int(cm.group(1)))
+    return hits + [v for v in values if v not in hits]
+
+
 def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, include_dirs, timeout,
-                   say) -> dict[str, tuple[Capture, str]]:
+                   say, report: PortReport | None = None) -> dict[str, tuple[Capture, str]]:
     """Kernels the bare run did not launch, launched by re-running the program with its own kernel-choosing
-    option (`-kernel=N`, `-method=N`, ...) at N = 0, 1, ...: kernel -> (that capture, the option used)."""
-    if capture is None or capture.status == "failed" or argv:
+    option (`-kernel=N`, `-method=N`, ...) or positional kernel number (`kernel_num = atoi(argv[1])`) at the values
+    it distinguishes: kernel -> (that capture, the command line used). A program that refused to run without its
+    kernel number (`if (argc != 2) { usage; exit(1); }`) is run with each of them."""
+    if capture is None or argv:
+        return {}
+    from .sim.capture import _needs_arguments
+    refused = capture.status == "failed" and _needs_arguments(capture)
+    if capture.status == "failed" and not refused:
         return {}
     missing = {k.name for k in chosen if not capture.launches_of(k.name)}
-    prog = find_program(p)
+    prog, units = find_program_and_sources(p)
     if not missing or prog is None:
         return {}
     try:
         text = prog.read_text(errors="replace")
     except OSError:
         return {}
+    found: dict[str, tuple[Capture, str]] = {}
+    t0 = time.monotonic()
+    from .sim.preprocess import mask_comments
+    others = [_read(u) for u in units if u != prog] + ([_read(p)] if p != prog else [])
+    selectors = positional_selectors([text] + others)
+    base = [] if refused else list(capture.argv)
+    tried: list[str] = []
+    tried_lines: set[str] = set()
+    for idx, var, values in selectors[:1]:
+        if len(base) < idx - 1:
+            continue   # the arguments before it are not known
+        values = _launching_values([text] + others, var, values, missing)
+        for n in values:
+            if not missing or time.monotonic() - t0 > MODE_BUDGET_S:
+                break
+            line = base[:idx - 1] + [str(n)] + base[idx:]
+            if line == list(capture.argv) and not refused:
+                continue
+            tried_lines.add(" ".join(line))
+            say(f"running the program as `{prog.stem} {' '.join(line)}` ({var} = argv[{idx}]) for "
+                f"{', '.join(sorted(missing))}")
+            cap = _capture(p, line, defines, include_dirs, timeout, PortReport(file=str(p)), say)
+            tried.append(str(n))
+            if cap is None or cap.status == "failed" and not cap.launches:
+                continue
+            for name in sorted(missing):
+                if _launches_for(cap, name):
+                    found[name] = (cap, " ".join(line))
+                    missing.discard(name)
+        if report is not None and refused and found:
+            first = next(iter(found.values()))[0]
+            loc = next((f"{prog.name}:{text.count(chr(10), 0, m.start()) + 1}" for m in re.finditer(
+                r"\bargv\s*\[\s*" + str(idx) + r"\s*\]", mask_comments(text))), prog.name)
+            report.capture.status, report.capture.error = first.status, first.error
+            report.capture.seconds = round(sum(c.seconds for c in {id(c): c for c, _l in found.values()}.values()), 1)
+            report.capture.launches = sum(len(c.launches) for c in {id(c): c for c, _l in found.values()}.values())
+            report.capture.notes = [n for n in report.capture.notes if "may need input files or arguments" not in n]
+            report.capture.notes.insert(0, (
+                f"{prog.name} needs its kernel number as argument {idx} ({var}, read at {loc}): ran it as "
+                f"`{prog.stem} N` with N = {', '.join(tried)}, as its code tells kernels apart; pass --arg to choose"))
+    if refused:
+        return found
     opts = []
     for m in _OPTION_READ.finditer(text):
         name = m.group(2) or m.group(3)
@@ -450,8 +605,6 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
             opts.append(name)
     # a kernel-choosing name first: it names what is wanted (-kernel= before -type=)
     opts.sort(key=lambda o: 0 if re.match(r"(?i)kernel|method|alg|impl", o) else 1)
-    found: dict[str, tuple[Capture, str]] = {}
-    t0 = time.monotonic()
     # a command line the capture took from the program's documentation (`myocyte 100 100 1`): its one-digit
     # arguments are the program's modes (0 or 1, which solver); the other values launch the other kernels
     base = list(capture.argv)
@@ -459,9 +612,9 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
         for n in range(4):
             if not missing or time.monotonic() - t0 > MODE_BUDGET_S:
                 return found
-            if str(n) == base[pos]:
-                continue
             line = base[:pos] + [str(n)] + base[pos + 1:]
+            if str(n) == base[pos] or " ".join(line) in tried_lines:
+                continue
             say(f"running the program as `{' '.join(line)}` for {', '.join(sorted(missing))}")
             cap = _capture(p, line, defines, include_dirs, timeout, PortReport(file=str(p)), say)
             if cap is None or cap.status == "failed":
@@ -507,9 +660,14 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
         report.capture.error = "launch capture is not available in this version"
         return None
     sources = find_program_and_sources(p)[1]
-    if sources:
+    if sources and p in sources:
         report.capture.notes.append(f"{prog.name} calls host functions of {p.name}: both compiled and linked "
                                     f"as one program")
+    elif sources:   # the file is a header reached through a source that #includes it (runner.cu -> kernels.cuh)
+        names = ", ".join(_shown(s, prog) for s in sources)
+        verb = "#includes" if len(sources) == 1 else "#include"
+        report.capture.notes.append(f"{prog.name} calls host functions of {names}, which {verb} {p.name} (directly or "
+                                    f"through other headers): compiled and linked with it as one program")
     key = _capture_key(prog, p, argv, defines, include_dirs, sources)
     cached = _capture_cache() / key
     cap = _read_cached(cached)
@@ -520,6 +678,12 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
         # each process captures into a folder of its own and publishes it with one rename: a reader never sees a
         # half-written capture, and a capture in use (a scaled re-run's files) is never replaced under it
         cached.parent.mkdir(parents=True, exist_ok=True)
+        for old in cached.parent.glob(key + ".tmp*"):   # failed captures of this key kept an hour (their notes)
+            try:
+                if time.time() - old.stat().st_mtime > 3600:
+                    shutil.rmtree(old, ignore_errors=True)
+            except OSError:
+                pass
         tmp = Path(tempfile.mkdtemp(prefix=key + ".tmp", dir=cached.parent))
         cap = capture_program(prog, argv=list(argv), defines=dict(defines), include_dirs=list(include_dirs),
                               timeout_s=timeout, workdir=str(tmp), sources=sources)
@@ -531,6 +695,14 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
     report.capture.seconds = cap.seconds
     report.capture.notes = (report.capture.notes + [n.message for n in cap.notes])[:20]
     return cap
+
+
+def _shown(f: Path, prog: Path) -> str:
+    """`f` as a person finds it from the program's folder (src/runner.cu)."""
+    try:
+        return str(f.relative_to(prog.parent))
+    except ValueError:
+        return str(f)
 
 
 def _read_cached(cached: Path) -> Capture | None:

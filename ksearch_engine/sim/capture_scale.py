@@ -143,6 +143,13 @@ def evaluate(expr: str, known: dict[str, int]) -> int | None:
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(?![\w(])[ \t]+([^\n]*?)[ \t]*$", re.M)
 _INT_WORDS = r"(?:static|const|constexpr|unsigned|signed|long|short|int|size_t|uint|uint32_t|int32_t|int64_t|uint64_t)"
 _VAR = re.compile(r"(?<![\w.>])((?:" + _INT_WORDS + r"[ \t]+)+)([A-Za-z_]\w*)[ \t]*=[ \t]*([^;,{}\n]+?)[ \t]*;")
+_VAR_DECL = re.compile(r"(?<![\w.>])((?:" + _INT_WORDS + r"[ \t]+)+)([A-Za-z_]\w*[ \t]*=[^;{}\n]*?)[ \t]*;")
+_DECLARATOR = re.compile(r"[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*(\S(?:[^\n]*\S)?)[ \t]*$")
+_LIST = re.compile(r"(?:\bstd\s*::\s*(?:vector|array)\s*<\s*(?:unsigned\s+|signed\s+)?(?:int|long|size_t|uint\w*|int\d+_t)"
+                   r"(?:\s*,\s*\d+)?\s*>|(?<![\w.>])(?:" + _INT_WORDS + r"[ \t]+)+)[ \t]*([A-Za-z_]\w*)[ \t]*(?:\[[ \t]*\w*[ \t]*\])?"
+                   r"[ \t]*=?[ \t]*\{([^{};]*)\}[ \t]*;")
+_SIZE_LIST_NAME = re.compile(r"(?i)size|dim|len|shape|^n$|^ns$|^m$")
+_NOT_SIZE_LIST = re.compile(r"(?i)block|thread|warp|tile|grid|bs")
 _DIM3 = re.compile(r"\bdim3[ \t]+([A-Za-z_]\w*)[ \t]*\(([^;{}]*)\)[ \t]*;")
 _DEVICE_FN = re.compile(r"\b(?:__global__|__device__)\b[^;{}]*?\b[A-Za-z_]\w*\s*\(")
 _DEVICE_DECL = re.compile(r"\b(?:__device__|__constant__|__shared__|__managed__)\b[^;{}]*;")
@@ -243,15 +250,35 @@ def size_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
         for m in _DEFINE.finditer(code):
             raw.append(SizeSite("define", m.group(1), 0, text[m.start(2):m.end(2)], path,
                                 code.count("\n", 0, m.start()) + 1, m.start(2), m.end(2)))
-        for m in _VAR.finditer(code):
+        for m in _VAR_DECL.finditer(code):
             if re.search(r"\bfor\s*\(\s*$", code[max(0, m.start() - 40):m.start()]):
                 continue   # a loop's counter
             if in_device(m.start()) or not re.search(r"\b(?:int|long|short|size_t|uint\w*|int\d+_t|unsigned)\b", m.group(1)):
                 continue
-            site = SizeSite("var", m.group(2), 0, text[m.start(3):m.end(3)], path,
-                            code.count("\n", 0, m.start()) + 1, m.start(3), m.end(3))
-            site.local = _in_function(scopes, m.start())
-            raw.append(site)
+            # one declaration may declare several sizes: `int B = 8, T = 1024, C = 768;`
+            parts = split_top(m.group(2), "([{", ")]}")
+            off = m.start(2)
+            for part in parts:
+                d = _DECLARATOR.match(part)
+                if d and (len(parts) > 1 or "," not in d.group(2)):
+                    a, b = off + d.start(2), off + d.end(2)
+                    site = SizeSite("var", d.group(1), 0, text[a:b], path, code.count("\n", 0, m.start()) + 1, a, b)
+                    site.local = _in_function(scopes, m.start())
+                    raw.append(site)
+                off += len(part) + 1
+        for m in _LIST.finditer(code):
+            # the sizes a benchmark loops over: `std::vector<int> SIZE = {128, 256, ..., 4096};` (not block sizes)
+            if in_device(m.start()) or not _SIZE_LIST_NAME.search(m.group(1)) or _NOT_SIZE_LIST.search(m.group(1)):
+                continue
+            off = m.start(2)
+            for i, part in enumerate(split_top(m.group(2), "([{", ")]}")):
+                lead = len(part) - len(part.lstrip())
+                a, b = off + lead, off + len(part.rstrip())
+                if b > a and re.fullmatch(r"[\w\s*+<>()-]+", code[a:b]):
+                    site = SizeSite("list", f"{m.group(1)}[{i}]", 0, text[a:b], path, code.count("\n", 0, a) + 1, a, b)
+                    site.local = _in_function(scopes, m.start())
+                    raw.append(site)
+                off += len(part) + 1
         for m in _DIM3.finditer(code):
             if in_device(m.start()):
                 continue
@@ -336,7 +363,7 @@ def matches(v: int, ev: Evidence) -> int:
     if v in ev.scalars:
         return 2
     for c in ev.counts:
-        if v <= c <= v + v // 16 + 8192 or (c % v == 0 and c // v <= 16):
+        if v <= c <= v + v // 16 + 8192 or (c % v == 0 and c // v <= 16) or c == v * v:
             return 2
     for g, b in zip(ev.grid, ev.block):
         if g > 1 and (g == v or g == -(-v // max(b, 1))):
@@ -393,6 +420,16 @@ def plan(sites: list[SizeSite], evidence: list[Evidence], byte_budget: int,
             new = max(p, new // p * p)
         if new < s.value:
             changes.append((s, new))
+    # a list of sizes a benchmark loops over is one kind of size: its other elements above the new value shrink by
+    # the same factor (buffers allocated at the largest would be overrun by the next ones)
+    for s, new in list(changes):
+        if s.kind != "list":
+            continue
+        base, g = s.name.rsplit("[", 1)[0], max(1, s.value // max(new, 1))
+        for o in sites:
+            if (o.kind == "list" and o is not s and o.file == s.file and o.name.rsplit("[", 1)[0] == base
+                    and o.value > new and all(o is not c for c, _n in changes)):
+                changes.append((o, max(1, o.value // g)))
     if not changes:
         return None
     why = "over the capture's byte budget" if any(e.why == "oversize" for e in evidence) else "too slow to check"

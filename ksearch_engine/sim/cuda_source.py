@@ -269,10 +269,13 @@ def _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, chec
     try:
         for p in info.params:
             v = args[p.name]
+            if p.is_pointer and v is None:   # a NULL pointer (a kernel that tests `p != NULL`): no buffer
+                pointers.append(0)
+                continue
             if p.is_pointer:
                 if not isinstance(v, np.ndarray):
-                    raise SimError(f"{what}: parameter '{p.name}' ({p.type}) needs a numpy array",
-                                   kind="usage")
+                    raise SimError(f"{what}: parameter '{p.name}' ({p.type}) needs a numpy array (or None: "
+                                   "a NULL pointer)", kind="usage")
                 base = _pointee(p.type)
                 ok = _POINTEE.get(base or "")
                 if ok is not None and v.dtype.type not in ok:

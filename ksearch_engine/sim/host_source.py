@@ -25,7 +25,7 @@ from . import host_headers
 from .preprocess import find_kernel, mask_comments, rewrite_block_shared, rewrite_extern_shared, split_top
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"][^\n]*$', re.M)
-_HEURISTIC_SUBDIRS = ("", "Common", "common", "include", "inc")
+_HEURISTIC_SUBDIRS = ("", "Common", "common", "include", "inc", "src")
 _ANCESTORS = 4
 
 
@@ -64,8 +64,9 @@ def _is_system(name: str) -> bool:
     return any(os.path.isfile(os.path.join(d, name)) for d in _system_dirs())
 
 
-def _find(name: str, quoted: bool, cur_dir: Path, include_dirs: list[Path], root: Path) -> tuple[Path | None, bool]:
-    """(path, found_by_heuristic) of a local header, or (None, False)."""
+def _find(name: str, quoted: bool, cur_dir: Path, include_dirs: list[Path], root: Path) -> tuple[Path | None, bool | str]:
+    """(path, found_by_heuristic) of a local header, or (None, False); the heuristic is a str where it has a name
+    (a folder the project's CMakeLists.txt or Makefile names)."""
     cands = ([cur_dir] if quoted else []) + include_dirs
     for d in cands:
         p = d / name
@@ -73,6 +74,10 @@ def _find(name: str, quoted: bool, cur_dir: Path, include_dirs: list[Path], root
             return p.resolve(), False
     if not quoted and _is_system(name):
         return None, False
+    for d, build in _declared_dirs(root):
+        p = d / name
+        if p.is_file():
+            return p.resolve(), f"a folder {build} names"
     d = root
     for _ in range(_ANCESTORS + 1):
         for sub in _HEURISTIC_SUBDIRS:
@@ -83,6 +88,43 @@ def _find(name: str, quoted: bool, cur_dir: Path, include_dirs: list[Path], root
             break
         d = d.parent
     return None, False
+
+
+_CMAKE_INC = re.compile(r"\b(?:target_)?include_directories\s*\(([^)]*)\)", re.I)
+_MAKE_INC = re.compile(r"(?:^|\s)-I\s*([^\s$()]+|\$\((?:CURDIR|PWD)\)/[^\s]+)")
+
+
+def _declared_dirs(root: Path) -> tuple[tuple[Path, str], ...]:
+    """Include folders the project's build files name (`include_directories(${PROJECT_SOURCE_DIR}/src)` in a
+    CMakeLists.txt, `-Isrc` in a Makefile), looked for in the main file's folder and _ANCESTORS above it."""
+    out: list[tuple[Path, str]] = []
+    d = root
+    for _ in range(_ANCESTORS + 1):
+        for build in ("CMakeLists.txt", "Makefile", "makefile", "GNUmakefile"):
+            f = d / build
+            try:
+                text = f.read_text(errors="replace") if f.is_file() else ""
+            except OSError:
+                continue
+            words: list[str] = []
+            if build == "CMakeLists.txt":
+                for m in _CMAKE_INC.finditer(re.sub(r"#[^\n]*", "", text)):
+                    words += [w.strip('"') for w in m.group(1).split()
+                              if w.upper() not in ("PUBLIC", "PRIVATE", "INTERFACE", "SYSTEM", "BEFORE", "AFTER")]
+            else:
+                words = [m.group(1) for m in _MAKE_INC.finditer(text)]
+            for w in words:
+                w = re.sub(r"\$\{(?:PROJECT_SOURCE_DIR|CMAKE_SOURCE_DIR|CMAKE_CURRENT_SOURCE_DIR|CMAKE_CURRENT_LIST_DIR)\}"
+                           r"|\$\((?:CURDIR|PWD)\)", str(d), w)
+                if "$" in w:
+                    continue   # another variable: not known here
+                p = Path(w) if os.path.isabs(w) else d / w
+                if p.is_dir() and all(p.resolve() != o for o, _b in out):
+                    out.append((p.resolve(), str(f.relative_to(root)) if f.is_relative_to(root) else str(f)))
+        if d.parent == d:
+            break
+        d = d.parent
+    return tuple(out)
 
 
 def _escape(s: str) -> str:
@@ -380,7 +422,8 @@ def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = Tr
                 continue
             if heur:
                 prog.notes.append(dict(kind="include", file=name, line=line,
-                                       message=f"{hname} found at {shown(found)} (searched ancestor folders); "
+                                       message=f"{hname} found at {shown(found)} "
+                                               f"({heur if isinstance(heur, str) else 'searched ancestor folders'}); "
                                                f"pass include_dirs to choose another"))
             body = expand(found, stack + (found,))
             if re.search(r"^\s*#\s*pragma\s+once", read(found), re.M):
@@ -393,9 +436,8 @@ def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = Tr
     # kernels of every inlined file (parameter names, and whether the launch can use their types)
     for f in prog.files:
         txt = read(f)
-        for kname in set(re.findall(r"__global__[^(;{]*?\b([A-Za-z_]\w*)\s*\(", mask_comments(txt))):
-            if kname == "__launch_bounds__":
-                continue
+        code = _without_launch_bounds(mask_comments(txt))
+        for kname in set(re.findall(r"__global__[^(;{]*?\b([A-Za-z_]\w*)\s*\(", code)):
             try:
                 info = find_kernel(txt, kname)
             except Exception:  # noqa: BLE001 - a parser failure only loses parameter names
@@ -424,3 +466,23 @@ def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = Tr
     prog.text = (f'#include "ksim_host.h"\n{renames}#line 1 "{_escape(main_name)}"\n{body}\n'
                  f'#line 1 "ksim-launch"\n{reg}\n')
     return prog
+
+
+def _without_launch_bounds(code: str) -> str:
+    """`code` with each `__launch_bounds__(...)` blanked (balanced parentheses: `__launch_bounds__((BM * BN) / (TM *
+    TN), 1)` between `__global__ void` and the kernel's name hid the name from the kernel search)."""
+    out, pos = [], 0
+    for m in re.finditer(r"\b__launch_bounds__\s*\(", code):
+        if m.start() < pos:
+            continue
+        depth, i = 0, m.end() - 1
+        while i < len(code):
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        out.append(code[pos:m.start()])
+        out.append(" " * (i + 1 - m.start()))
+        pos = i + 1
+    out.append(code[pos:])
+    return "".join(out)

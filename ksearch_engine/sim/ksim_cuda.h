@@ -19,8 +19,48 @@ struct thread_group {
   unsigned long long thread_rank() const { return rk; }
   void sync() const { if (tile) ksim::warp_sync(); else thread_block().sync(); }
 };
-struct coalesced_group : thread_block_tile<32> {};
+// coalesced groups: the lanes that reach coalesced_threads() together (the same model as ksim_host.h's, which the
+// capture runs: a ballot waits for the warp's other lanes to arrive or leave)
+struct coalesced_group {
+  unsigned mask;
+  unsigned parent;  // the lanes that made the group together (labeled_partition splits them; all of them call)
+  coalesced_group() : mask(ksim::warp_ballot(true)), parent(mask) {}
+  coalesced_group(unsigned m, unsigned p) : mask(m), parent(p) {}
+  unsigned long long size() const { return (unsigned long long)__builtin_popcount(mask); }
+  unsigned long long num_threads() const { return size(); }
+  unsigned long long thread_rank() const { return (unsigned long long)__builtin_popcount(mask & ((1u << ksim::cur->lane) - 1)); }
+  void sync() const { ksim::warp_sync(); }
+  template <class T> T shfl(T v, int rank) const {
+    unsigned m = mask;
+    for (int r = 0; r < rank && m; r++) m &= m - 1;
+    return __shfl_sync(mask, v, m ? __builtin_ctz(m) : 0);
+  }
+  unsigned ballot(int p) const { return __ballot_sync(mask, p); }
+  int any(int p) const { return __any_sync(mask, p); }
+  int all(int p) const { return __all_sync(mask, p); }
+};
 inline coalesced_group coalesced_threads() { return coalesced_group(); }
+template <class L> inline coalesced_group labeled_partition(const coalesced_group& g, L label) {
+  unsigned m = 0;
+  for (unsigned b = g.mask; b; b &= b - 1) {
+    int l = __builtin_ctz(b);
+    if (__shfl_sync(g.mask, label, l) == label) m |= 1u << l;
+  }
+  return coalesced_group(m, g.mask);
+}
+template <unsigned N, class L> inline coalesced_group labeled_partition(const thread_block_tile<N>&, L label) {
+  return labeled_partition(coalesced_group(), label);
+}
+template <class T, class Op> inline T reduce(const coalesced_group& g, T v, Op op) {
+  T acc{};
+  bool first = true;
+  for (unsigned b = g.parent; b; b &= b - 1) {
+    int l = __builtin_ctz(b);
+    T x = __shfl_sync(g.parent, v, l);
+    if ((g.mask >> l) & 1u) { acc = first ? x : op(acc, x); first = false; }
+  }
+  return acc;
+}
 template <unsigned N, class T = void> struct block_tile_memory {};
 template <unsigned N, class T> inline thread_block this_thread_block(block_tile_memory<N, T>&) { return thread_block(); }
 template <class T> struct bit_and { T operator()(T a, T b) const { return a & b; } };

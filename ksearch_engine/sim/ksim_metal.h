@@ -4,3 +4,8 @@
 #include "ksim.h"
 // MSL 3.2 memory scopes of atomic_thread_fence (everything is sequentially consistent here)
 enum ksim_thread_scope { thread_scope_thread, thread_scope_simdgroup, thread_scope_threadgroup, thread_scope_device };
+// Metal has no clock: a Metal kernel that calls clock()/clock64() does not compile on a Mac, so not here either
+// (the translator's Metal ports read ks_clock instead: specs/translation.yaml time.clock)
+void ksim_metal_has_no_clock_use_a_counter() = delete;
+#define clock() ksim_metal_has_no_clock_use_a_counter()
+#define clock64() ksim_metal_has_no_clock_use_a_counter()

@@ -138,7 +138,8 @@ def rewrite_block_shared(text: str, words: tuple[str, ...], base_depth: int = 0)
             if stripped == outer:
                 break
             outer = stripped
-        pointer_like = "*" in outer or "&" in outer
+        # `threadgroup float (*As)[16]` (a helper's parameter for a 2-D array, helpershared.py) is a pointer too
+        pointer_like = "*" in outer or "&" in outer or re.match(r"[^\[]*\(\s*[*&]", decl) is not None
         out.append(text[pos:m.start()])
         if pointer_like:
             out.append(" " * len(m.group(1)))

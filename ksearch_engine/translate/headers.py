@@ -51,6 +51,10 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
             decided, after = resolve_conditionals(inner, nested)
         except Exception:   # a header this cannot read: as written
             decided, after = inner, nested
+        guard = re.match(r"(?:\s|//[^\n]*|/\*.*?\*/)*#[ \t]*ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]*\n",
+                         inner, re.S)
+        if guard and guard.group(1) == guard.group(2):   # the include guard's #define is no entry of the header
+            decided = re.sub(rf"^[ \t]*#[ \t]*define[ \t]+{guard.group(1)}[ \t]*$", "", decided, count=1, flags=re.M)
         from_headers.update({k: v for k, v in after.items() if here.get(k, ...) is not v})
         macros.update(from_headers)
         out += with_aggregates(find_kernels(decided, "header.cuh").preamble, decided)

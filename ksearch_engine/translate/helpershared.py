@@ -49,6 +49,68 @@ def _declarations(h: KernelInfo) -> list[tuple[SharedDecl, list[str]]]:
     return out
 
 
+def _template_bindings(k: KernelInfo, helpers: list[KernelInfo]) -> dict[str, dict[str, str]]:
+    """helper -> {its template parameter: the one argument every call in `k`'s call tree gives it explicitly}
+    (`matrixMulCUDA<16>(...)` from a kernel, or a caller helper's own bound parameter). A parameter given two
+    different arguments, or deduced (no explicit `<...>`), stays unbound: the kernel cannot declare an array
+    sized by it."""
+    from ..sim.preprocess import split_top
+    bodies = [(None, k.body)] + [(h.name, h.body) for h in helpers]
+    kernel_templates = {t.name for t in k.template_params}
+    out: dict[str, dict[str, str]] = {}
+    for _ in range(len(helpers) + 1):      # callers' bindings resolve their callees' arguments: iterate
+        changed = False
+        for h in helpers:
+            if not h.template_params:
+                continue
+            seen: dict[str, set[str]] = {}
+            complete = True
+            for caller, body in bodies:
+                if caller == h.name:
+                    continue
+                for m in re.finditer(rf"(?<![\w.>:]){re.escape(h.name)}\s*(<)?", body):
+                    if m.group(1) is None:
+                        if re.match(r"\s*\(", body[m.end():]):
+                            complete = False       # deduced arguments: not known here
+                        continue
+                    depth, i = 1, m.end()
+                    while i < len(body) and depth:
+                        depth += {"<": 1, ">": -1}.get(body[i], 0)
+                        i += 1
+                    args = [a.strip() for a in split_top(body[m.end():i - 1]) if a.strip()]
+                    bound = out.get(caller, {}) if caller else {}
+                    for tp, a in zip(h.template_params, args):
+                        if caller is not None:
+                            a = re.sub(r"[A-Za-z_]\w*", lambda w: bound.get(w.group(0), w.group(0)), a)
+                            free = set(re.findall(r"[A-Za-z_]\w*", a)) & (
+                                {t.name for t in next(x for x in helpers if x.name == caller).template_params}
+                                - kernel_templates)
+                            if free:
+                                complete = False
+                                continue
+                        seen.setdefault(tp.name, set()).add(a)
+                    for tp in h.template_params[len(args):]:
+                        if tp.default is not None:
+                            seen.setdefault(tp.name, set()).add(tp.default.strip())
+            if not complete:
+                continue
+            new = {name: next(iter(vals)) for name, vals in seen.items() if len(vals) == 1}
+            if new != out.get(h.name):
+                out[h.name] = new
+                changed = True
+        if not changed:
+            break
+    return out
+
+
+def _bind(text: str, binding: dict[str, str], wrap: bool = True) -> str:
+    """`text` with the template parameters of `binding` replaced by their arguments (parenthesized in sizes)."""
+    if not binding:
+        return text
+    return re.sub(r"[A-Za-z_]\w*", lambda w: ((f"({binding[w.group(0)]})" if wrap else binding[w.group(0)])
+                                               if w.group(0) in binding else w.group(0)), text)
+
+
 def helper_shared(k: KernelInfo, helpers: list[KernelInfo], metal_type, kernel_words: set[str]) -> HelperShared:
     """What the Metal port does with the shared arrays `helpers` (callees first) declare; `metal_type` maps a CUDA
     element type to Metal's, `kernel_words` are the identifiers of the kernel's own text (names to avoid)."""
@@ -60,9 +122,16 @@ def helper_shared(k: KernelInfo, helpers: list[KernelInfo], metal_type, kernel_w
     dyn_type: dict[str, str] = {}
     # the kernel's own extern __shared__ array: every extern array of a helper is the same buffer (CUDA)
     kdyn = next((s for s in k.shared if s.dynamic), None)
+    bindings = _template_bindings(k, helpers) if any(h.template_params for h in helpers) else {}
     for h in helpers:
         for sd, quals in _declarations(h):
             helper_templates = {t.name for t in h.template_params} - kernel_templates
+            binding = {n: v for n, v in bindings.get(h.name, {}).items() if n in helper_templates}
+            if binding:
+                # the kernel instantiates the helper with fixed arguments (`helper<16>(...)`): the kernel declares
+                # the array with them
+                sd = sd.model_copy(update={"type": _bind(sd.type, binding, wrap=False),
+                                           "sizes": [_bind(x, binding) for x in sd.sizes]})
             used = set(re.findall(r"[A-Za-z_]\w*", " ".join([sd.type] + sd.sizes)))
             if used & helper_templates:
                 res.problems.append((sd.text.strip(), sd.line,

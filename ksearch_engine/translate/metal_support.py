@@ -23,10 +23,21 @@ THREAD_ATTRIBUTES = {
     "thread_index_in_threadgroup": "uint",
     "thread_index_in_simdgroup": "uint",
     "simdgroup_index_in_threadgroup": "uint",
+    # not an attribute: the kernel's per-thread clock counter (Metal has no clock; time.clock), handed to helpers
+    # that read the clock the same way
+    "ks_clock_ticks": "thread ulong&",
 }
+
+CLOCK = """// ksearch: Metal has no clock: clock()/clock64() read a per-thread count of readings (8 ticks apart, from 100000);
+// outputs derived from them are timing data, which the port check does not compare
+inline long ks_clock(thread ulong& ticks) { ticks += 1ul; return long(100000ul + 8ul * ticks); }
+"""
 
 THIS_THREAD_BLOCK = ("cooperative_groups::thread_block(thread_position_in_threadgroup, threads_per_threadgroup, "
                      "threadgroup_position_in_grid)")
+
+THIS_GRID = ("cooperative_groups::grid_group(thread_position_in_threadgroup, threads_per_threadgroup, "
+             "threadgroup_position_in_grid, threadgroups_per_grid)")
 
 SHUFFLE_WIDTH = """// ksearch: CUDA shuffles within sub-groups of `w` lanes (a source outside the caller's sub-group: own value)
 template <typename T> inline T ks_shfl_w(T v, int src, int w, uint lane) {
@@ -101,6 +112,58 @@ template <typename T> struct bit_xor { T operator()(T a, T b) const { return a ^
 template <uint N, typename T, typename Op> inline T reduce(const thread_block_tile<N> t, T v, Op op) {
   for (uint o = N / 2u; o > 0u; o /= 2u) v = op(v, t.shfl_xor(v, o));
   return v; }
+// this_grid() read for its ranks and sizes (no sync(): Metal has no grid-wide barrier, the translator reports it)
+struct grid_group {
+  uint3 tid, dim, gid, ngroups;
+  grid_group(uint3 t, uint3 d, uint3 g, uint3 n) : tid(t), dim(d), gid(g), ngroups(n) {}
+  uint block_rank() const { return (gid.z * ngroups.y + gid.y) * ngroups.x + gid.x; }
+  uint num_blocks() const { return ngroups.x * ngroups.y * ngroups.z; }
+  uint thread_rank() const { return block_rank() * (dim.x * dim.y * dim.z) + (tid.z * dim.y + tid.y) * dim.x + tid.x; }
+  uint size() const { return num_blocks() * dim.x * dim.y * dim.z; }
+  uint num_threads() const { return size(); }
+  bool is_valid() const { return true; }
+  uint3 group_index() const { return gid; }
+  uint3 group_dim() const { return dim; }
+  uint3 dim_blocks() const { return ngroups; }
+  uint3 block_index() const { return gid; }
+};
+// coalesced_threads(): the lanes of the SIMD-group active here (simd_ballot(true)); a lane's rank among them is
+// simd_prefix_exclusive_sum over the active lanes, so no thread attribute is needed (helpers make these too)
+struct coalesced_group {
+  uint mask, parent, rank;
+  coalesced_group() : mask(uint(static_cast<simd_vote::vote_t>(simd_ballot(true)))), parent(mask),
+                      rank(simd_prefix_exclusive_sum(1u)) {}
+  coalesced_group(uint m, uint p, uint r) : mask(m), parent(p), rank(r) {}
+  static uint nth_lane(uint m, uint r) { for (uint i = 0u; i < r && m != 0u; i++) m &= m - 1u; return m != 0u ? ctz(m) : 0u; }
+  uint lane() const { return nth_lane(mask, rank); }
+  uint size() const { return popcount(mask); }
+  uint num_threads() const { return size(); }
+  uint thread_rank() const { return rank; }
+  void sync() const { simdgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device); }
+  template <typename T> T shfl(T v, int src) const { return simd_shuffle(v, ushort(nth_lane(mask, uint(src)))); }
+  bool any(bool p) const { return simd_any(p); }
+  bool all(bool p) const { return simd_all(p); }
+};
+inline coalesced_group coalesced_threads() { return coalesced_group(); }
+// labeled_partition: the lanes of g holding the same label (every lane of g calls it, as CUDA requires)
+template <typename L> inline coalesced_group labeled_partition(const coalesced_group g, L label) {
+  uint m = 0u;
+  for (uint b = g.mask; b != 0u; b &= b - 1u) {
+    uint l = ctz(b);
+    if (simd_shuffle(label, ushort(l)) == label) m |= 1u << l;
+  }
+  uint me = g.lane();
+  return coalesced_group(m, g.mask, popcount(m & ((1u << me) - 1u))); }
+// reduce over a coalesced group: every lane of the group it was partitioned from takes part in the shuffles
+template <typename T, typename Op> inline T reduce(const coalesced_group g, T v, Op op) {
+  T acc = v;
+  bool first = true;
+  for (uint b = g.parent; b != 0u; b &= b - 1u) {
+    uint l = ctz(b);
+    T x = simd_shuffle(v, ushort(l));
+    if (((g.mask >> l) & 1u) != 0u) { acc = first ? x : op(acc, x); first = false; }
+  }
+  return acc; }
 }  // namespace cooperative_groups
 """
 
@@ -112,6 +175,8 @@ def metal_support(text: str) -> str:
         out.append(SHUFFLE_WIDTH)
     if "cooperative_groups" in text:
         out.append(COOPERATIVE_GROUPS)
+    if "ks_clock(" in text:
+        out.append(CLOCK)
     from .wmma import metal_wmma_support   # nvcuda::wmma on simdgroup matrices (wmma.py)
     wmma = metal_wmma_support(text)
     if wmma:

@@ -17,14 +17,20 @@ from ..source.cfamily import parse_bytes
 from .rules import Rule, RuleTable
 
 from .launch import CUDA_ATOMICS as _CUDA_ATOMICS  # noqa: E402
-from .metal_support import THIS_THREAD_BLOCK, THREAD_ATTRIBUTES  # noqa: E402
+from .metal_support import THIS_GRID, THIS_THREAD_BLOCK, THREAD_ATTRIBUTES  # noqa: E402
 
 _ADDRESS_SPACES = {"device", "threadgroup", "constant", "thread"}
 _HELPER_WORDS = {"__device__", "__host__", "__forceinline__", "__noinline__"}
 MAX_DEPTH = 20000   # tree levels; real kernels stay under 100
-# identifiers that are keywords (or reserved attribute words) in Metal Shading Language but not in CUDA
+# THE rename table of the Metal port (specs/translation.yaml ident.metal_keyword): user identifiers that are keywords,
+# reserved attribute words or builtin type names in Metal Shading Language but not in CUDA. Variables, functions,
+# typedef/struct names and struct fields so named get a trailing underscore, in the kernel, its helpers and the
+# header's file-scope entries alike (wmma's `fragment` type too: translate/wmma.py)
 METAL_KEYWORDS = {"device", "constant", "threadgroup", "thread", "kernel", "vertex", "fragment", "threadgroup_imageblock",
-                  "ray_data", "object_data", "visible", "stage_in", "patch"}
+                  "ray_data", "object_data", "visible", "stage_in", "patch", "sampler", "imageblock",
+                  "texture1d", "texture1d_array", "texture2d", "texture2d_array", "texture3d", "texturecube",
+                  "texturecube_array", "texture2d_ms", "depth2d", "depth2d_array", "depthcube", "depth2d_ms",
+                  }
 
 
 @pdataclass
@@ -107,6 +113,7 @@ class Rewriter:
         if fn is None:
             return self._emit(root), ""
         self.grid_objects = self._find_grid_objects(fn)
+        self._fn_text = self._text(fn)
         if helper:
             prefix = ""
             if fn.parent is not None and fn.parent.type == "template_declaration":   # `template <uint dir>` stays
@@ -140,6 +147,14 @@ class Rewriter:
         issue = Issue(construct=construct, line=self._line(node), message=message, severity=severity)
         if all((i.construct, i.line, i.message) != (issue.construct, issue.line, issue.message) for i in self.issues):
             self.issues.append(issue)
+
+    def _grid_synced(self) -> bool:
+        """Whether the function being rewritten syncs a grid group (`grid.sync()`, `this_grid().sync()`,
+        `cg::sync(grid)`): Metal has no grid-wide barrier, so this_grid() is then reported."""
+        text = getattr(self, "_fn_text", "")
+        names = "|".join(re.escape(n) for n in self.grid_objects) or "(?!)"
+        return bool(re.search(rf"\b(?:{names})\s*\.\s*sync\s*\(|this_grid\s*\(\s*\)\s*\.\s*sync\b"
+                              rf"|\bsync\s*\(\s*(?:{names})\s*\)", text))
 
     def _find_grid_objects(self, fn) -> set[str]:
         names = set()
@@ -258,6 +273,9 @@ class Rewriter:
                     self.applied.append("ident.metal_keyword")
                 return text + "_"
             return text
+        if t == "field_identifier" and text in METAL_KEYWORDS and "ident.metal_keyword" in self.special:
+            self._apply_special("ident.metal_keyword")   # a struct field `int kernel;` and its uses `it.kernel`
+            return text + "_"
         if t in ("type_identifier", "primitive_type", "sized_type_specifier"):
             norm = " ".join(text.split())
             rule = self.types.get(norm)
@@ -293,6 +311,11 @@ class Rewriter:
             self._report(f"{name}<<<...>>>", node,
                          rule.reason if rule and rule.reason else "kernels cannot launch kernels in Metal")
             return self._text(node)
+        if short == "this_grid" and not (args_node is not None and args_node.named_children) \
+                and "cg.this_grid" in self.special and not self._grid_synced():
+            # a grid group read for its ranks and sizes only (grid-stride loops): built from the thread attributes
+            self._apply_special("cg.this_grid")
+            return THIS_GRID
         if short == "this_grid" or (fn is not None and fn.type == "field_expression"
                                     and self._text(fn.child_by_field_name("field")) == "sync"
                                     and (self._text(fn.child_by_field_name("argument")) in self.grid_objects
@@ -302,6 +325,10 @@ class Rewriter:
                 self._report("grid.sync()" if short != "this_grid" else "this_grid()", node,
                              rule.reason or "grid-wide synchronization is not available in Metal")
             return self._emit_children(node)
+        if short in ("clock", "clock64") and name in ("clock", "clock64", "::clock") \
+                and not (args_node is not None and args_node.named_children) and "time.clock" in self.special:
+            self._apply_special("time.clock")
+            return "ks_clock(ks_clock_ticks)"
         if short == "this_thread_block" and not (args_node is not None and args_node.named_children) \
                 and "cg.this_thread_block" in self.special:
             self._apply_special("cg.this_thread_block")

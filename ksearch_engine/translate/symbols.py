@@ -95,7 +95,7 @@ def file_symbols(source: str, preamble: list[str]) -> list[Symbol]:
                 continue
         d = re.fullmatch(r"\s*(?P<type>[A-Za-z_][\w\s]*?)\s+(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]+\]\s*)*)",
                          rest)
-        if d is None or "*" in rest:
+        if d is None or "*" in re.sub(r"\[[^\]]*\]", "", rest):   # a pointer (not `[A * B]`, a size)
             continue
         words = d.group("type").split()
         space = "constant" if m.group("space") == "__constant__" or "__constant__" in words else "device"

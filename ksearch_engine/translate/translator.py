@@ -127,7 +127,12 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         raise TranslateError(f"{where}: '{kernel_name}' is a {k.language} kernel; Port to MLX translates CUDA "
                              "kernels (Metal and MLX kernels can be optimized directly)")
     from ..source.conditionals import has_conditionals
-    if has_conditionals(k.text):   # `#if` in its parameter list or body: decided as nvcc decides it, where known
+    helper_names = [h.name for h in parse_result.helpers]
+    if has_conditionals(k.text) or (len(set(helper_names)) < len(helper_names)
+                                    and has_conditionals(parse_result.source)):
+        # `#if` in its parameter list or body, or helpers defined once per branch (`#ifndef DOUBLE_PRECISION`
+        # float f(...) `#else` double f(...): one definition twice once Metal computes doubles as float):
+        # decided as nvcc decides it, where known
         parse_result = _with_resolved_conditionals(parse_result, kernel_name)
         k = parse_result.kernel(kernel_name) or k
     from .textures import TextureError, port_textures
@@ -257,7 +262,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     ctx.fragment_types = fragment_aliases(parse_result.source)
     rw = Rewriter(table, line_offset=line0, context=ctx)
     _, metal_body = rw.rewrite_function(k.text, helper=False)
-    metal_body = _align_first(_with_hoisted(metal_body, hshared.kernel_decls))
+    metal_body = _with_clock(_align_first(_with_hoisted(metal_body, hshared.kernel_decls)))
     header_parts = []
     preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers]
                                         + _instantiated_types(k, parse_result.source))
@@ -348,7 +353,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     lctx.dynamic_shared.update(hshared.dynamic)
     lrw = Rewriter(table, line_offset=line0, context=lctx)
     _, launch_metal_body = lrw.rewrite_function(k.text, helper=False)
-    launch_metal_body = _align_first(_with_hoisted(launch_metal_body, hshared.kernel_decls))
+    launch_metal_body = _with_clock(_align_first(_with_hoisted(launch_metal_body, hshared.kernel_decls)))
     lheader_parts = []
     launch_issues = list(lrw.issues) + wmma_issues   # the launch() port has the same Metal wmma
     if lpreamble:
@@ -496,6 +501,16 @@ def _with_resolved_conditionals(parse_result: ParseResult, kernel_name: str) -> 
     names = {h.name for h in new.helpers}
     new.helpers = [h for h in parse_result.helpers if h.text not in own_helpers and h.name not in names] + new.helpers
     return new
+
+
+def _with_clock(body: str) -> str:
+    """The kernel's Metal body with its per-thread clock counter declared first where it (or a helper it passes the
+    counter to) reads the clock: Metal has no clock (specs/translation.yaml time.clock)."""
+    import re
+    if not re.search(r"\bks_clock_ticks\b", body):
+        return body
+    return "\n    ulong ks_clock_ticks = 0;   // ksearch: Metal has no clock: clock()/clock64() count this thread's reads\n" \
+        + body.lstrip("\n")
 
 
 def _with_hoisted(body: str, decls: list[str]) -> str:

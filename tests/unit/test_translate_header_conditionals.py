@@ -80,3 +80,40 @@ def test_a_kernel_taking_a_conditionally_typedefd_pointer_ports_and_verifies(tmp
     v = {k.kernel: k for k in report.kernels}["scale"]
     assert v.status == "verified", v.reason
     assert "typedef float elem_t;" in v.module_text and "typedef double elem_t" not in v.module_text
+
+
+def test_a_helper_defined_once_per_branch_is_ported_in_the_branch_nvcc_takes(tmp_path):
+    """binomialOptions: `#ifndef DOUBLE_PRECISION` float helper `#else` double helper: the Metal port computes
+    doubles as float, so carrying both branches defined the helper twice."""
+    _write(tmp_path, "prec.h", PREC_H)
+    _write(tmp_path, "width.h", WIDTH_H)
+    src = _write(tmp_path, "k.cu", """
+        #include <cstdio>
+        #include <cstdlib>
+        #include "prec.h"
+        #ifndef USE_WIDE_TYPE
+        __device__ inline float payoff(float s, int i) { return fmaxf(s - (float)i, 0.0f); }
+        #else
+        __device__ inline double payoff(double s, int i) { return fmax(s - (double)i, 0.0); }
+        #endif
+        __global__ void pay(elem_t *x, int n) {
+          int i = blockIdx.x * blockDim.x + threadIdx.x;
+          if (i < n) x[i] = payoff(x[i], i % 3);
+        }
+        int main() {
+          const int n = 128;
+          elem_t *h = (elem_t *)malloc(n * sizeof(elem_t)), *d;
+          for (int i = 0; i < n; i++) h[i] = (elem_t)(i % 4);
+          cudaMalloc(&d, n * sizeof(elem_t));
+          cudaMemcpy(d, h, n * sizeof(elem_t), cudaMemcpyHostToDevice);
+          pay<<<n / 32, 32>>>(d, n);
+          cudaMemcpy(h, d, n * sizeof(elem_t), cudaMemcpyDeviceToHost);
+          printf("%f\\n", (double)h[5]);
+          return 0;
+        }
+    """)
+    report = port_file(src, write=False)
+    v = {k.kernel: k for k in report.kernels}["pay"]
+    assert v.status == "verified", v.reason
+    metal = v.module_text.split("CUDA_HEADER")[0]
+    assert metal.count("payoff(") >= 2 and "double payoff" not in metal

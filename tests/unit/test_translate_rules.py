@@ -36,6 +36,27 @@ def test_rule_example_translates_as_listed(rule: Rule):
         tr = translate_kernel(find_kernels(rule.example.cuda, "t.cu"), "k", "t.cu")
         assert rule.example.metal in tr.launch_metal_source and tr.symbols[0]["name"] == "coef"
         return
+    if rule.id == "cg.coalesced_group":   # a helper making the group, called in a divergent branch
+        from ksearch_engine.source import find_kernels
+        from ksearch_engine.translate import translate_kernel
+        tr = translate_kernel(find_kernels(rule.example.cuda, "t.cu"), "k", "t.cu")
+        assert rule.example.metal in tr.header and "inline coalesced_group coalesced_threads()" in tr.header
+        assert not [i for i in tr.report if i.severity == "error" and i.scope == "kernel"], tr.report
+        return
+    if rule.id == "param.nullable_pointer":   # launch()'s prologue of a pointer the kernel tests for NULL
+        from ksearch_engine.source import find_kernels
+        from ksearch_engine.translate import translate_kernel
+        tr = translate_kernel(find_kernels(rule.example.cuda, "t.cu"), "k", "t.cu")
+        assert rule.example.metal in tr.launch_metal_source
+        assert [p for p in tr.params if p["name"] == "b"][0].get("nullable")
+        return
+    if rule.id == "pre.header_conditionals":   # a file whose helper is defined once per branch
+        from ksearch_engine.source import find_kernels
+        from ksearch_engine.translate import translate_kernel
+        tr = translate_kernel(find_kernels(rule.example.cuda, "t.cu"), "k", "t.cu")
+        assert rule.example.metal in tr.header and "double twice" not in tr.header
+        assert tr.header.count("twice(") == 1
+        return
     if rule.id == "fn.device_helper":
         got = translate_helper(rule.example.cuda)
         assert got == rule.example.metal
