@@ -9,3 +9,7 @@ enum ksim_thread_scope { thread_scope_thread, thread_scope_simdgroup, thread_sco
 void ksim_metal_has_no_clock_use_a_counter() = delete;
 #define clock() ksim_metal_has_no_clock_use_a_counter()
 #define clock64() ksim_metal_has_no_clock_use_a_counter()
+// Metal has no C library: memcpy does not compile on a Mac, so not here either (ksim.h's own uses come before this;
+// the translator's Metal ports copy a class's payload with ks_memcpy: specs/translation.yaml class.member_rules)
+void ksim_metal_has_no_memcpy_copy_the_elements() = delete;
+#define memcpy(d, s, n) ksim_metal_has_no_memcpy_copy_the_elements()

@@ -26,8 +26,10 @@ def walk(node):
         stack.extend(reversed(n.children))
 
 
-def written_pointers(kernel: KernelInfo) -> set[str]:
-    """Pointer parameters the kernel writes through, directly or through local pointers derived from them."""
+def written_pointers(kernel: KernelInfo, helpers: list[KernelInfo] | None = None, _depth: int = 0) -> set[str]:
+    """Pointer parameters the kernel writes through, directly or through local pointers derived from them, or
+    through a `helpers` function it passes them to (`store128(out + c, v)` writing `*reinterpret_cast<int4*>(p)`)."""
+    by_name = {h.name: h for h in (helpers or [])}
     data = kernel.text.encode()
     root = parse_bytes(data, "cuda").root_node
     params = {p.name for p in kernel.params if p.pointer}
@@ -38,8 +40,16 @@ def written_pointers(kernel: KernelInfo) -> set[str]:
 
     def base_of(n) -> str | None:
         while n is not None and n.type in ("subscript_expression", "field_expression", "pointer_expression",
-                                           "parenthesized_expression", "cast_expression", "binary_expression"):
-            if n.type == "cast_expression":
+                                           "parenthesized_expression", "cast_expression", "binary_expression",
+                                           "call_expression"):
+            if n.type == "call_expression":   # reinterpret_cast<int4*>(p)
+                fn = n.child_by_field_name("function")
+                a = n.child_by_field_name("arguments")
+                if fn is None or a is None or not re.match(r"(?:reinterpret|static|const)_cast\b", t(fn)) \
+                        or not a.named_children:
+                    return None
+                n = a.named_children[0]
+            elif n.type == "cast_expression":
                 n = n.child_by_field_name("value")
             elif n.type == "binary_expression":
                 n = n.child_by_field_name("left")
@@ -79,6 +89,13 @@ def written_pointers(kernel: KernelInfo) -> set[str]:
             if fn is not None and t(fn).split("::")[-1] == "store_matrix_sync":   # wmma: writes through arg 0
                 args = n.child_by_field_name("arguments").named_children
                 target = base_of(args[0]) if args else None
+            elif fn is not None and t(fn).split("<")[0].strip() in by_name and _depth < 8:
+                callee = by_name[t(fn).split("<")[0].strip()]
+                inner = written_pointers(callee, helpers, _depth + 1)
+                args = n.child_by_field_name("arguments").named_children
+                for p, a in zip(callee.params, args):
+                    if p.name in inner and base_of(a):
+                        out.add(base_of(a))
             elif fn is not None and t(fn).startswith("atomic"):
                 args = n.child_by_field_name("arguments").named_children
                 if args:

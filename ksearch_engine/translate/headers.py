@@ -46,18 +46,23 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
         except OSError:
             continue
         nested = dict(here)   # gains the macros of the headers `inner` includes
+        guard = re.match(r"(?:\s|//[^\n]*|/\*.*?\*/)*#[ \t]*ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]*\n",
+                         inner, re.S)
+        if guard and guard.group(1) == guard.group(2):
+            # read as at its first inclusion: a program that included it before the kernel's file (its guard is
+            # defined at this #include) still gives the ports its entries
+            nested.pop(guard.group(1), None)
         out += header_preamble(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1, nested)
         try:
             decided, after = resolve_conditionals(inner, nested)
         except Exception:   # a header this cannot read: as written
             decided, after = inner, nested
-        guard = re.match(r"(?:\s|//[^\n]*|/\*.*?\*/)*#[ \t]*ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]*\n",
-                         inner, re.S)
-        if guard and guard.group(1) == guard.group(2):   # the include guard's #define is no entry of the header
-            decided = re.sub(rf"^[ \t]*#[ \t]*define[ \t]+{guard.group(1)}[ \t]*$", "", decided, count=1, flags=re.M)
         from_headers.update({k: v for k, v in after.items() if here.get(k, ...) is not v})
         macros.update(from_headers)
-        out += with_aggregates(find_kernels(decided, "header.cuh").preamble, decided)
+        entries = with_aggregates(find_kernels(decided, "header.cuh").preamble, decided)
+        if guard and guard.group(1) == guard.group(2):   # the include guard's #define is no entry of the header
+            entries = [e for e in entries if not re.fullmatch(rf"#[ \t]*define[ \t]+{guard.group(1)}\s*", e)]
+        out += entries
     unique: list[str] = []
     for e in out:
         if e not in unique:
@@ -65,7 +70,11 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
     return unique
 
 
-_AGGREGATE = re.compile(r"^[ \t]*(?:typedef\s+)?(?:struct|union|enum(?:\s+class)?)\b[^;{}()=]*\{", re.M)
+# `template <class T> struct alignas(16) Packed128 {...};` (llm.c's common.h): a class template, an alignment in the
+# head; its member functions, constructors and operators come along in the braces
+_AGGREGATE = re.compile(r"^[ \t]*(?:template[ \t]*<[^;{}()]*>[ \t]*\n?[ \t]*)?(?:typedef\s+)?"
+                        r"(?:struct|union|class|enum(?:\s+class)?)\b"
+                        r"(?:[^;{}()=]|(?:alignas|__align__)[ \t]*\([ \t]*\w+[ \t]*\))*\{", re.M)
 
 
 # CUDA's vector types (and Metal's, with the same names): both ports' runtimes define them. A file's own definition

@@ -107,7 +107,11 @@ class HostTranslator:
             name = " ".join(self.text(ty).split()) if ty is not None else ""
             if name in SIZEOF:
                 return str(SIZEOF[name])
-            self.fail(node, f"unknown size of `{name}`")
+            if not name:   # `sizeof(q4f)`: a name the parser reads as an expression (a typedef of a class)
+                v = node.child_by_field_name("value")
+                name = " ".join(self.text(v).split()).strip("() ") if v is not None else ""
+            self.fail(node, f"unknown size of `{name}`: this reads only scalar and CUDA vector sizes; "
+                            "write the byte count there or set it in launch_config()")
         if t == "call_expression":
             fn = node.child_by_field_name("function")
             args = [a for a in node.child_by_field_name("arguments").named_children if a.type != "comment"]

@@ -168,6 +168,15 @@ template <typename T, typename Op> inline T reduce(const coalesced_group g, T v,
 """
 
 
+# CUDA device code's memcpy between a struct's payload and an int4 (llm.c's Packed128): Metal has no memcpy; a
+# byte copy through thread pointers (both objects are the thread's own: a member function's payload, a local)
+MEMCPY = """template <class D, class S>
+inline void ks_memcpy(thread D* dst, const thread S* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) reinterpret_cast<thread char*>(dst)[i] = reinterpret_cast<const thread char*>(src)[i];
+}
+"""
+
+
 def metal_support(text: str) -> str:
     """The support code `text` (a rewritten Metal header + body) calls, to put first in its header."""
     out = []
@@ -177,6 +186,8 @@ def metal_support(text: str) -> str:
         out.append(COOPERATIVE_GROUPS)
     if "ks_clock(" in text:
         out.append(CLOCK)
+    if "ks_memcpy(" in text:
+        out.append(MEMCPY)
     from .wmma import metal_wmma_support   # nvcuda::wmma on simdgroup matrices (wmma.py)
     wmma = metal_wmma_support(text)
     if wmma:

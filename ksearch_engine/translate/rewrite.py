@@ -456,6 +456,9 @@ class Rewriter:
         scope = node.parent.parent if node.parent is not None and node.parent.parent is not None else node
         if node.parent is not None and node.parent.type == "cast_expression":
             scope = node.parent
+        elif node.parent is not None and node.parent.type == "template_argument_list" and scope.type == \
+                "template_function" and scope.parent is not None and scope.parent.type == "call_expression":
+            scope = scope.parent   # reinterpret_cast<f128*>(params): the space of what is cast (a threadgroup array)
         before = self._pointer_space_prefix(node, node.child_by_field_name("type"), scope)
         return self._emit_children(node, before=before)
 

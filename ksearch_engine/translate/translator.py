@@ -193,7 +193,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                     scope="launch_config"))
                 template_values[tp.name] = "0"
 
-    written = analysis.written_pointers(k)
+    written = analysis.written_pointers(k, analysis.called_helpers(k, _helper_pool(parse_result, src_path)))
     plan = _Plan()
     for p in k.params:
         if p.pointer:
@@ -270,7 +270,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         + preamble
     if preamble:
         pre = Rewriter(table, line_offset=0, context=ctx)
-        header_parts.append(_metal_packed_fields(pre.rewrite_snippet(_metal_align("\n".join(preamble)))))
+        header_parts.append(_metal_packed_fields(_metal_class_members(pre.rewrite_snippet(_metal_align("\n".join(preamble))))))
         rw.applied += [a for a in pre.applied if a not in rw.applied]
     for h in helpers:
         hr = Rewriter(table, line_offset=h.range.start.line, context=_helper_ctx(ctx, hshared, h))
@@ -358,7 +358,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     launch_issues = list(lrw.issues) + wmma_issues   # the launch() port has the same Metal wmma
     if lpreamble:
         lpre = Rewriter(table, line_offset=0, context=lctx)
-        lheader_parts.append(_metal_packed_fields(lpre.rewrite_snippet(_metal_align("\n".join(lpreamble)))))
+        lheader_parts.append(_metal_packed_fields(_metal_class_members(lpre.rewrite_snippet(_metal_align("\n".join(lpreamble))))))
         launch_issues += lpre.issues
     for h in helpers:
         lhr = Rewriter(table, line_offset=h.range.start.line, context=_helper_ctx(lctx, hshared, h))
@@ -664,6 +664,51 @@ def _metal_align(text: str) -> str:
     """CUDA's __align__(n) is C++'s alignas(n) in Metal."""
     import re
     return re.sub(r"\b__align__\s*\(", "alignas(", text)
+
+
+_CLASS_HEAD = re.compile(r"^[ \t]*(?:template[ \t]*<[^;{}()]*>[ \t]*\n?[ \t]*)?(?:struct|class|union)\b"
+                         r"(?:[^;{}()=]|(?:alignas|__align__)[ \t]*\([ \t]*\w+[ \t]*\))*\{", re.M)
+# a member function returning a reference: `E& operator[](int j)`, `const E& at(int j) const`
+_REF_RETURN = re.compile(r"(^|[;{}]|\binline\b|\bstatic\b)([ \t]*)((?:const[ \t]+)?[A-Za-z_][\w:]*(?:<[^<>;{}()]*>)?"
+                         r"[ \t]*&)(?=[ \t]*(?:operator\b|[A-Za-z_]\w*[ \t]*\())", re.M)
+
+
+def _metal_class_members(text: str) -> str:
+    """Inside a file-scope struct/class (template) body, for Metal: `__device__`/`__host__` dropped, `__forceinline__`
+    is `inline`; a member returning a reference returns a `thread` one (an unqualified reference is not allowed in
+    MSL); `static constexpr`/`static const` data members live in `constant` memory; `memcpy` (Metal has none) is `ks_memcpy`, a
+    byte loop through thread pointers (metal_support.py)."""
+    from ..launchsites import balanced
+    out, last = [], 0
+    for m in _CLASS_HEAD.finditer(text):
+        if m.start() < last:
+            continue
+        close = balanced(text, m.end() - 1, "{", "}")
+        if close <= 0:
+            continue
+        body = text[m.end():close]
+        if "(" not in body:   # plain data: nothing to do
+            continue
+        body = re.sub(r"\b__forceinline__\b", "inline", body)
+        body = re.sub(r"[ \t]*\b(?:__device__|__host__)\b[ \t]*", " ", body)
+        body = _REF_RETURN.sub(lambda r: r.group(1) + r.group(2) + (r.group(3) if re.search(
+            r"\b(?:thread|device|threadgroup|constant)\b", r.group(3)) else "thread " + r.group(3)), body)
+        head = text[m.start():m.end()]
+        types = set(re.findall(r"\b(?:class|typename)[ \t]+([A-Za-z_]\w*)", head.split("struct")[0].split("union")[0])
+                    if head.lstrip().startswith("template") else [])
+        own = re.search(r"\b(?:struct|class|union)\b(?:[ \t]+(?:alignas|__align__)[ \t]*\([^()]*\))?[ \t]+([A-Za-z_]\w*)",
+                        head)
+        types |= {own.group(1)} if own else set()
+        types |= {"float", "int", "unsigned", "uint", "half", "bool", "char", "short", "long", "float2", "float4",
+                  "int2", "int4", "uint2", "uint4", "size_t"}
+        # a reference parameter of a member (`Acc operator+(const Acc& o) const`) is a `thread` reference too
+        body = re.sub(r"([(,][ \t]*)((?:const[ \t]+)?(" + "|".join(sorted(types)) + r")(?:<[^<>;{}()]*>)?[ \t]*&)"
+                      r"(?=[ \t]*[A-Za-z_]\w*[ \t]*[,)])", lambda r: r.group(1) + "thread " + r.group(2), body)
+        body = re.sub(r"\bstatic[ \t]+(constexpr|const)\b(?![ \t]+constant\b)", r"static constant \1", body)
+        body = re.sub(r"(?<![\w.:>])(?:std::)?memcpy[ \t]*\(", "ks_memcpy(", body)
+        out.append(text[last:m.end()] + body)
+        last = close
+    return "".join(out) + text[last:] if out else text
 
 
 _VEC3 = r"\b((?:u?char|u?short|u?int|uint|float|half))3\b"

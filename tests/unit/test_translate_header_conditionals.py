@@ -117,3 +117,16 @@ def test_a_helper_defined_once_per_branch_is_ported_in_the_branch_nvcc_takes(tmp
     assert v.status == "verified", v.reason
     metal = v.module_text.split("CUDA_HEADER")[0]
     assert metal.count("payoff(") >= 2 and "double payoff" not in metal
+
+
+def test_a_guarded_header_keeps_its_defines_also_when_the_program_included_it_first(tmp_path):
+    """An include guard is no conditional to decide away: the header's #defines reach the ports whether the kernel
+    file is read alone or after a program that included the same header (its guard then already defined)."""
+    from ksearch_engine.translate.headers import header_preamble
+    (tmp_path / "sizes.h").write_text("#ifndef SIZES_H\n#define SIZES_H\n#define TILE 16\n#define RATE 0.5f\n"
+                                      "typedef struct { int n; float *v; } Vec;\n#endif\n")
+    for text in ('#include "sizes.h"\n', '#include "sizes.h"\n#include "sizes.h"\n',
+                 '#define SIZES_H\n#include "sizes.h"\n'):
+        entries = header_preamble(text, [str(tmp_path)])
+        assert "#define TILE 16" in entries and "#define RATE 0.5f" in entries, (text, entries)
+        assert not any(e.startswith("#define SIZES_H") for e in entries)

@@ -50,6 +50,13 @@ def test_rule_example_translates_as_listed(rule: Rule):
         assert rule.example.metal in tr.launch_metal_source
         assert [p for p in tr.params if p["name"] == "b"][0].get("nullable")
         return
+    if rule.id == "class.member_rules":   # a class template used by a kernel: carried with Metal's member rules
+        from ksearch_engine.source import find_kernels
+        from ksearch_engine.translate import translate_kernel
+        tr = translate_kernel(find_kernels(rule.example.cuda, "t.cu"), "k", "t.cu")
+        assert rule.example.metal in tr.header and rule.example.metal in tr.launch_metal_header
+        assert "__device__ T& operator[]" in tr.launch_cuda_header
+        return
     if rule.id == "pre.header_conditionals":   # a file whose helper is defined once per branch
         from ksearch_engine.source import find_kernels
         from ksearch_engine.translate import translate_kernel
