@@ -737,7 +737,7 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
             if sy.space != "constant" or sy.init is not None or not re.search(rf"\b{re.escape(sy.name)}\b", used_text):
                 continue
             dt = np.dtype(sy.dtype)
-            n = max(1, sy.count * sy.elem_bytes // dt.itemsize)
+            n = max(1, sy.count)     # Symbol.count: scalars of sy.dtype (a float3 element is 3 of them)
             sym_args[sy.name] = (rng.uniform(0.0, 1.0, n).astype(dt) if dt.kind == "f"
                                  else rng.integers(0, 2, n).astype(dt))
     except Exception:   # a declaration this module does not follow: the tables start as zeros

@@ -45,6 +45,9 @@ class Symbol:
         """The kernel's declaration of the variable as a view of its input buffer."""
         space = "device " if dialect == "metal" else ""
         t = metal_type(self.ctype) if dialect == "metal" else self.ctype
+        if dialect == "metal":
+            # CUDA's T3 vectors are 12 bytes apart in memory, Metal's 16: the buffer is read as packed_T3
+            t = re.sub(r"^((?:u?char|u?short|u?int|uint|float|half))3$", r"packed_\g<1>3", t.strip())
         if not self.sizes:
             return f"    {space}{t}& {self.name} = *({space}{t}*){self.input_name};\n"
         if len(self.sizes) == 1:

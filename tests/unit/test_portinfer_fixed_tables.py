@@ -79,3 +79,28 @@ __global__ void rows(float *out, const float *inp, int N, int C) {
     monkeypatch.setattr(portinfer, "run_cuda_source", fake_run)
     rec, args = portinfer.infer_launch(src, k, {}, filename="t.cu")
     assert len(calls) == 3 and calls[2] == 16 * calls[0]
+
+
+VEC_SRC = """
+__constant__ float3 c_axis[2];
+
+__global__ void project(int n, const float *xyz, float *out)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float3 p = make_float3(xyz[3 * i], xyz[3 * i + 1], xyz[3 * i + 2]);
+    out[2 * i] = p.x * c_axis[0].x + p.y * c_axis[0].y + p.z * c_axis[0].z;
+    out[2 * i + 1] = p.x * c_axis[1].x + p.y * c_axis[1].y + p.z * c_axis[1].z;
+}
+"""
+
+
+def test_a_constant_table_of_vector_elements_gets_made_up_contents_of_its_own_size(tmp_path: Path):
+    """`__constant__ float3 c_axis[2]` holds 6 floats (24 bytes): the made-up table is that size, not 3x it."""
+    path = tmp_path / "axis.cu"
+    path.write_text(VEC_SRC)
+    parsed = find_kernels(VEC_SRC, str(path))
+    tr = translate_kernel(parsed, "project", str(path))
+    res = check_inferred(tr.module_text, VEC_SRC, parsed.kernel("project"), path, {})
+    assert res.passed, res.reason
+    assert res.checked[0][1]["c_axis"].size == 6 and res.checked[0][1]["c_axis"].any()
