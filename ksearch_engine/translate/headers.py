@@ -9,6 +9,11 @@ import re
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 
+# an include guard after leading comments; possessive, so a header without one fails in linear time (a lazy
+# `/\*.*?\*/` under re.S let a header of many comments and no guard backtrack for minutes)
+_GUARD = re.compile(r"(?:\s++|//[^\n]*+|/\*(?:[^*]|\*(?!/))*+\*/)*+#[ \t]*ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]*\n")
+
+
 def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: int = 0,
                     _macros: dict | None = None) -> list[str]:
     """File-scope entries (as ParseResult.preamble) of the local headers `text` includes, nested ones first.
@@ -46,8 +51,7 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
         except OSError:
             continue
         nested = dict(here)   # gains the macros of the headers `inner` includes
-        guard = re.match(r"(?:\s|//[^\n]*|/\*.*?\*/)*#[ \t]*ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]*\n",
-                         inner, re.S)
+        guard = _GUARD.match(inner)
         if guard and guard.group(1) == guard.group(2):
             # read as at its first inclusion: a program that included it before the kernel's file (its guard is
             # defined at this #include) still gives the ports its entries
