@@ -167,7 +167,7 @@ class OfflineProposer:
                     decision=t.decision, choice=t.describe(v), template=XFORM + t.id, knobs={t.knob: v}, kind=kind,
                     impact=impact, difficulty=t.difficulty, confidence=0.45,
                     score=round(min(1.0, max(0.05, 0.4 + 0.4 * (factor - 1.0) * 4 - 0.03 * len(specs))), 3),
-                    predicted_speedup=round(base * factor, 3),
+                    predicted_speedup=max(round(base * factor, 3), 1e-3),
                     notes=f"edit of the user's kernel: {t.id}={v}; predicted x{factor:.2f} ({impact.notes})"))
                 break      # one value per transformation at a time: its other values come as siblings later
         specs = specs[: self.max_new_nodes or len(specs)]
@@ -219,7 +219,7 @@ class OfflineProposer:
                 decision=f"tune {knob}", choice=f"{knob} {old} → {new}", template=t.id,
                 knobs={**node.knobs, knob: new}, kind=node.kind, impact=self._spec_impact(t, knob), difficulty=t.difficulty,
                 confidence=0.5 if gain else 0.35, score=round(min(1.0, max(0.05, score)), 3),
-                predicted_speedup=round(pred, 3),
+                predicted_speedup=max(round(pred, 3), 1e-3),   # > 0 even under a tiny measured speedup
                 notes=(f"this direction paid {gain:+.2f} before" if gain else "untried direction")))
         return [Insert(parent=node.id, nodes=specs)]
 
