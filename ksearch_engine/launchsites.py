@@ -779,6 +779,12 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
             block = got[0]
             n = max(64, 2 * max(block))
             g = _dims(s.grid, scope, benv, n)
+            # a grid of runtime sizes over tiles larger than the stand-in (`imageW / (8 * 16)` at 64) comes out 0:
+            # the stand-in grows until each dimension has a block, so that the sizes the scalars get and the grid
+            # agree (a grid clamped to 1 over sizes too small for it makes blocks overlap: a made-up race)
+            while g is not None and g[1] and min(g[0]) < 1 and n < (1 << 16):
+                n *= 2
+                g = _dims(s.grid, scope, benv, n)
             grid = None
             if len(s.grid) == 1 and re.fullmatch(r"[A-Za-z_]\w*", s.grid[0].strip()) and \
                     benv.get(s.grid[0].strip(), 0) is None:

@@ -319,6 +319,15 @@ inline double now_s() {
   return duration_cast<duration<double>>(steady_clock::now().time_since_epoch()).count();
 }
 
+// A launch's cost is the CPU time of the thread that runs it (a kernel runs on the thread that launched it), not
+// wall time: on a loaded machine wall time grows with the load, and whether a launch is "too slow to check"
+// (slow_s) must not depend on what else the machine runs.
+inline double cpu_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 inline std::string jstr(const std::string& s) {
   std::string o = "\"";
   for (unsigned char c : s) {
@@ -569,7 +578,7 @@ template <class Tup, size_t... I> inline std::vector<ArgInfo> describe_all(const
 [[noreturn]] inline void stop_for_scaling(const char* why) {
   State& S = st();
   char num[96];
-  snprintf(num, sizeof num, ",\"seconds\":%.3f,\"done\":%lld,\"total\":%lld", now_s() - S.launch_t0, S.blocks_done,
+  snprintf(num, sizeof num, ",\"seconds\":%.3f,\"done\":%lld,\"total\":%lld", cpu_s() - S.launch_t0, S.blocks_done,
            S.blocks_total);
   log_line("{\"ev\":\"stop\",\"kind\":" + jstr(why) + ",\"message\":\"stopped to run at smaller sizes\",\"file\":null,"
            "\"line\":null,\"launch\":" + S.launch_desc + num + "}");
@@ -676,7 +685,7 @@ inline void run_grid_here(dim3 grid, dim3 block, size_t smem) {
         g.n = n;
         ksim::run_block();
         S.blocks_done++;
-        if (S.launch_stoppable && now_s() - S.launch_t0 > S.slow_s) {
+        if (S.launch_stoppable && cpu_s() - S.launch_t0 > S.slow_s) {
           S.in_kernel = false;
           stop_for_scaling("slow");
         }
@@ -772,7 +781,7 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   long long need = 0;
   for (auto& a : infos) if (a.alloc) need += (long long)(a.alloc->n - ((const char*)a.ptr - a.alloc->ptr));
   bool first_usable = S.usable_of[kname] == 0;
-  S.launch_t0 = now_s();
+  S.launch_t0 = cpu_s();
   S.blocks_done = 0;
   S.blocks_total = (long long)c.grid.x * c.grid.y * c.grid.z;
   if (S.stop_oversize && record && first_usable && 2 * need > S.byte_budget - S.bytes_used) {
@@ -814,7 +823,7 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   if (record) log_line("{\"ev\":\"begin\",\"launch\":" + begin + "}");
   S.launch_stoppable = S.slow_s > 0 && first_usable && record && !too_large;
   if (S.launch_stoppable) S.launch_desc = begin;
-  S.launch_t0 = now_s();
+  S.launch_t0 = cpu_s();
   if (S.current) {
     size_t n = std::min(begin.size(), CURRENT_BYTES - 1);
     memcpy(S.current + 1, begin.data(), n);
@@ -828,7 +837,7 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   run_grid_here(c.grid, c.block, c.smem);
   this_thread_in_kernel = false;
   S.launch_stoppable = false;
-  double seconds = now_s() - S.launch_t0;
+  double seconds = cpu_s() - S.launch_t0;
   if (S.current) S.current[0] = 0;
   if (!record) return;
   for (size_t i = 0; i < infos.size(); i++) {

@@ -352,3 +352,35 @@ def test_a_sequential_overrun_still_grows_the_buffer(tmp_path, monkeypatch):
     calls = _fake_sim(monkeypatch, [0, 0])
     rec, args = infer_launch(LAG, k, {}, filename="lag.cu", geometries=[])
     assert calls[2] == 16 * calls[0]
+
+
+# Rows of a pitched image, each block writing STEPS tiles of TILE elements of one row: the grid the host wrapper
+# computes (`w / (STEPS * TILE)`) is 0 at a small stand-in for `w`, and a grid clamped to one block over a row
+# narrower than that block writes would make rows overlap (the blocks race on a made-up launch).
+TILED_ROWS = r"""
+#define TILE 16
+#define STEPS 8
+__global__ void rows_scale(float *dst, const float *src, int w, int h, int pitch)
+{
+    int x = blockIdx.x * STEPS * TILE + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    for (int i = 0; i < STEPS; i++)
+        dst[y * pitch + x + i * TILE] = 2.0f * src[y * pitch + x + i * TILE];
+}
+void rows_host(float *d_dst, const float *d_src, int w, int h)
+{
+    dim3 threads(TILE, 4);
+    dim3 blocks(w / (STEPS * TILE), h / 4);
+    rows_scale<<<blocks, threads>>>(d_dst, d_src, w, h, w);
+}
+"""
+
+
+def test_a_grid_of_runtime_sizes_over_wide_tiles_gets_sizes_that_fill_it(tmp_path):
+    path = tmp_path / "rows.cu"
+    path.write_text(TILED_ROWS)
+    k = _kernel(TILED_ROWS, path, "rows_scale")
+    geos = kernel_geometries(k, path)
+    assert geos and geos[0].grid[0] >= 1 and geos[0].scalars["w"] >= 8 * 16 * geos[0].grid[0]
+    rec, args = infer_launch(TILED_ROWS, k, {}, filename=path.name, geometries=geos)   # no race: rows apart
+    assert args["pitch"] == args["w"] and args["w"] >= 128
