@@ -59,8 +59,8 @@ def include_dirs_for(f: Path) -> list[str]:
     return dirs
 
 
-def _port_one(args: tuple[str, float]) -> dict:
-    path, timeout = args
+def _port_one(args: tuple[str, float, str | None]) -> dict:
+    path, timeout, gpu_out = args
     from ksearch_engine.portfile import port_file
 
     t0 = time.monotonic()
@@ -68,6 +68,9 @@ def _port_one(args: tuple[str, float]) -> dict:
         rep = port_file(path, include_dirs=include_dirs_for(Path(path)), write=False,
                         capture_timeout=min(60.0, timeout / 3))
         d = rep.model_dump(mode="json")
+        if gpu_out:   # the verified ports, ready to be checked against nvcc's originals (bench/ports_vs_nvcc.py)
+            from bench.ports_vs_nvcc import package
+            package(Path(path), rep, Path(gpu_out))
     except Exception as e:  # a crash of the tool itself is a finding, recorded as such
         d = {"file": path, "kernels": [], "error": f"CRASH {type(e).__name__}: {e}", "capture": {}}
     d["seconds"] = time.monotonic() - t0
@@ -134,13 +137,15 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", help="write the summary table here")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per file")
+    ap.add_argument("--gpu-out", help="also keep every verified port with its checked launch here, for "
+                                      "`bench/ports_vs_nvcc.py run DIR` on an NVIDIA GPU")
     a = ap.parse_args(argv)
     files = cuda_files(a.dirs)
     print(f"{len(files)} files with __global__ kernels", flush=True)
     t0 = time.monotonic()
     reports = []
     with mp.get_context("spawn").Pool(a.jobs, maxtasksperchild=1) as pool:
-        pending = {str(f): pool.apply_async(_port_one, ((str(f), a.timeout),)) for f in files}
+        pending = {str(f): pool.apply_async(_port_one, ((str(f), a.timeout, a.gpu_out),)) for f in files}
         for f, res in pending.items():
             try:
                 d = res.get(timeout=a.timeout + 30)
@@ -158,6 +163,9 @@ def main(argv=None) -> int:
         Path(a.markdown).write_text(text)
     if a.json:
         Path(a.json).write_text(json.dumps(reports, indent=1))
+    if a.gpu_out:
+        from bench.ports_vs_nvcc import write_manifest
+        print(f"{write_manifest(Path(a.gpu_out))} verified kernels packaged in {a.gpu_out}")
     return 0
 
 

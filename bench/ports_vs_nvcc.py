@@ -2,12 +2,12 @@
 
 Two steps, because the GPU machine sees only what is carried to it:
 
-    python bench/ports_vs_nvcc.py prepare DIR... --out .portgpu    # here: port every kernel, keep the verified
+    python bench/port_corpus.py DIR... --gpu-out .portgpu          # here: the corpus sweep keeps the verified
                                                                    # ports with the launch each was checked on
     python bench/ports_vs_nvcc.py run .portgpu [--json OUT]        # there: nvcc + cupy for the original,
                                                                    # mx.fast.cuda_kernel for the port
 
-`prepare` writes, per verified kernel, its port module, the launch (grid, block, shared memory, template
+The sweep writes (`package`), per verified kernel, its port module, the launch (grid, block, shared memory, template
 arguments, every argument's contents before the launch) and a copy of the original source with the headers it
 includes (so nvcc finds them there). `run` compiles each original file to a cubin for sm_90 (the file as it is,
 else with its host code blanked), launches the kernel through cupy on the same arguments, runs the port's
@@ -56,63 +56,59 @@ def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str], shared: Path)
     return incs
 
 
-def prepare(dirs: list[str], out: Path, jobs: int, markdown: Path | None = None) -> None:
-    from bench.port_corpus import cuda_files, include_dirs_for, summarize
-    from ksearch_engine.portfile import port_file
+def package(f: Path, rep, out: Path) -> list[dict]:
+    """One file's verified kernels made ready for the GPU machine: per kernel its port module, the launch it was
+    checked on (grid, block, shared memory, template arguments, every argument before the launch) and a copy of
+    the original source with the headers it includes. Returns the manifest entries (a launch over what can be
+    carried is an entry that says so)."""
+    from bench.port_corpus import include_dirs_for
     from ksearch_engine.source import find_kernels
 
+    verified = [v for v in rep.kernels if v.status == "verified"]
+    if not verified:
+        return []
+    f = Path(f)
     out.mkdir(parents=True, exist_ok=True)
-    manifest, reports, t0 = [], [], time.monotonic()
-    files = cuda_files(dirs)
-    for f in files:
-        incs = include_dirs_for(f)
-        t1 = time.monotonic()
-        try:
-            rep = port_file(f, include_dirs=incs, write=False, capture_timeout=30)
-        except Exception as e:  # a crash of the tool is a finding: recorded, the sweep goes on
-            reports.append({"file": str(f), "kernels": [], "error": f"CRASH {type(e).__name__}: {e}", "capture": {}})
+    slug = re.sub(r"[^A-Za-z0-9_]+", "_", str(f.relative_to(f.parents[2])))[:80]
+    rel_incs = _copy_tree_for(f, out / slug / "src", [str(f.parent)] + include_dirs_for(f), out / "includes")
+    parsed = find_kernels(f.read_text(errors="replace"), str(f))
+    entries = []
+    for v in verified:
+        k = parsed.kernel(v.kernel)
+        entry = {"file": str(f), "dir": slug, "src": f"{slug}/src/{f.name}", "includes": rel_incs,
+                 "kernel": v.kernel, "workload": v.workload, "module": f"{slug}/{v.kernel}_port.py"}
+        entries.append(entry)
+        rec, args = v.checked[0]
+        ctypes = {a.name: a.ctype for a in rec.args}
+        total = sum(a.nbytes for a in args.values() if isinstance(a, np.ndarray))
+        if total > MAX_LAUNCH_BYTES:
+            entry["skipped"] = f"launch of {total >> 20} MB: over what is carried"
             continue
-        reports.append({**rep.model_dump(mode="json"), "seconds": time.monotonic() - t1})
-        verified = [v for v in rep.kernels if v.status == "verified"]
-        if not verified:
-            continue
-        slug = re.sub(r"[^A-Za-z0-9_]+", "_", str(f.relative_to(f.parents[2])))[:80]
-        src_dir = out / slug
-        rel_incs = _copy_tree_for(f, src_dir / "src", [str(f.parent)] + incs, out / "includes")
-        parsed = find_kernels(f.read_text(errors="replace"), str(f))
-        for v in verified:
-            k = parsed.kernel(v.kernel)
-            entry = {"file": str(f), "dir": slug, "src": f"{slug}/src/{f.name}", "includes": rel_incs,
-                     "kernel": v.kernel, "workload": v.workload, "module": f"{slug}/{v.kernel}_port.py"}
-            rec, args = v.checked[0]
-            grid, block, smem, targs = rec.grid, rec.block, rec.shared_mem, rec.template_args
-            ctypes = {a.name: a.ctype for a in rec.args}
-            total = sum(a.nbytes for a in args.values() if isinstance(a, np.ndarray))
-            if total > MAX_LAUNCH_BYTES:
-                entry["skipped"] = f"launch of {total >> 20} MB: over what is carried"
-                manifest.append(entry)
-                continue
-            (out / entry["module"]).write_text(v.module_text)
-            arg_meta = []
-            for p in k.params:
-                val = args[p.name]
-                if isinstance(val, np.ndarray):
-                    name = f"{slug}/{v.kernel}.{p.name}.npy"
-                    np.save(out / name, val)
-                    arg_meta.append({"name": p.name, "kind": "buffer", "npy": name, "ctype": ctypes.get(p.name, p.type)})
-                elif isinstance(val, bytes):
-                    arg_meta.append({"name": p.name, "kind": "struct", "hex": val.hex(), "ctype": ctypes.get(p.name)})
-                else:
-                    arg_meta.append({"name": p.name, "kind": "scalar", "value": val, "ctype": ctypes.get(p.name, p.type)})
-            entry.update(grid=list(grid), block=list(block), shared_mem=smem, template_args=list(targs or []),
-                         args=arg_meta)
-            manifest.append(entry)
-        print(f"{len(verified)} verified  {f}", flush=True)
+        (out / entry["module"]).write_text(v.module_text)
+        arg_meta = []
+        for p in k.params:
+            val = args[p.name]
+            if isinstance(val, np.ndarray):
+                name = f"{slug}/{v.kernel}.{p.name}.npy"
+                np.save(out / name, val)
+                arg_meta.append({"name": p.name, "kind": "buffer", "npy": name, "ctype": ctypes.get(p.name, p.type)})
+            elif isinstance(val, bytes):
+                arg_meta.append({"name": p.name, "kind": "struct", "hex": val.hex(), "ctype": ctypes.get(p.name)})
+            else:
+                arg_meta.append({"name": p.name, "kind": "scalar", "value": val, "ctype": ctypes.get(p.name, p.type)})
+        entry.update(grid=list(rec.grid), block=list(rec.block), shared_mem=rec.shared_mem,
+                     template_args=list(rec.template_args or []), args=arg_meta)
+    (out / slug / "entries.json").write_text(json.dumps(entries, indent=1))
+    return entries
+
+
+def write_manifest(out: Path) -> int:
+    """manifest.json from every packaged file's entries.json (files packaged by separate processes)."""
+    manifest = []
+    for e in sorted(out.glob("*/entries.json")):
+        manifest += json.loads(e.read_text())
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    if markdown:
-        markdown.write_text(summarize(reports, dirs, len(files), time.monotonic() - t0, jobs))
-        (markdown.with_suffix(".json")).write_text(json.dumps(reports, indent=1))
-    print(f"{len(manifest)} kernels prepared in {out}")
+    return len(manifest)
 
 
 # ----------------------------------------------------------------------------------------------- run (GPU)
@@ -258,11 +254,6 @@ def _device() -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("prepare")
-    p.add_argument("dirs", nargs="+")
-    p.add_argument("--out", default=".portgpu")
-    p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--markdown", help="also write the coverage summary (bench/port_corpus.py's) here")
     r = sub.add_parser("run")
     r.add_argument("root")
     r.add_argument("--json")
@@ -273,9 +264,7 @@ def main(argv=None) -> int:
     o.add_argument("index", type=int)
     a = ap.parse_args(argv)
     t0 = time.monotonic()
-    if a.cmd == "prepare":
-        prepare(a.dirs, Path(a.out), a.jobs, Path(a.markdown) if a.markdown else None)
-    elif a.cmd == "run-one":
+    if a.cmd == "run-one":
         run_one(Path(a.root), a.index)
         return 0
     else:
