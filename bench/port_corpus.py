@@ -59,8 +59,8 @@ def include_dirs_for(f: Path) -> list[str]:
     return dirs
 
 
-def _port_one(args: tuple[str, float, str | None]) -> dict:
-    path, timeout, gpu_out = args
+def _port_one(args: tuple[str, float, str | None, list[str]]) -> dict:
+    path, timeout, gpu_out, nvcc_includes = args
     from ksearch_engine.portfile import port_file
 
     t0 = time.monotonic()
@@ -70,7 +70,7 @@ def _port_one(args: tuple[str, float, str | None]) -> dict:
         d = rep.model_dump(mode="json")
         if gpu_out:   # the verified ports, ready to be checked against nvcc's originals (bench/ports_vs_nvcc.py)
             from bench.ports_vs_nvcc import package
-            package(Path(path), rep, Path(gpu_out))
+            package(Path(path), rep, Path(gpu_out), nvcc_includes)
     except Exception as e:  # a crash of the tool itself is a finding, recorded as such
         d = {"file": path, "kernels": [], "error": f"CRASH {type(e).__name__}: {e}", "capture": {}}
     d["seconds"] = time.monotonic() - t0
@@ -139,13 +139,16 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per file")
     ap.add_argument("--gpu-out", help="also keep every verified port with its checked launch here, for "
                                       "`bench/ports_vs_nvcc.py run DIR` on an NVIDIA GPU")
+    ap.add_argument("--nvcc-include", action="append", default=[],
+                    help="an include folder nvcc needs on the GPU machine for every file (NVIDIA's helper headers "
+                         "that the simulator stands in for), packaged with --gpu-out")
     a = ap.parse_args(argv)
     files = cuda_files(a.dirs)
     print(f"{len(files)} files with __global__ kernels", flush=True)
     t0 = time.monotonic()
     reports = []
     with mp.get_context("spawn").Pool(a.jobs, maxtasksperchild=1) as pool:
-        pending = {str(f): pool.apply_async(_port_one, ((str(f), a.timeout, a.gpu_out),)) for f in files}
+        pending = {str(f): pool.apply_async(_port_one, ((str(f), a.timeout, a.gpu_out, a.nvcc_include),)) for f in files}
         for f, res in pending.items():
             try:
                 d = res.get(timeout=a.timeout + 30)

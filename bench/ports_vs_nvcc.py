@@ -28,7 +28,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-MAX_LAUNCH_BYTES = 1 << 20
+MAX_LAUNCH_BYTES = 4 << 20   # before compression (npz)
 
 
 # ------------------------------------------------------------------------------------------- prepare (CPU)
@@ -56,7 +56,7 @@ def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str], shared: Path)
     return incs
 
 
-def package(f: Path, rep, out: Path) -> list[dict]:
+def package(f: Path, rep, out: Path, extra_includes: list[str] = ()) -> list[dict]:
     """One file's verified kernels made ready for the GPU machine: per kernel its port module, the launch it was
     checked on (grid, block, shared memory, template arguments, every argument before the launch) and a copy of
     the original source with the headers it includes. Returns the manifest entries (a launch over what can be
@@ -70,7 +70,12 @@ def package(f: Path, rep, out: Path) -> list[dict]:
     f = Path(f)
     out.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9_]+", "_", str(f.relative_to(f.parents[2])))[:80]
-    rel_incs = _copy_tree_for(f, out / slug / "src", [str(f.parent)] + include_dirs_for(f), out / "includes")
+    rel_incs = _copy_tree_for(f, out / slug / "src", [str(f.parent)] + include_dirs_for(f) + list(extra_includes),
+                              out / "includes")
+    # nvcc compiles the file as its program does: a file the program #includes sees the includers' text first
+    # (their #defines, typedefs and headers: rodinia's `fp`, NUMBER_THREADS), as the ports did
+    from ksearch_engine.portfile import with_program_prefix
+    (out / slug / "src" / f.name).write_text(with_program_prefix(f, f.read_text(errors="replace")))
     parsed = find_kernels(f.read_text(errors="replace"), str(f))
     entries = []
     for v in verified:
@@ -78,7 +83,8 @@ def package(f: Path, rep, out: Path) -> list[dict]:
         entry = {"file": str(f), "dir": slug, "src": f"{slug}/src/{f.name}", "includes": rel_incs,
                  "kernel": v.kernel, "workload": v.workload, "module": f"{slug}/{v.kernel}_port.py"}
         entries.append(entry)
-        rec, args = v.checked[0]
+        # the smallest launch the port was checked on: what travels to the GPU machine is limited
+        rec, args = min(v.checked, key=lambda ra: sum(a.nbytes for a in ra[1].values() if isinstance(a, np.ndarray)))
         ctypes = {a.name: a.ctype for a in rec.args}
         total = sum(a.nbytes for a in args.values() if isinstance(a, np.ndarray))
         if total > MAX_LAUNCH_BYTES:
@@ -89,8 +95,8 @@ def package(f: Path, rep, out: Path) -> list[dict]:
         for p in k.params:
             val = args[p.name]
             if isinstance(val, np.ndarray):
-                name = f"{slug}/{v.kernel}.{p.name}.npy"
-                np.save(out / name, val)
+                name = f"{slug}/{v.kernel}.{p.name}.npz"
+                np.savez_compressed(out / name, a=val)
                 arg_meta.append({"name": p.name, "kind": "buffer", "npy": name, "ctype": ctypes.get(p.name, p.type)})
             elif isinstance(val, bytes):
                 arg_meta.append({"name": p.name, "kind": "struct", "hex": val.hex(), "ctype": ctypes.get(p.name)})
@@ -207,7 +213,7 @@ def run_one(root: Path, index: int) -> dict:
             host, dev, cargs = {}, {}, []
             for a in e["args"]:
                 if a["kind"] == "buffer":
-                    host[a["name"]] = np.load(root / a["npy"])
+                    host[a["name"]] = _load(root / a["npy"])
                     dev[a["name"]] = cp.asarray(host[a["name"]])
                     cargs.append(dev[a["name"]])
                 elif a["kind"] == "scalar":
@@ -241,6 +247,12 @@ def run_one(root: Path, index: int) -> dict:
             row.update(status="error", why=f"{type(ex).__name__}: {str(ex)[:300]}")
     print(json.dumps(rows[0]), flush=True)
     return rows[0]
+
+
+def _load(path: Path) -> np.ndarray:
+    """A carried argument: .npz (compressed, key 'a') or .npy (packages of earlier runs)."""
+    got = np.load(path)
+    return got["a"] if path.suffix == ".npz" else got
 
 
 def _device() -> str:
