@@ -28,6 +28,7 @@ class HelperShared:
     shared: list[SharedDecl] = field(default_factory=list)         # the hoisted arrays (budget, dynamic sizes)
     problems: list[tuple[str, int, str]] = field(default_factory=list)   # (construct, line, message)
     alias: dict[str, str] = field(default_factory=dict)   # the kernel's extern array -> the buffer it views
+    file_scope: list[SharedDecl] = field(default_factory=list)   # file-scope __shared__ variables the kernel declares
 
 
 def _declarations(h: KernelInfo) -> list[tuple[SharedDecl, list[str]]]:
@@ -111,9 +112,47 @@ def _bind(text: str, binding: dict[str, str], wrap: bool = True) -> str:
                                                if w.group(0) in binding else w.group(0)), text)
 
 
-def helper_shared(k: KernelInfo, helpers: list[KernelInfo], metal_type, kernel_words: set[str]) -> HelperShared:
-    """What the Metal port does with the shared arrays `helpers` (callees first) declare; `metal_type` maps a CUDA
-    element type to Metal's, `kernel_words` are the identifiers of the kernel's own text (names to avoid)."""
+_FILE_SCOPE_CONTAINERS = {"translation_unit", "preproc_ifdef", "preproc_if", "preproc_else", "preproc_elif",
+                          "linkage_specification", "namespace_definition", "declaration_list"}
+
+
+def file_shared(source: str) -> list[tuple[SharedDecl, list[str]]]:
+    """(declaration, its qualifiers other than __shared__) of every `__shared__` variable declared at file scope
+    (outside any function: `__shared__ float tile[64];`, `extern __shared__ float buf[];`), in file order; `line`
+    is the declaration's 0-based line in `source`."""
+    if "__shared__" not in source:
+        return []
+    data = source.encode()
+    root = parse_bytes(data, "cuda").root_node
+    out = []
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.type == "declaration":
+            words = [data[c.start_byte:c.end_byte].decode() for c in n.children
+                     if c.type in ("type_qualifier", "storage_class_specifier")]
+            if "__shared__" in words:
+                quals = [w for w in words if w in ("volatile", "const")]
+                for sd in shared_from_declaration(n, data, data, "cuda"):
+                    sd.line = n.start_point[0]
+                    out.append((sd, quals))
+            continue
+        if n.type in _FILE_SCOPE_CONTAINERS:
+            stack.extend(reversed(n.children))
+    return out
+
+
+def _uses(text: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(name)}\b", text) is not None
+
+
+def helper_shared(k: KernelInfo, helpers: list[KernelInfo], metal_type, kernel_words: set[str],
+                  file_scope: list[tuple[SharedDecl, list[str]]] = ()) -> HelperShared:
+    """What the Metal port does with the shared arrays `helpers` (callees first) declare, and with the file-scope
+    `__shared__` variables (`file_scope`, as file_shared gives them) the kernel or its helpers use: the kernel
+    declares each under its own name, and a helper that names one takes it as a parameter of that name (its callers
+    forward it). `metal_type` maps a CUDA element type to Metal's, `kernel_words` are the identifiers of the kernel's
+    own text (names to avoid)."""
     res = HelperShared()
     kernel_templates = {t.name for t in k.template_params}
     taken = set(kernel_words)
@@ -188,6 +227,41 @@ def helper_shared(k: KernelInfo, helpers: list[KernelInfo], metal_type, kernel_w
             res.tg_names.setdefault(h.name, set()).add(sd.name)
             # the helper itself names it as declared; its callers pass (and forward) the kernel's name
             res.params.setdefault(h.name, []).append((param.format(name=sd.name), hoisted))
+    for sd, quals in file_scope:
+        users = [h for h in helpers if _uses(h.body, sd.name) and sd.name not in res.hoisted.get(h.name, set())
+                 and not any(p.name == sd.name for p in h.params)]
+        if any(s.name == sd.name for s in k.shared) or not (_uses(k.body, sd.name) or users):
+            continue   # the kernel's own array of that name hides it, or nobody uses it
+        if any(x.name == sd.name for x in res.shared):
+            continue   # declared twice at file scope (an `extern` declaration and its definition)
+        elem = " ".join(quals + [metal_type(sd.type)])
+        if sd.dynamic:
+            kdyn_own = next((s for s in k.shared if s.dynamic), None)
+            if kdyn_own is not None:   # one buffer in CUDA: a view of the kernel's own extern array
+                res.kernel_decls.append(f"threadgroup {elem}* {sd.name} = (threadgroup {elem}*){kdyn_own.name};")
+            else:
+                size = f"{sd.name.upper()}_SIZE"
+                res.dynamic[sd.name] = size
+                res.kernel_decls.append(f"threadgroup {elem} {sd.name}[{size}];")
+            res.shared.append(SharedDecl(name=sd.name, type=sd.type, sizes=[""], dynamic=kdyn_own is None,
+                                         line=sd.line, text=sd.text))
+            param = f"threadgroup {elem}* {{name}}"
+        else:
+            dims = "".join(f"[{x}]" for x in sd.sizes)
+            res.kernel_decls.append(f"threadgroup {elem} {sd.name}{dims};")
+            res.shared.append(SharedDecl(name=sd.name, type=sd.type, sizes=list(sd.sizes), dynamic=False,
+                                         line=sd.line, text=sd.text))
+            if not sd.sizes:
+                param = f"threadgroup {elem}& {{name}}"
+            elif len(sd.sizes) == 1:
+                param = f"threadgroup {elem}* {{name}}"
+            else:
+                param = f"threadgroup {elem} (*{{name}})" + "".join(f"[{x}]" for x in sd.sizes[1:])
+        res.file_scope.append(sd)
+        for h in users:
+            own.setdefault(h.name, []).append((sd.name, param))
+            res.tg_names.setdefault(h.name, set()).add(sd.name)
+            res.params.setdefault(h.name, []).append((param.format(name=sd.name), sd.name))
     if not own:
         return res
     # callers take their callees' arrays too (helpers come callees first; iterate for safety)

@@ -243,11 +243,14 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     # -- Metal body and header ----------------------------------------------------------------
     shared_names = {s.name for s in k.shared}
     helpers = analysis.called_helpers(k, _helper_pool(parse_result, src_path))
-    from .helpershared import helper_shared   # shared arrays helpers declare: Metal declares them in the kernel
-    _type_rules = table.by_kind("type")
+    from .helpershared import helper_shared   # shared arrays helpers (or the file) declare: Metal declares them
+    _type_rules = table.by_kind("type")       # in the kernel
     hshared = helper_shared(k, helpers, lambda t: (_type_rules[" ".join(t.split())].metal
                                                    if " ".join(t.split()) in _type_rules else t),
-                            set(_identifiers(k.text)))
+                            set(_identifiers(k.text)), _file_shared_cached(parse_result.source))
+    shared_names |= {s.name for s in hshared.file_scope}
+    # the CUDA-backend port declares the file-scope ones in its header, as written
+    file_shared_decls = list(dict.fromkeys(s.text.strip() for s in hshared.file_scope))
     for construct, line, message in hshared.problems:
         issues.append(Issue(construct=construct, line=line, severity="error", message=message))
     ctx = RewriteContext(shared_names=shared_names, outputs={a.name for a in plan.arrays if a.output},
@@ -265,7 +268,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     metal_body = _with_clock(_align_first(_with_hoisted(metal_body, hshared.kernel_decls)))
     header_parts = []
     preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers]
-                                        + _instantiated_types(k, parse_result.source))
+                                        + _instantiated_types(k, parse_result.source) + file_shared_decls)
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
         + preamble
     if preamble:
@@ -314,6 +317,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     cuda_header_parts += cuda_header_lines(parse_result.source, [k.text] + [h.text for h in helpers])
     cuda_base = list(cuda_header_parts)
     cuda_header_parts += preamble
+    cuda_header_parts += file_shared_decls
     cuda_header_parts += [h.text for h in helpers]
     cuda_header = "\n\n".join(cuda_header_parts) + "\n"
     for i in issues:   # these break the CUDA-backend port too
@@ -387,7 +391,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         _, launch_cuda_body = Rewriter(plain, line_offset=line0, context=cctx).rewrite_function(k.text, helper=False)
         launch_cuda_helpers = [Rewriter(plain, line_offset=h.range.start.line, context=cctx)
                                .rewrite_function(h.text, helper=True)[0] for h in helpers]
-    launch_cuda_header = "\n\n".join(cuda_base + lpreamble + launch_cuda_helpers) + "\n" if syms else cuda_header
+    launch_cuda_header = "\n\n".join(cuda_base + lpreamble + file_shared_decls + launch_cuda_helpers) + "\n" \
+        if syms else cuda_header
     sym_metal = "".join(x.view("metal", metal_type) for x in syms)
     sym_cuda = "".join(x.view("cuda") for x in syms)
 
@@ -625,6 +630,13 @@ def _helper_attributes(table: RuleTable, helpers: list[KernelInfo], shared_names
                 direct[n] |= more
                 changed = True
     return {n: [a for a in THREAD_ATTRIBUTES if a in v] for n, v in direct.items() if v}
+
+
+@lru_cache(maxsize=16)
+def _file_shared_cached(source: str):
+    """helpershared.file_shared of a source (one parse for all its kernels); callers must not change the items."""
+    from .helpershared import file_shared
+    return tuple(file_shared(source))
 
 
 @lru_cache(maxsize=16)

@@ -53,3 +53,40 @@ def test_memcpy_between_a_threads_own_objects_in_helper_and_kernel_bodies():
     assert "ks_memcpy(back, &t, 3 * sizeof(int))" in tr.launch_metal_source
     assert "memcpy(&t, raw, sizeof(t))" in tr.launch_cuda_header   # the CUDA-backend port keeps it
     assert_ported(res)
+
+
+FILE_SHARED = """
+#define SPAN 32
+#define ROWS 2
+__shared__ float stage[ROWS][SPAN];
+__shared__ int hits;
+
+__device__ float neighbour(int r, int c) { return stage[r][(c + 1) % SPAN]; }
+__device__ void bump() { atomicAdd(&hits, 1); }
+
+__global__ void rotate_rows(float* out, int* counts, const float* in) {
+  int r = threadIdx.y, c = threadIdx.x;
+  int base = blockIdx.x * ROWS * SPAN + r * SPAN + c;
+  if (r == 0 && c == 0) hits = 0;
+  stage[r][c] = in[base];
+  __syncthreads();
+  if (in[base] > 0.0f) bump();
+  __syncthreads();
+  out[base] = neighbour(r, c) * 2.0f;
+  if (r == 0 && c == 0) counts[blockIdx.x] = hits;
+}
+"""
+
+
+def test_file_scope_shared_variables_are_declared_in_the_kernel_for_metal_and_passed_to_helpers():
+    blocks, n = 3, 3 * 2 * 32
+    x = rng.standard_normal(n).astype(np.float32)
+    tr, res = port(FILE_SHARED, "rotate_rows",
+                   {"out": np.zeros(n, np.float32), "counts": np.zeros(blocks, np.int32), "in": x},
+                   grid=(blocks, 1, 1), block=(32, 2, 1))
+    src = tr.launch_metal_source
+    assert "threadgroup float stage[ROWS][SPAN];" in src and "threadgroup int hits;" in src
+    assert "neighbour(r, c, stage)" in src and "bump(hits)" in src
+    assert "threadgroup float (*stage)[SPAN]" in tr.launch_metal_header
+    assert "__shared__ float stage[ROWS][SPAN];" in tr.launch_cuda_header   # the CUDA-backend port: as written
+    assert_ported(res)
