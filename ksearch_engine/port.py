@@ -144,10 +144,12 @@ def run_port(req: SearchRequest, store: Store, emit) -> DoneEvent:
         ok = v.status == "verified"
         checked = ", ".join(f"{'Metal' if d == 'metal' else 'CUDA-backend' if d == 'cuda' else d} port: {st}"
                             for d, st in v.dialects.items())
-        how = "launches captured from the program" if v.workload == "captured" else "a workload found by running it"
+        n = v.launches_checked
+        how = (f"{n} launch{'es' if n != 1 else ''} captured from the program" if v.workload == "captured" else
+               f"{n} workload{'s' if n != 1 else ''} found by running it" if n != 1 else "a workload found by running it")
         if ok:
             message = (f"{v.kernel}: the Metal and CUDA-backend ports reproduce the original on "
-                       f"{v.launches_checked} {how} in the CPU simulator; not timed (no GPU here)")
+                       f"{how} in the CPU simulator; not timed (no GPU here)")
         else:
             message = f"{v.kernel}: ported, NOT verified: {v.reason or checked}"
         result = {"status": "passed" if ok else "failed", "verified_by": "sim" if ok else None, "trials":
