@@ -14,6 +14,10 @@ evaluates what the source says, statically:
   template (`launch<64, 8>(...)` calling `kernel<W, H><<<...>>>`) are followed to its calls;
 - `__launch_bounds__(N)` and the sizes of the kernel's `__shared__` arrays, where no launch site says more.
 
+A launch the file's own constants make too big for the CPU (`#define ROWS (TILE * ROW_TILES)` with a grid of
+thousands of blocks) is read again with those host-side constants divided by a power of two, never one that the
+kernel's device code reads, so that its grid and the sizes passed with it agree; the origin names the sizes taken.
+
 A value known only when the program runs (an image width, a command-line size) stands for one made-up size `n`
 that is the same everywhere in one launch, so a grid `n / TILE` and the scalar argument `n` passed with it agree.
 Nothing here runs code; `portinfer` tries the geometries in order.
@@ -779,6 +783,14 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
             block = got[0]
             n = max(64, 2 * max(block))
             g = _dims(s.grid, scope, benv, n)
+            site_scope, scaled_note = scope, ""
+            if g is not None and not g[1] and _too_many_blocks(g[0]):
+                # a grid the file's own constants make too big to run on the CPU (`#define M_TILES 256` products):
+                # the same launch at the host-side sizes divided by a power of two (never a name the kernel's device
+                # code reads), so that the grid and the sizes passed with it agree, as a smaller run would give
+                smaller = _smaller_site(s, k, scope, texts, given_defines, bind, block)
+                if smaller is not None:
+                    site_scope, benv, g, scaled_note = smaller
             # a grid of runtime sizes over tiles larger than the stand-in (`imageW / (8 * 16)` at 64) comes out 0:
             # the stand-in grows until each dimension has a block, so that the sizes the scalars get and the grid
             # agree (a grid clamped to 1 over sizes too small for it makes blocks overlap: a made-up race)
@@ -796,7 +808,7 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
             smem = None
             if s.shared_mem and s.shared_mem.strip() not in ("0", ""):
                 try:
-                    v, _ = evaluate(s.shared_mem, scope, benv, unknown=n)
+                    v, _ = evaluate(s.shared_mem, site_scope, benv, unknown=n)
                     if isinstance(v, int) and 0 <= v <= 1 << 20:
                         smem = v
                 except (EvalError, Unknown):
@@ -807,7 +819,7 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
                     if p.pointer:
                         continue
                     try:
-                        v, unk = evaluate(a, scope, benv, unknown=n)
+                        v, unk = evaluate(a, site_scope, benv, unknown=n)
                     except (EvalError, Unknown):
                         continue
                     if unk and isinstance(v, (int, float)) and not 0 < v <= 1 << 22:
@@ -816,7 +828,7 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
                         scalars[p.name] = v
             how = "launch" if s.kernel == k.name else f"launch through '{s.kernel}'"
             add(Geometry(block=block, grid=grid, shared_mem=smem, template_args=targs, scalars=scalars,
-                         origin=f"the {how} at {s.path.name}:{s.line}"))
+                         origin=f"the {how} at {s.path.name}:{s.line}" + scaled_note))
     for g in by_targs:
         add(g)
     # __launch_bounds__(N) and shared-array sizes, where no launch site fixed the block
@@ -850,6 +862,126 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
             elif not two_d and len(dims) == 1 and 32 <= dims[0] <= 1024 and dims[0] & (dims[0] - 1) == 0:
                 add(Geometry(block=(dims[0], 1, 1), origin=f"the shared array '{sh.name}' [{dims[0]}]"))
     return out[:6]
+
+
+# a launch the file's constants make bigger than this many threads is taken at smaller host-side sizes
+SCALED_THREADS = 1 << 14
+_MIN_SIZE = 256          # constants below this are not sizes worth scaling (tile sizes, block sizes, flags)
+_MIN_SCALED = 16         # nor divided below this
+_DEVICE_FN = re.compile(r"\b(__global__|__device__)\b[^;{}]*?\b([A-Za-z_]\w*)\s*\(")
+_DEVICE_DECL = re.compile(r"\b(?:__device__|__constant__|__shared__|__managed__)\b[^;{}()]*;")
+
+
+def _too_many_blocks(grid) -> bool:
+    return any(x > MAX_BLOCKS_PER_DIM for x in grid) or math.prod(grid) > MAX_BLOCKS
+
+
+def _idents(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text))
+
+
+def _kernel_device_names(k, texts: list[str], scope: Scope) -> set[str]:
+    """Names the device code of kernel `k` may read: its body, every `__device__` function and device-side
+    declaration of the sources, `#if` conditions, and (transitively) the macros and constants these name. Another
+    kernel's body does not count: its launches are not the ones taken here."""
+    names = _idents(k.body or "") | _idents(" ".join(p.name for p in getattr(k, "template_params", []) or []))
+    for t in texts:
+        clean = strip_comments(t)
+        for m in _DEVICE_FN.finditer(clean):
+            if m.group(1) == "__global__" and m.group(2) != k.name:
+                continue
+            close = balanced(clean, m.end() - 1)
+            if close < 0:
+                continue
+            j = close
+            while j < len(clean) and clean[j] not in "{;":
+                j += 1
+            if j < len(clean) and clean[j] == "{":
+                end = balanced(clean, j, "{", "}")
+                if end > 0:
+                    names |= _idents(clean[m.start():end])
+        for m in _DEVICE_DECL.finditer(clean):
+            names |= _idents(m.group(0))
+        for m in re.finditer(r"^[ \t]*#[ \t]*(?:if|elif)\b([^\n]*)$", clean, re.M):
+            names |= _idents(m.group(1))
+    todo = list(names)
+    while todo:
+        n = todo.pop()
+        text = scope.macros.get(n) or scope.consts.get(n) or ""
+        if n in scope.fmacros:
+            text += " " + scope.fmacros[n][1]
+        for i in _idents(text):
+            if i not in names:
+                names.add(i)
+                todo.append(i)
+    return names
+
+
+def _smaller_site(s: "Site", k, scope: Scope, texts: list[str], given: dict | None, bind: dict, block):
+    """(scope, host env, grid, note) of launch site `s` with the file's size constants that its grid and arguments
+    come from divided by the smallest power of two that brings the launch to about SCALED_THREADS threads, or None
+    where no such constant is free of the kernel's device code."""
+    enc = _enclosing_function(s.text, s.offset)
+    end = s.text.find(";", s.offset)
+    used = _idents(s.text[enc[0] if enc else s.offset:end if end > 0 else len(s.text)])
+    reach, todo = set(used), list(used)
+    while todo:
+        n = todo.pop()
+        for i in _idents(scope.macros.get(n) or scope.consts.get(n) or ""):
+            if i not in reach:
+                reach.add(i)
+                todo.append(i)
+    device = _kernel_device_names(k, texts, scope) | _idents(" ".join(s.template_args))
+    given = given or {}
+    sizes: dict[str, int] = {}
+    for name in sorted(reach):
+        if name in device or not (name in scope.macros or name in scope.consts):
+            continue
+        try:
+            v = scope.value(name)
+        except KeyError:
+            continue
+        if isinstance(v, int) and not isinstance(v, bool) and v >= _MIN_SIZE:
+            sizes[name] = v
+    # a constant written in terms of another one scaled follows it already (M_GLOBAL = M * M_TILES)
+    leaves = {n: v for n, v in sizes.items()
+              if not (_idents(scope.macros.get(n) or scope.consts.get(n) or "") & set(sizes))}
+    def launch_at(values: dict):
+        sc = build_scope(texts, {**given, **values})
+        env, _tp, _fn = host_env(s, sc)
+        env.update({p: v for p, v in bind.items() if isinstance(v, int)})
+        got = _dims(s.grid, sc, env, None)
+        vals = []
+        for a in s.args or []:
+            try:
+                vals.append(evaluate(a, sc, env)[0])
+            except (EvalError, Unknown, Exception):
+                vals.append(None)
+        return sc, env, got, vals
+    # only the constants this launch's grid or arguments change with (not every size its host function names)
+    base = launch_at({})
+    leaves = {n: v for n, v in leaves.items() if launch_at({n: v // 2})[2:] != base[2:]}
+    if not leaves:
+        return None
+    best = None
+    f = 2
+    while f <= 4096:
+        new = {n: v // f for n, v in leaves.items()}
+        if any(x < _MIN_SCALED for x in new.values()):
+            break
+        sc, env, got, _vals = launch_at(new)
+        if got is None or got[1] or min(got[0]) < 1:
+            break
+        best = (sc, env, got, new)
+        if not _too_many_blocks(got[0]) and math.prod(got[0]) * math.prod(block) <= SCALED_THREADS:
+            break
+        f *= 2
+    if best is None or _too_many_blocks(best[2][0]):
+        return None
+    sc, env, got, new = best
+    note = " with " + ", ".join(f"{n} = {v} (was {leaves[n]})" for n, v in new.items()) + \
+        " (the file's sizes make that launch too big to run on the CPU)"
+    return sc, env, got, note
 
 
 class _NoComponent(Exception):

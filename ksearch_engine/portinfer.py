@@ -444,9 +444,11 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
             first_err = first_err or InferError(f"{e}{where}" if where else str(e))
             continue
         if origin:
-            m = re.search(r"at (.+):(\d+)$", origin)
+            m = re.search(r"\bat (.+?):(\d+)(?: with |$)", origin)
             if m:
                 rec.file, rec.line = m.group(1), int(m.group(2))
+            if " with " in origin and notes is not None:   # a launch taken at smaller host-side sizes
+                notes.append(f"checked on {origin}")
         if k.template_params and targs and notes is not None:
             inst = f"{k.name}<{', '.join(str(t) for t in targs)}>"
             if origin:

@@ -179,9 +179,11 @@ template <class T> inline cublasStatus_t gemm(cublasOperation_t ta, cublasOperat
 
 _CURAND = """#pragma once
 #define CURAND_H_ 1
-typedef enum { CURAND_STATUS_SUCCESS = 0, CURAND_STATUS_NOT_INITIALIZED = 101, CURAND_STATUS_ALLOCATION_FAILED = 102,
-  CURAND_STATUS_TYPE_ERROR = 103, CURAND_STATUS_OUT_OF_RANGE = 104, CURAND_STATUS_LENGTH_NOT_MULTIPLE = 105,
-  CURAND_STATUS_LAUNCH_FAILURE = 201, CURAND_STATUS_INTERNAL_ERROR = 999 } curandStatus_t;
+typedef enum { CURAND_STATUS_SUCCESS = 0, CURAND_STATUS_VERSION_MISMATCH = 100, CURAND_STATUS_NOT_INITIALIZED = 101,
+  CURAND_STATUS_ALLOCATION_FAILED = 102, CURAND_STATUS_TYPE_ERROR = 103, CURAND_STATUS_OUT_OF_RANGE = 104,
+  CURAND_STATUS_LENGTH_NOT_MULTIPLE = 105, CURAND_STATUS_DOUBLE_PRECISION_REQUIRED = 106,
+  CURAND_STATUS_LAUNCH_FAILURE = 201, CURAND_STATUS_PREEXISTING_FAILURE = 202, CURAND_STATUS_INITIALIZATION_FAILED = 203,
+  CURAND_STATUS_ARCH_MISMATCH = 204, CURAND_STATUS_INTERNAL_ERROR = 999 } curandStatus_t;
 typedef enum { CURAND_RNG_PSEUDO_DEFAULT = 100, CURAND_RNG_PSEUDO_XORWOW = 101, CURAND_RNG_PSEUDO_MRG32K3A = 121,
   CURAND_RNG_PSEUDO_MTGP32 = 141, CURAND_RNG_PSEUDO_PHILOX4_32_10 = 161, CURAND_RNG_QUASI_DEFAULT = 200,
   CURAND_RNG_QUASI_SOBOL32 = 201 } curandRngType_t;
@@ -229,20 +231,10 @@ inline curandStatus_t curandGenerate(curandGenerator_t g, unsigned* p, size_t n)
   for (size_t i = 0; i < n; i++) p[i] = (unsigned)ksim_host::rng_next(g->s);
   return CURAND_STATUS_SUCCESS;
 }
-// the device API: one generator state per thread
-struct curandStateXORWOW { unsigned long long s; };
-typedef curandStateXORWOW curandState_t;
-typedef curandStateXORWOW curandState;
+// the device API (curandState, curand_init, curand_uniform...): ksim_curand.h, included by ksim_host.h, draws
+// cuRAND's XORWOW sequence; the other generators' states are not emulated (Philox's name stands for XORWOW's state
+// so that programs naming it compile)
 typedef curandStateXORWOW curandStatePhilox4_32_10_t;
-inline void curand_init(unsigned long long seed, unsigned long long seq, unsigned long long off, curandState* st) {
-  st->s = seed * 0x9e3779b97f4a7c15ull ^ (seq + 1) * 0xbf58476d1ce4e5b9ull ^ off;
-}
-inline unsigned curand(curandState* st) { return (unsigned)ksim_host::rng_next(st->s); }
-inline float curand_uniform(curandState* st) { return (float)ksim_host::rng_uniform(st->s); }
-inline double curand_uniform_double(curandState* st) { return ksim_host::rng_uniform(st->s); }
-inline float curand_normal(curandState* st) { return (float)ksim_host::rng_normal(st->s); }
-inline double curand_normal_double(curandState* st) { return ksim_host::rng_normal(st->s); }
-inline float2 curand_normal2(curandState* st) { return make_float2(curand_normal(st), curand_normal(st)); }
 """
 
 _CUFFT = """#pragma once

@@ -84,7 +84,8 @@ def struct_body(name: str, preamble: list[str]) -> str | None:
             tail = re.match(r"\s*(\w+)?", entry[i:])
             if name in (m.group(1), tail.group(1) if tail else None):
                 return body
-    return None
+    from .curand import LIBRARY_STRUCTS   # a library's state type the ports define themselves (curand_kernel.h)
+    return LIBRARY_STRUCTS.get(name)
 
 
 def struct_prologue(name: str, ctype: str, dialect: str) -> str:

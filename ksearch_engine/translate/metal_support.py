@@ -188,6 +188,9 @@ def metal_support(text: str) -> str:
         out.append(CLOCK)
     if "ks_memcpy(" in text:
         out.append(MEMCPY)
+    from .curand import support as curand_support, uses_curand   # cuRAND's device API (curand.py)
+    if uses_curand(text):
+        out.append(curand_support("metal"))
     from .wmma import metal_wmma_support   # nvcuda::wmma on simdgroup matrices (wmma.py)
     wmma = metal_wmma_support(text)
     if wmma:

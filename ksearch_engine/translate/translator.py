@@ -315,6 +315,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                     "float64; Metal has no double)"))
     from .wmma import cuda_header_lines   # <mma.h> and the file's nvcuda namespace lines (wmma.py)
     cuda_header_parts += cuda_header_lines(parse_result.source, [k.text] + [h.text for h in helpers])
+    from .curand import support as curand_support, uses_curand   # cuRAND's device API (curand.py)
+    if uses_curand("\n".join([k.text] + [h.text for h in helpers] + preamble)):
+        cuda_header_parts.append(curand_support("cuda"))
     cuda_base = list(cuda_header_parts)
     cuda_header_parts += preamble
     cuda_header_parts += file_shared_decls
