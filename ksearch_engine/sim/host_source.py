@@ -326,9 +326,12 @@ def normalize_extern_shared(text: str) -> str:
     `extern __shared__ T a[][N]` as a pointer to rows of the dynamic shared memory; lines are kept."""
     text = _EXTERN_T_SHARED.sub(lambda m: f"extern{m.group(1)}__shared__{m.group(3)}{m.group(2)}", text)
 
+    from .preprocess import at_file_scope, dynamic_shared_view
+    masked = mask_comments(text) if _EXTERN_SHARED_2D.search(text) else text
+
     def rows(m: re.Match) -> str:
         typ, name, dims = m.group(2), m.group(3), m.group(4).strip()
-        return f"{typ} (*{name}){dims} = reinterpret_cast<{typ} (*){dims}>(ksim::dyn_smem());" \
+        return dynamic_shared_view(typ, name, dims, at_file_scope(text, m.start(), masked)) \
             + "\n" * m.group(0).count("\n")
     return _EXTERN_SHARED_2D.sub(rows, text)
 

@@ -45,16 +45,43 @@ _EXTERN_SHARED = re.compile(
 _EXTERN_SHARED_AFTER = re.compile(r"\bextern(\s+)([A-Za-z_][\w:<>, ]*?[\w>])(\s+)__shared__(\s)")
 
 
+_SCOPE_HEAD = re.compile(r"(?:\bnamespace(?:\s+[\w:]+)?|\bextern\s*\"C(?:\+\+)?\")\s*$")
+
+
+def at_file_scope(text: str, pos: int, masked: str | None = None) -> bool:
+    """Whether offset `pos` of `text` is outside every function and class body (only namespace and
+    `extern "C"` blocks around it)."""
+    code = mask_comments(text) if masked is None else masked
+    stack: list[bool] = []   # per open brace: a namespace / extern "C" block
+    for m in re.finditer(r"[{}]", code[:pos]):
+        if m.group(0) == "{":
+            stack.append(_SCOPE_HEAD.search(text, max(0, m.start() - 200), m.start()) is not None)
+        elif stack:
+            stack.pop()
+    return all(stack)
+
+
+def dynamic_shared_view(typ: str, name: str, rows: str = "", file_scope: bool = False) -> str:
+    """The declaration `extern __shared__ typ name[]rows;` becomes: a pointer to the run's dynamic shared
+    memory. At file scope a static reference to the pointer the runtime sets for each launch (a
+    pointer initialized once, when the library loads, would hold none)."""
+    if file_scope:
+        if rows:
+            return f"static {typ} (*&{name}){rows} = *reinterpret_cast<{typ} (**){rows}>(&ksim::g.dyn_smem);"
+        return f"static {typ}*& {name} = *reinterpret_cast<{typ}**>(&ksim::g.dyn_smem);"
+    if rows:
+        return f"{typ} (*{name}){rows} = reinterpret_cast<{typ} (*){rows}>(ksim::dyn_smem());"
+    return f"{typ}* {name} = reinterpret_cast<{typ}*>(ksim::dyn_smem());"
+
+
 def rewrite_extern_shared(text: str) -> str:
     text = _EXTERN_SHARED_AFTER.sub(lambda m: f"extern{m.group(1)}__shared__{m.group(3)}{m.group(2)}{m.group(4)}", text)
+    masked = mask_comments(text) if _EXTERN_SHARED.search(text) else text
 
     def repl(m: re.Match) -> str:
         typ, name, more = m.group(2).strip(), m.group(4), (m.group(5) or "").strip()
-        if more:   # `extern __shared__ half shmem[][K];`: rows of K
-            more = "".join(more.split())
-            new = f"{typ} (*{name}){more} = reinterpret_cast<{typ} (*){more}>(ksim::dyn_smem());"
-        else:
-            new = f"{typ}* {name} = reinterpret_cast<{typ}*>(ksim::dyn_smem());"
+        # `extern __shared__ half shmem[][K];`: rows of K
+        new = dynamic_shared_view(typ, name, "".join(more.split()), at_file_scope(text, m.start(), masked))
         pad = len(m.group(0)) - len(new)
         return new + " " * max(pad, 0) if "\n" not in m.group(0) else new + "\n" * m.group(0).count("\n")
 

@@ -60,6 +60,7 @@ FILE_SHARED = """
 #define ROWS 2
 __shared__ float stage[ROWS][SPAN];
 __shared__ int hits;
+extern __shared__ float spill[];
 
 __device__ float neighbour(int r, int c) { return stage[r][(c + 1) % SPAN]; }
 __device__ void bump() { atomicAdd(&hits, 1); }
@@ -69,10 +70,11 @@ __global__ void rotate_rows(float* out, int* counts, const float* in) {
   int base = blockIdx.x * ROWS * SPAN + r * SPAN + c;
   if (r == 0 && c == 0) hits = 0;
   stage[r][c] = in[base];
+  spill[r * SPAN + c] = 2.0f * in[base];
   __syncthreads();
   if (in[base] > 0.0f) bump();
   __syncthreads();
-  out[base] = neighbour(r, c) * 2.0f;
+  out[base] = neighbour(r, c) + spill[(r * SPAN + c + 3) % (ROWS * SPAN)];
   if (r == 0 && c == 0) counts[blockIdx.x] = hits;
 }
 """
@@ -83,10 +85,39 @@ def test_file_scope_shared_variables_are_declared_in_the_kernel_for_metal_and_pa
     x = rng.standard_normal(n).astype(np.float32)
     tr, res = port(FILE_SHARED, "rotate_rows",
                    {"out": np.zeros(n, np.float32), "counts": np.zeros(blocks, np.int32), "in": x},
-                   grid=(blocks, 1, 1), block=(32, 2, 1))
+                   grid=(blocks, 1, 1), block=(32, 2, 1), shared_mem=2 * 32 * 4)
     src = tr.launch_metal_source
     assert "threadgroup float stage[ROWS][SPAN];" in src and "threadgroup int hits;" in src
+    assert "threadgroup float spill[SPILL_SIZE];" in src
     assert "neighbour(r, c, stage)" in src and "bump(hits)" in src
     assert "threadgroup float (*stage)[SPAN]" in tr.launch_metal_header
     assert "__shared__ float stage[ROWS][SPAN];" in tr.launch_cuda_header   # the CUDA-backend port: as written
     assert_ported(res)
+
+
+def test_the_simulator_runs_file_scope_extern_shared_arrays():
+    from ksearch_engine.sim import run_cuda_source
+    src = """
+namespace tiles {
+extern __shared__ float flat[];
+}
+extern "C" {
+extern __shared__ int grid2[][4];
+}
+__global__ void shift(float* out, int* rows, const float* in) {
+  unsigned t = threadIdx.x;
+  tiles::flat[t] = in[t] + 1.0f;
+  __syncthreads();
+  out[t] = tiles::flat[(t + 5) % blockDim.x];
+  __syncthreads();
+  grid2[t / 4][t % 4] = (int)t * 3;
+  __syncthreads();
+  rows[t] = grid2[(t / 4 + 1) % (blockDim.x / 4)][t % 4];
+}
+"""
+    x = rng.standard_normal(32).astype(np.float32)
+    res = run_cuda_source(src, "shift", grid=(2, 1, 1), block=(32, 1, 1), shared_mem_bytes=32 * 4,
+                          args={"out": np.zeros(32, np.float32), "rows": np.zeros(32, np.int32), "in": x})
+    t = np.arange(32)
+    np.testing.assert_allclose(res["out"], (x + 1.0)[(t + 5) % 32])
+    np.testing.assert_array_equal(res["rows"], (((t // 4 + 1) % 8) * 4 + t % 4) * 3)
