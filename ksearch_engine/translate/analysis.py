@@ -298,3 +298,19 @@ def needed_preamble(preamble: list[str], texts: list[str]) -> list[str]:
             used |= set(re.findall(r"[A-Za-z_]\w*", entry[:4096]))
             changed = True
     return [e for i, (_, e) in enumerate(names) if i in keep]
+
+
+_DOUBLE = re.compile(r"\bdouble(\d?)\b")
+
+
+def double_twins(helpers: list[KernelInfo]) -> tuple[list[KernelInfo], list[KernelInfo]]:
+    """(kept, dropped): an overload whose parameters differ from another's only by double where the other has
+    float (`float f(float)` and `double f(double)`, one per precision) is the same function once both ports compute
+    doubles as float, and C++ rejects the redefinition: the overload on doubles is dropped (its calls reach the float
+    one, which the ports compute the same way)."""
+    def key(h: KernelInfo):
+        return h.name, tuple((_DOUBLE.sub(r"float\1", " ".join(p.type.split())), p.pointer, p.reference)
+                             for p in h.params)
+    plain = {key(h) for h in helpers if not any(_DOUBLE.search(p.type) for p in h.params)}
+    dropped = [h for h in helpers if any(_DOUBLE.search(p.type) for p in h.params) and key(h) in plain]
+    return [h for h in helpers if h not in dropped], dropped

@@ -243,6 +243,11 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     # -- Metal body and header ----------------------------------------------------------------
     shared_names = {s.name for s in k.shared}
     helpers = analysis.called_helpers(k, _helper_pool(parse_result, src_path))
+    helpers, _twins = analysis.double_twins(helpers)   # f(double) beside f(float): one function in float ports
+    for h in _twins:
+        issues.append(Issue(construct=h.text.split("{")[0].strip(), line=h.range.start.line, severity="warning",
+                            message=f"'{h.name}' on doubles is its float overload once both ports compute doubles "
+                                    "as float: the ports keep the float one"))
     from .helpershared import helper_shared   # shared arrays helpers (or the file) declare: Metal declares them
     _type_rules = table.by_kind("type")       # in the kernel
     hshared = helper_shared(k, helpers, lambda t: (_type_rules[" ".join(t.split())].metal
