@@ -73,6 +73,10 @@ def _struct_of(p, preamble, subst, defines, sources, k=None):
     try:
         return struct_layout(base, preamble, defines, source=sources)
     except LayoutError as e:
+        from .translate.layout import double_repack
+        if e.kind == "double" and double_repack(base, preamble, defines) is not None:
+            # the C layout with its doubles: launch() hands the ports each struct with its doubles as float
+            return struct_layout(base, preamble, defines, source=sources, keep_doubles=True)
         how = f"parameter '{p.name}' points to {base}" if p.pointer else \
             f"parameter '{p.name}' is a struct {base} passed by value"
         if e.kind == "pointer":
@@ -427,8 +431,10 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
         if raced and not from_source:
             break            # the source's own geometry races: a made-up one would hide it
         more = i + 1 < len(cands) and (from_source or not raced)
+        made: list[str] = []
         try:
             rec, args = _infer_one(source, k, grid, block, smem, targs, scalars, filename=filename, grow_smem=grow,
+                                   made_notes=made,
                                    max_tries=max_tries, timeout_s=timeout_s, include_dirs=include_dirs,
                                    race_check=from_source and more, preamble=preamble or [], defines=defines,
                                    sources=sources or [(filename, source)], expected=expected)
@@ -443,6 +449,8 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
                 raise InferError(f"{e}{where}") from None
             first_err = first_err or InferError(f"{e}{where}" if where else str(e))
             continue
+        if notes is not None:
+            notes.extend(made)
         if origin:
             m = re.search(r"\bat (.+?):(\d+)(?: with |$)", origin)
             if m:
@@ -660,7 +668,7 @@ def _coupled_scalars(source: str, k, values: dict[str, int], defines: dict[str, 
 
 
 def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, filename, max_tries, timeout_s,
-               grow_smem: bool = False, expected: dict | None = None,
+               grow_smem: bool = False, expected: dict | None = None, made_notes: list | None = None,
                include_dirs, race_check: bool, preamble=(), defines=None, sources=None) -> tuple[LaunchRecord, dict]:
     threads = grid[0] * block[0] * grid[1] * block[1] * grid[2] * block[2]
     side = max(grid[0] * block[0], grid[1] * block[1])
@@ -697,6 +705,8 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
             return rng.uniform(0.0, 1.0, n).astype(dt)
         if dt == "bool":
             return rng.integers(0, 2, n).astype(np.bool_)
+        if as_offsets:   # offsets, limits, row pointers: from 0, never decreasing (a[i + 1] - a[i] is a length)
+            return np.concatenate([[0], np.cumsum(rng.integers(0, 2, max(n - 1, 0)))]).astype(dt)
         return rng.integers(0, 16, n).astype(dt)
 
     def scalar(p):
@@ -745,6 +755,9 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
     except Exception:   # a declaration this module does not follow: the tables start as zeros
         sym_args = {}
     last = ""
+    as_offsets = False           # integer buffers made as non-decreasing offsets from 0 (after a stray fault)
+    int_buffers = [p.name for p in k.params if p.pointer and p.name not in structs and p.name not in tex_specs
+                   and np.dtype(pointee(p.type, preamble, subst)[0]).kind in "iu"]
     grown: dict[str, str] = {}   # buffer -> how far past its end the last fault was (bytes)
     shrunk: set[str] = set()     # made-up integer scalars taken small after the kernel ran past its time limit
     for _ in range(max_tries):
@@ -783,6 +796,14 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
                 # program's table before its copy
                 sym_zero = True
                 sym_args = {n: np.zeros_like(v) for n, v in sym_args.items()}
+                continue
+            if e.kind == "fault" and not m and int_buffers and not as_offsets:
+                # made-up integer contents sent the kernel outside every buffer: where they are offsets or limits
+                # (`len = limits[i + 1] - limits[i]`), random ones make negative lengths; taken as offsets from 0
+                as_offsets = True
+                if made_notes is not None:
+                    made_notes.append(f"the integer buffers {', '.join(int_buffers)} were made up as non-decreasing "
+                                      f"offsets from 0 (random contents sent the kernel outside every buffer)")
                 continue
             if e.kind != "fault" or not m or m.group(1) not in sizes:
                 err = InferError(f"the kernel does not run on a made-up workload ({last[:300]})")
