@@ -64,8 +64,8 @@ def compare(name: str, got: np.ndarray, expected: np.ndarray, dtype: str | None 
     if g.shape != e.shape:
         return f"buffer '{name}': {g.size} elements came back, expected {e.size}"
     if e.dtype.names:   # a buffer of structs: field by field, each with its own type's tolerance
-        for f in e.dtype.names:
-            problem = compare(f"{name}' field '{f}", g[f], e[f])
+        for f in e.dtype.names:   # (float's for doubles the ports computed as float: dtype "float32")
+            problem = compare(f"{name}' field '{f}", g[f], e[f], "float32" if dtype == "float32" else None)
             if problem:
                 return problem
         return None
@@ -79,7 +79,7 @@ def compare(name: str, got: np.ndarray, expected: np.ndarray, dtype: str | None 
         from ..evaluate.compare import excess   # the one comparison: NaN and inf exactly, by position and sign
 
         gf, ef = g.astype(np.float64), e.astype(np.float64)
-        rtol, atol = TOLERANCE.get(kind, (1e-4, 1e-4))
+        rtol, atol = TOLERANCE.get("float32" if dtype == "float32" and kind == "float64" else kind, (1e-4, 1e-4))
         finite = np.isfinite(ef)
         # absolute slack scales with the buffer's magnitude: a port may round a long sum differently
         scale = max(1.0, float(np.abs(ef[finite]).max())) if finite.any() else 1.0
@@ -357,7 +357,8 @@ def _first_problem(pointers, got, want, args, written, orig_order) -> str | None
             continue
         problem = None
         if n in got:
-            problem = _compare_allowing(n, got[n], want[n], p.get("dtype"), orig_order.get(n))
+            problem = _compare_allowing(n, got[n], want[n], "float32" if p.get("repack") else p.get("dtype"),
+                                        orig_order.get(n))
         elif n not in written and isinstance(args.get(n), np.ndarray):
             before = np.asarray(args[n])
             if compare(n, before, want[n], p.get("dtype")) is not None:

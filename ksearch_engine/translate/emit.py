@@ -168,6 +168,22 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
             inputs.append(mx.zeros((8,), dtype=getattr(mx, p["dtype"] or "float32") if p["dtype"] != "float64"
                                    else mx.float32))
             continue
+        if p["pointer"] and p.get("repack"):   # structs holding doubles: each to the ports' layout (doubles as float)
+            import numpy as np
+            raw = np.ascontiguousarray(np.array(a)).view(np.uint8).reshape(-1)
+            count = raw.size // p["c_bytes"]
+            c_rows = raw[:count * p["c_bytes"]].reshape(count, p["c_bytes"])
+            rows = np.zeros((max(count, 1), p["port_bytes"]), dtype=np.uint8)
+            for src, sdt, dst, ddt in p["repack"]:
+                sd, dd = np.dtype(sdt), np.dtype(ddt)
+                v = np.ascontiguousarray(c_rows[:, src:src + sd.itemsize]).view(sd).astype(dd)
+                rows[:count, dst:dst + dd.itemsize] = v.view(np.uint8).reshape(count, dd.itemsize)
+            flat = mx.array(rows.reshape(-1))
+            if p["written"]:
+                flat = _copy(flat, kind)
+                written.append((p["name"], flat, raw.size, ("repack", p, raw, count)))
+            inputs.append(flat)
+            continue
         if p["pointer"]:
             a = a if isinstance(a, mx.array) else mx.array(a)
             flat = a.reshape(-1)
@@ -228,7 +244,8 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
     threads = tuple(g * b for g, b in zip(grid, block))   # MLX: grid in threads
     if not written or 0 in threads:
         if written and 0 in threads:
-            return {name: buf[:n].reshape(shape) for name, buf, n, shape in written}
+            return {name: _unpack(buf, shape) if shape and shape[0] == "repack" else buf[:n].reshape(shape)
+                    for name, buf, n, shape in written}
         # nothing to return: still run it, so that a fault shows
     done = _launch_object(kind, int(shared_mem), type_defs)(
         inputs=inputs, template=tmpl, grid=threads, threadgroup=block, output_shapes=[(1,)],
@@ -236,7 +253,23 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
     if not written:
         mx.eval(done)
         return {}
-    return {name: _copy(buf, kind, after=done)[:n].reshape(shape) for name, buf, n, shape in written}
+    return {name: _unpack(_copy(buf, kind, after=done), shape) if shape and shape[0] == "repack"
+            else _copy(buf, kind, after=done)[:n].reshape(shape) for name, buf, n, shape in written}
+
+
+def _unpack(buf, how):
+    """A buffer of the ports' structs (doubles as float) back to the C structs' bytes (launch() of structs holding
+    doubles)."""
+    import numpy as np
+    _, p, raw, count = how
+    rows = np.array(buf).view(np.uint8).reshape(-1)[:count * p["port_bytes"]].reshape(count, p["port_bytes"])
+    out = np.array(raw, copy=True)
+    c_rows = out[:count * p["c_bytes"]].reshape(count, p["c_bytes"])
+    for src, sdt, dst, ddt in p["repack"]:
+        sd, dd = np.dtype(sdt), np.dtype(ddt)
+        v = np.ascontiguousarray(rows[:, dst:dst + dd.itemsize]).view(dd).astype(sd)
+        c_rows[:, src:src + sd.itemsize] = v.view(np.uint8).reshape(count, sd.itemsize)
+    return mx.array(out)
 '''
 
 

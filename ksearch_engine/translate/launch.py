@@ -117,8 +117,21 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
                 entry["dtype"], entry["elem_bytes"] = POINTEE[base]
             elif base not in template_types:
                 st = struct_dtype(base, preamble)
+                repack = None
+                if st is None:
+                    from .layout import double_repack
+                    repack = double_repack(base, preamble)
                 if st is not None:
                     entry["dtype"], entry["elem_bytes"] = st
+                elif repack is not None:   # structs holding doubles: launch() converts each to the ports' layout
+                    from .layout import struct_layout
+                    entry["dtype"], entry["struct_array"] = "uint8", True
+                    entry["repack"], entry["port_bytes"] = [list(x) for x in repack[0]], repack[1]
+                    entry["c_bytes"] = struct_layout(base, preamble, keep_doubles=True).dtype.itemsize
+                    issues.append(Issue(construct=p.text or p.name, line=line0, severity="warning",
+                                        message=f"'{p.name}' points to {base}, which holds doubles: launch() takes "
+                                                "the structs' bytes and hands both ports each struct with its doubles "
+                                                "as float (and back): compared within float tolerance"))
                 else:
                     entry["dtype"] = "uint8"
                     issues.append(Issue(construct=p.text or p.name, line=line0, severity="info",
