@@ -160,6 +160,13 @@ _KINDS = {3: "deadlock", 4: "fault", 5: "crash", 6: "timeout", 7: "crash", 8: "c
 
 def describe_address(addr: int, regions) -> str:
     """Which buffer a faulting address belongs to, from (name, Buffer, is_input) triples."""
+    for name, b, _is_input in regions:
+        # a few elements before an array's start (`g_s[i - 1]` at i = 0, where the program passes a pointer one past
+        # its allocation's start): the port's array has nothing there
+        if b.addr - _BEFORE_START <= addr < b.addr:
+            return (f"; the address is {b.addr - addr} bytes before the start of '{name}': the kernel reads or writes "
+                    f"before the array it is given (a program passing a pointer into its allocation, such as "
+                    f"`p + 1`, has memory there; a port's array has none)")
     for name, b, is_input in regions:
         if b.addr <= addr < b.addr + b.nbytes:
             return f"; the address is inside input '{name}': kernels must not write into inputs" if is_input else ""
@@ -167,6 +174,9 @@ def describe_address(addr: int, regions) -> str:
         if end <= addr < b.base + b.data_pages * _PAGE + _GUARD:
             return f"; the address is {addr - end} bytes past the end of '{name}' ({b.nbytes} bytes)"
     return ""
+
+
+_BEFORE_START = 64   # bytes before a buffer's start named as such in a fault
 
 
 ND_CAP = 1 << 14   # ksim.h's NdInfo table
