@@ -186,23 +186,31 @@ def shared_from_declaration(decl, data: bytes, orig: bytes, dialect: str) -> lis
 # the file
 
 
-def _iter_functions(node):
+def _iter_functions(node, namespaces: list | None = None):
     """(function_definition, enclosing template_declaration or None) in file order, through namespaces,
-    extern "C" blocks, #if blocks and error nodes (iterative: nesting depth is the file's choice)."""
-    stack = [(iter(node.children), None)]
+    extern "C" blocks, #if blocks and error nodes (iterative: nesting depth is the file's choice). With a list
+    given as `namespaces`, it holds the enclosing namespaces' names of the function last yielded."""
+    stack = [(iter(node.children), None, [])]
     while stack:
-        children, template = stack[-1]
+        children, template, ns = stack[-1]
         child = next(children, None)
         if child is None:
             stack.pop()
             continue
         t = child.type
         if t == "function_definition":
+            if namespaces is not None:
+                namespaces[:] = ns
             yield child, template
         elif t == "template_declaration":
-            stack.append((iter(child.children), child))
+            stack.append((iter(child.children), child, ns))
+        elif t == "namespace_definition":
+            name_node = child.child_by_field_name("name")
+            name = re.sub(r"\s+", "", (name_node.text or b"").decode("utf-8", "replace")) \
+                if name_node is not None else ""
+            stack.append((iter(child.children), None, ns + ([p for p in name.split("::") if p] or [""])))
         elif t in _CONTAINERS:
-            stack.append((iter(child.children), None))
+            stack.append((iter(child.children), None, ns))
 
 
 def _fn_tokens(fn, data: bytes) -> set[str]:
@@ -372,9 +380,30 @@ class _FileScan:
             self.diagnostics.append(Diagnostic(message=msg, line=n.start_point[0], severity="error"))
 
     def preamble(self, root) -> list[str]:
+        return self._entries(_unguarded(root.children, self.orig))
+
+    def _entries(self, children, nested: bool = False, depth: int = 0) -> list[str]:
+        """File-scope entries of `children`; those inside `namespace N {...}` come wrapped in it, with a `using
+        namespace N;` after (the ports put the kernel's body and helpers at global scope)."""
         out = []
         skip_to = -1
-        for c in _unguarded(root.children, self.orig):
+        for c in children:
+            if c.type == "namespace_definition" and self.dialect == "cuda":
+                name_node, body = c.child_by_field_name("name"), c.child_by_field_name("body")
+                if body is None or depth >= _MAX_NAMESPACE_DEPTH:   # (deeper: nothing read, no recursion limit)
+                    continue
+                name = re.sub(r"\s+", "", text(name_node, self.orig)) if name_node is not None else ""
+                parts = [p for p in name.split("::") if p] or [""]
+                out += [e if e.lstrip().startswith("#") else _in_namespaces(e, parts)   # (nested ones: using
+                        for e in self._entries(_unguarded(body.children, self.orig), True, depth + 1)]   # directives are
+                continue                                                                    # transitive)
+            if nested and c.type == "template_declaration" and re.match(
+                    r"\s*template\s*<\s*[^\s>{};][^{};]*>\s*(?:struct|class|union)\b(?:[^;()]|\([^()]*\))*\{", text(c, self.orig)):
+                # a class template in a namespace (file-scope ones: translate/headers.with_aggregates); not an
+                # explicit specialization (`template <>`), whose primary template may be a bare declaration
+                t = text(c, self.orig).rstrip()
+                out.append(t if t.endswith(";") else t + ";")
+                continue
             if c.start_byte < skip_to:
                 continue
             if c.type == "ERROR" and re.fullmatch(rb"\s*typedef\s+(?:struct|union)\s+(?:__align__|alignas)\s*\(\s*\d+\s*\)\s*",
@@ -397,10 +426,13 @@ class _FileScan:
                 t = text(c, self.orig).rstrip()   # `struct __align__(8) P {...};` parses as a function
                 end = self.orig[c.end_byte:c.end_byte + 64].decode("utf-8", "replace")
                 out.append(t + (";" if not t.endswith(";") and end.lstrip().startswith(";") else ""))
-            elif c.type in ("declaration", "type_definition", "struct_specifier", "alias_declaration",
-                            "enum_specifier") and c.type != "function_definition":
+            elif (c.type in ("declaration", "type_definition", "struct_specifier", "alias_declaration",
+                             "enum_specifier") or nested and c.type in ("class_specifier", "union_specifier")
+                  and not c.has_error) and c.type != "function_definition":   # (file-scope classes and unions:
+                # translate/headers.with_aggregates, by braces, whatever the parser made of them)
                 t = text(c, self.orig)
-                if c.type in ("enum_specifier", "struct_specifier") and not t.rstrip().endswith(";"):
+                if c.type in ("enum_specifier", "struct_specifier", "class_specifier", "union_specifier") \
+                        and not t.rstrip().endswith(";"):
                     t = t.rstrip() + ";"
                 if c.type != "declaration" or re.search(r"\b(constexpr|__constant__|const)\b", t):
                     if "(" not in t.split("=")[0] or c.type != "declaration":
@@ -493,7 +525,8 @@ def scan_c_family(data: bytes, dialect: str, language_name: str, path: str | Non
     kernels: list[KernelInfo] = []
     helpers: list[KernelInfo] = []
     n_functions = 0
-    for fn, tmpl in _iter_functions(root):
+    ns: list[str] = []
+    for fn, tmpl in _iter_functions(root, ns):
         n_functions += 1
         if dialect == "cuda":
             toks = _fn_tokens(fn, scan.data)
@@ -502,6 +535,7 @@ def scan_c_family(data: bytes, dialect: str, language_name: str, path: str | Non
         info = scan.function_info(fn, tmpl)
         if info is None:
             continue
+        info.namespaces = list(ns)
         (kernels if info.qualifier in ("__global__", "kernel") else helpers).append(info)
     scan.syntax_errors(root)
     if root.has_error:
@@ -523,6 +557,25 @@ def scan_c_family(data: bytes, dialect: str, language_name: str, path: str | Non
     return ParseResult(language=language_name, kernels=kernels, helpers=helpers,  # type: ignore[arg-type]
                        diagnostics=scan.diagnostics, path=path,
                        source=data.decode("utf-8", errors="replace"), preamble=scan.preamble(root))
+
+
+_MAX_NAMESPACE_DEPTH = 32
+
+
+def _in_namespaces(entry: str, parts: list[str]) -> str:
+    """`entry` inside `namespace a { namespace b {` ... `} }` (an anonymous one for ""), then `using namespace a;
+    using namespace a::b;` so that code outside (the ports' kernel and helpers) names its types as the namespace's
+    own code does."""
+    opens = " ".join(f"namespace {p} {{" if p else "namespace {" for p in parts)
+    closes = "}" * len(parts)
+    using = [f"using namespace {'::'.join(parts[:i + 1])};" for i in range(len(parts)) if all(parts[:i + 1])]
+    return f"{opens}\n{entry}\n{closes}" + ("\n" + " ".join(using) if using else "")
+
+
+def in_namespaces_of(fn: KernelInfo, definition: str) -> str:
+    """A helper's definition as the ports emit it: inside the namespaces it was written in (the kernel calls it
+    as `ns::helper(...)`, or unqualified from inside the namespace, which the `using` lines after it serve)."""
+    return _in_namespaces(definition, fn.namespaces) if fn.namespaces else definition
 
 
 def _unguarded(children, orig: bytes):

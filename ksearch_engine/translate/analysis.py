@@ -252,14 +252,33 @@ def constants_env(preamble: list[str], template_values: dict[str, object]) -> di
     return env
 
 
+_NS_OPEN = re.compile(r"\s*(?:namespace\b[ \t]*(?:[A-Za-z_]\w*)?[ \t]*\{[ \t]*)+\n")
+_NS_CLOSE = re.compile(r"\n\}+(?:\n(?:using namespace [\w:]+;[ \t]*)*)?\s*$")
+
+
+def unwrap_namespaces(entry: str) -> str:
+    """A preamble entry without the `namespace N {` ... `}` `using namespace N;` around it (source/cfamily's
+    _in_namespaces): the type, constant or typedef itself."""
+    m = _NS_OPEN.match(entry)
+    if not m:
+        return entry
+    end = _NS_CLOSE.search(entry, m.end())
+    return entry[m.end():end.start()] if end else entry
+
+
 def _entry_name(entry: str) -> str | None:
+    entry = unwrap_namespaces(entry)
+    m = re.match(r"\s*template\s*<(?:[^<>;{}]|<[^<>;{}]*>)*>\s*(?=(?:struct|class|union)\b)", entry)
+    if m:   # `template <int K = 4> struct S {...}`: named S
+        entry = entry[m.end():]
     m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)", entry)
     if m:
         return m.group(1)
     m = re.match(r"\s*(?:typedef\b.*?\b([A-Za-z_]\w*)\s*;\s*$)", entry, re.S)
     if m:
         return m.group(1)
-    m = re.match(r"\s*(?:struct|union|enum(?:\s+class)?)\s+([A-Za-z_]\w*)", entry)
+    m = re.match(r"\s*(?:struct|union|class|enum(?:\s+class)?)\s+(?:(?:alignas|__align__)\s*\(\s*\w+\s*\)\s*)?"
+                 r"([A-Za-z_]\w*)", entry)
     if m:
         return m.group(1)
     m = re.match(r"\s*using\s+([A-Za-z_]\w*)\s*=", entry)
@@ -272,7 +291,7 @@ def _entry_name(entry: str) -> str | None:
 def needed_preamble(preamble: list[str], texts: list[str]) -> list[str]:
     """The file-scope entries (macros, constants, types) that `texts` use, directly or through each other."""
     def provides(e: str) -> set[str]:
-        e2 = re.sub(r"__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\)", "", e)
+        e2 = re.sub(r"__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\)", "", unwrap_namespaces(e))
         out = {_entry_name(e2)} - {None}
         if re.match(r"\s*(?:typedef\s+)?enum\b", e2):   # an enum provides its enumerators
             body = e2[e2.find("{") + 1:e2.rfind("}")] if "{" in e2 else ""

@@ -121,3 +121,35 @@ __global__ void shift(float* out, int* rows, const float* in) {
     t = np.arange(32)
     np.testing.assert_allclose(res["out"], (x + 1.0)[(t + 5) % 32])
     np.testing.assert_array_equal(res["rows"], (((t // 4 + 1) % 8) * 4 + t % 4) * 3)
+
+
+NAMESPACED = """
+#define WIDEN 4
+namespace geo {
+struct Pt { float x; float y; };
+union Bits { float f; unsigned u; };
+class Offset { public: float d; };
+template <int K> struct Scale { static constexpr int k = K; __device__ float apply(float v) const { return v * K; } };
+namespace inner { constexpr float kHalf = 0.5f; }
+__device__ float norm1(Pt p) { return fabsf(p.x) + fabsf(p.y); }
+__global__ void lens(float* out, const Pt* pts, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  Scale<WIDEN> s;
+  Bits b; b.f = pts[i].x;
+  Offset o; o.d = inner::kHalf;
+  out[i] = s.apply(norm1(pts[i])) + geo::Scale<2>::k + (float)(b.u & 1u) + o.d;
+}
+}  // namespace geo
+"""
+
+
+def test_types_and_constants_declared_in_a_namespace_reach_both_ports():
+    n = 64
+    pts = rng.standard_normal(2 * n).astype(np.float32)
+    tr, res = port(NAMESPACED, "lens", {"out": np.zeros(n, np.float32), "pts": pts, "n": n})
+    for header in (tr.launch_metal_header, tr.launch_cuda_header):
+        assert "namespace geo {\nstruct Pt" in header and "using namespace geo;" in header
+        assert "namespace geo {\ntemplate <int K> struct Scale" in header
+        assert "namespace geo {\nnamespace inner {\nconstexpr float kHalf = 0.5f;\n}\nusing namespace inner;\n}" in header
+    assert_ported(res)
