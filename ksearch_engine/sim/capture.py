@@ -361,6 +361,9 @@ def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: 
         _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early(cap.argv))
         if not argv and entry == "main" and _needs_arguments(cap):
             cap = _with_documented_argv(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early)
+        if not argv and entry == "main" and not cap.launches and cap.status == "failed" \
+                and any(n.kind == "input" for n in cap.notes):
+            cap = _with_size_option(cap, path, wd, exe, prog, texts, timeout_s, byte_budget, max_per_kernel, early)
         if sites or cap._stopped:
             cap = _smaller(cap, path, wd, exe, prog, texts, dirs, defines, timeout_s, byte_budget, max_per_kernel,
                            entry, srcs, t0)
@@ -691,6 +694,54 @@ def _scaled(argv: list[str]) -> list[str]:
             val = str(nv)
         out.append(f"{head}={val}" if head else val)
     return out
+
+
+# a size option the program reads (helper_string.h's `getCmdLineArgumentInt(argc, argv, "matrix-size")`, or a
+# `"--n="` it compares argv with): given one, many programs generate their input instead of reading a file
+_SIZE_OPTION_READ = re.compile(r'\bgetCmdLineArgument(?:Int|Value)?\s*(?:<[^<>;]*>)?\s*\([^;"]*"([A-Za-z][\w-]*)"'
+                               r'|"(-{1,2}[A-Za-z][\w-]*)="')
+_SIZE_OPTION_NAME = re.compile(r"(?i)size|width|height|length|^len|elements|^dim|^n$|^num_?elements|rows|cols")
+_NOT_SIZE_OPTION = re.compile(r"(?i)block|thread|warp|tile|iter|log|device|gpu|seed|file|kernel|repeat|run")
+_COMMENT_OR_STRING = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)
+SIZE_OPTION_VALUE = 1024   # what a size option is given: small for the CPU, large enough for a program's big path
+
+
+def size_options(texts: dict[Path, str]) -> list[tuple[str, Path, int]]:
+    """(command-line argument form "--name", file, line) of the integer size options the program reads."""
+    out: list[tuple[str, Path, int]] = []
+    for f, text in texts.items():
+        # comments blanked (their newlines kept), string literals kept: the option names are strings
+        code = _COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else
+                                      re.sub(r"[^\n]", " ", m.group(0)), text)
+        for m in _SIZE_OPTION_READ.finditer(code):
+            name = (m.group(1) or m.group(2)).lstrip("-")
+            if not _SIZE_OPTION_NAME.search(name) or _NOT_SIZE_OPTION.search(name):
+                continue
+            form = m.group(2) or f"--{name}"
+            if all(o[0] != form for o in out):
+                out.append((form, f, code.count("\n", 0, m.start()) + 1))
+    return out
+
+
+def _with_size_option(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts: dict[Path, str],
+                      timeout_s: float, byte_budget: int, max_per_kernel: int, early=lambda _argv: False) -> Capture:
+    """The bare run stopped for an input file that is not there: run it with a size option it reads (a program
+    given its size generates its input), and keep the first run that launches a kernel. Otherwise as it was."""
+    for form, f, line in size_options(texts)[:2]:
+        argv = [f"{form}={SIZE_OPTION_VALUE}"]
+        att = Capture(file=cap.file, dir=cap.dir, argv=argv, defines=cap.defines,
+                      notes=[n for n in cap.notes if n.kind == "include"])
+        _execute(att, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early(argv))
+        if not (att.launches or att._stopped):
+            continue
+        shown = prog.display.get(f.name, f.name)
+        missing = ", ".join(dict.fromkeys(os.path.basename(_opened(n)) for n in cap.notes if n.kind == "input"))
+        att.notes.append(CaptureNote(kind="argv", file=shown, line=line, message=(
+            f"ran as `{path.stem} {' '.join(argv)}`: without arguments the program needs {missing}, which is not "
+            f"there; given the size option it reads at {shown}:{line}, it makes its own input; pass --arg to give "
+            f"your own")))
+        return att
+    return cap
 
 
 def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeout_s: float,
