@@ -258,7 +258,8 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         short = name.split("::")[-1]
         info = kernels.get(short)
         targs_flat = " ".join(targs.split())
-        site = f'ksim_host::Site{{"{_escape(name)}", {_targs_expr(targs_flat, resolve_targs)}, __FILE__, __LINE__}}'
+        # recorded under the kernel's own name (`ops::bump<<<...>>>` launches the kernel `bump` of namespace ops)
+        site = f'ksim_host::Site{{"{_escape(short)}", {_targs_expr(targs_flat, resolve_targs)}, __FILE__, __LINE__}}'
         kexpr = name + (f"<{targs}>" if targs else "")
         nparams = len(info.params) if info is not None else -1
         nargs = 0 if not args.strip() else len(split_top(args))

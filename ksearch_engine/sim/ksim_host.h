@@ -82,8 +82,13 @@ enum cudaFuncCache { cudaFuncCachePreferNone = 0, cudaFuncCachePreferShared = 1,
 enum cudaSharedMemConfig { cudaSharedMemBankSizeDefault = 0, cudaSharedMemBankSizeFourByte = 1,
                            cudaSharedMemBankSizeEightByte = 2 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
-                         cudaFuncAttributePreferredSharedMemoryCarveout = 9, cudaFuncAttributeRequiredClusterWidth = 10,
-                         cudaFuncAttributeNonPortableClusterSizeAllowed = 16 };
+                         cudaFuncAttributePreferredSharedMemoryCarveout = 9, cudaFuncAttributeClusterDimMustBeSet = 10,
+                         cudaFuncAttributeRequiredClusterWidth = 11, cudaFuncAttributeRequiredClusterHeight = 12,
+                         cudaFuncAttributeRequiredClusterDepth = 13, cudaFuncAttributeNonPortableClusterSizeAllowed = 14,
+                         cudaFuncAttributeClusterSchedulingPolicyPreference = 15, cudaFuncAttributeMax = 16 };
+// the split of on-chip memory between L1 and shared memory a kernel prefers (a percentage): a hint, nothing here
+enum cudaSharedCarveout { cudaSharedmemCarveoutDefault = -1, cudaSharedmemCarveoutMaxL1 = 0,
+                          cudaSharedmemCarveoutMaxShared = 100 };
 enum cudaComputeMode { cudaComputeModeDefault = 0, cudaComputeModeExclusive = 1, cudaComputeModeProhibited = 2,
                        cudaComputeModeExclusiveProcess = 3 };
 enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2,

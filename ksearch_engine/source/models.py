@@ -87,6 +87,7 @@ class KernelInfo(BaseModel):
     body_byte_range: tuple[int, int] | None = None
     text: str = ""                 # the whole definition as written
     launch_bounds: str | None = None
+    namespaces: list[str] = []     # enclosing `namespace a { namespace b {` as ["a", "b"] ("" for an anonymous one)
     # MLX custom kernels only:
     input_names: list[str] = []
     output_names: list[str] = []

@@ -305,7 +305,8 @@ class Rewriter:
         fn = node.child_by_field_name("function")
         args_node = node.child_by_field_name("arguments")
         name = self._call_name(fn)
-        short = name.split("::")[-1]
+        # `ns::helper<W>(...)`: the function's own name, without its namespaces and template arguments
+        short = re.sub(r"\s*<(?:[^<>]|<[^<>]*>)*>\s*$", "", name).split("::")[-1]
         if any(c.type == "kernel_call_syntax" for c in node.children):
             rule = next((r for r in self.table.rules if r.id == "unsupported.dynamic_parallelism"), None)
             self._report(f"{name}<<<...>>>", node,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ..source.cfamily import param_from_node, parse_bytes
+from ..source.cfamily import in_namespaces_of, param_from_node, parse_bytes
 from ..source.models import KernelInfo, Param, ParseResult
 from . import analysis
 from .hostexpr import HostExprError, expr_to_py, host_functions, host_prelude, py_name
@@ -283,7 +283,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     for h in helpers:
         hr = Rewriter(table, line_offset=h.range.start.line, context=_helper_ctx(ctx, hshared, h))
         whole, _ = hr.rewrite_function(h.text, helper=True)
-        header_parts.append(whole)
+        header_parts.append(in_namespaces_of(h, whole))
         rw.issues += hr.issues
         rw.applied += [a for a in hr.applied if a not in rw.applied]
     # MLX glues its generated signature straight onto the header: end it with a newline
@@ -326,7 +326,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     cuda_base = list(cuda_header_parts)
     cuda_header_parts += preamble
     cuda_header_parts += file_shared_decls
-    cuda_header_parts += [h.text for h in helpers]
+    cuda_header_parts += [in_namespaces_of(h, h.text) for h in helpers]
     cuda_header = "\n\n".join(cuda_header_parts) + "\n"
     for i in issues:   # these break the CUDA-backend port too
         if i.construct.endswith("<<<...>>>") or i.construct in ("grid.sync()", "this_grid()"):
@@ -375,7 +375,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     for h in helpers:
         lhr = Rewriter(table, line_offset=h.range.start.line, context=_helper_ctx(lctx, hshared, h))
         whole, _ = lhr.rewrite_function(h.text, helper=True)
-        lheader_parts.append(whole)
+        lheader_parts.append(in_namespaces_of(h, whole))
         launch_issues += lhr.issues
     # problems only the `kernel(*inputs)` wrapper has (outputs as fresh arrays, atomic<T> outputs): launch()
     # translates the same code without them, so they never block a port checked through launch()
@@ -391,14 +391,14 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     launch_metal_header = _cuda_arch(launch_metal_header + launch_metal_body) + launch_metal_header
     # the CUDA-backend launch: without the symbols' declarations; helpers that use one take it as a parameter
     launch_cuda_body = k.body
-    launch_cuda_helpers = [h.text for h in helpers]
+    launch_cuda_helpers = [in_namespaces_of(h, h.text) for h in helpers]
     if hsyms:
         from .rules import RuleTable
         cctx = RewriteContext(helper_params={n: [(x.param("cuda"), x.name) for x in v] for n, v in hsyms.items()})
         plain = RuleTable(version=table.version, rules=[])
         _, launch_cuda_body = Rewriter(plain, line_offset=line0, context=cctx).rewrite_function(k.text, helper=False)
-        launch_cuda_helpers = [Rewriter(plain, line_offset=h.range.start.line, context=cctx)
-                               .rewrite_function(h.text, helper=True)[0] for h in helpers]
+        launch_cuda_helpers = [in_namespaces_of(h, Rewriter(plain, line_offset=h.range.start.line, context=cctx)
+                                                .rewrite_function(h.text, helper=True)[0]) for h in helpers]
     launch_cuda_header = "\n\n".join(cuda_base + lpreamble + file_shared_decls + launch_cuda_helpers) + "\n" \
         if syms else cuda_header
     sym_metal = "".join(x.view("metal", metal_type) for x in syms)
