@@ -186,13 +186,18 @@ def header_helpers(text: str, include_dirs, _seen: set | None = None, _depth: in
     return out
 
 
-def included_texts(text: str, include_dirs, _seen: set | None = None, _depth: int = 0) -> list[str]:
+def included_texts(text: str, include_dirs) -> list[str]:
     """The texts of the local headers `text` includes (found in `include_dirs` as nvcc -I finds them), nested ones
     first."""
+    return [t for _, t in included_files(text, include_dirs)]
+
+
+def included_files(text: str, include_dirs, _seen: set | None = None, _depth: int = 0) -> list[tuple[str, str]]:
+    """(path, text) of the local headers `text` includes, nested ones first (as included_texts)."""
     from ..sim.preprocess import _GPU_HEADER
 
     seen = set() if _seen is None else _seen
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     if _depth > 8:
         return out
     for m in _INCLUDE.finditer(text):
@@ -208,8 +213,8 @@ def included_texts(text: str, include_dirs, _seen: set | None = None, _depth: in
             inner = open(real, errors="replace").read()
         except OSError:
             continue
-        out += included_texts(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1)
-        out.append(inner)
+        out += included_files(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1)
+        out.append((found, inner))
     return out
 
 

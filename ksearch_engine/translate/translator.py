@@ -276,6 +276,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                         + _instantiated_types(k, parse_result.source) + file_shared_decls)
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
         + preamble
+    issues += _class_problems(preamble, parse_result.source, src_path, line0)
     if preamble:
         pre = Rewriter(table, line_offset=0, context=ctx)
         header_parts.append(_metal_packed_fields(_metal_class_members(pre.rewrite_snippet(_metal_align("\n".join(preamble))))))
@@ -638,6 +639,24 @@ def _helper_attributes(table: RuleTable, helpers: list[KernelInfo], shared_names
                 direct[n] |= more
                 changed = True
     return {n: [a for a in THREAD_ATTRIBUTES if a in v] for n, v in direct.items() if v}
+
+
+def _class_problems(preamble: list[str], source: str, src_path: str | None, line0: int) -> list[Issue]:
+    """Errors for the classes the kernel uses whose member functions the Metal port cannot carry (classcheck.py),
+    each at its line where the class is in the kernel's file, else at the kernel's line naming the header's."""
+    import os
+    from .classcheck import metal_class_problems
+    found = metal_class_problems(preamble, source, src_path)
+    if any(not line for _, _, line, _ in found) and src_path and "#include" in source:
+        from .headers import included_files
+        try:
+            headers = included_files(source, [os.path.dirname(os.path.abspath(src_path))])
+        except Exception:   # a header that cannot be read: the class's file stays unnamed
+            headers = []
+        found = metal_class_problems(preamble, source, src_path, headers)
+    own = os.path.basename(src_path or "this file")
+    return [Issue(construct=construct, line=line - 1 if fname == own and line else line0, severity="error",
+                  message=message) for construct, fname, line, message in found]
 
 
 @lru_cache(maxsize=16)

@@ -153,3 +153,51 @@ def test_types_and_constants_declared_in_a_namespace_reach_both_ports():
         assert "namespace geo {\ntemplate <int K> struct Scale" in header
         assert "namespace geo {\nnamespace inner {\nconstexpr float kHalf = 0.5f;\n}\nusing namespace inner;\n}" in header
     assert_ported(res)
+
+
+ROWS_H = """#pragma once
+namespace tiles {
+template <int W>
+class RowTile {
+ public:
+  __device__ float pick(const float* src) const {
+    // one column per thread
+    return src[blockIdx.x * W + threadIdx.x];
+  }
+};
+}  // namespace tiles
+"""
+
+ROWS_CU = """#include "rows.cuh"
+struct Pool {
+  __device__ static float sum2(float v) {
+    __shared__ float part[2];
+    part[v > 0.0f ? 1 : 0] = v;
+    return part[0] + part[1];
+  }
+};
+__global__ void pick_rows(float* out, const float* src) {
+  tiles::RowTile<32> t;
+  out[blockIdx.x * 32 + threadIdx.x] = t.pick(src);
+}
+__global__ void pool2(float* out, const float* src) {
+  out[threadIdx.x] = Pool::sum2(src[threadIdx.x]);
+}
+"""
+
+
+def test_class_members_reading_thread_positions_are_named_where_defined_not_left_to_the_compiler(tmp_path):
+    from ksearch_engine.portfile import port_file
+    (tmp_path / "rows.cuh").write_text(ROWS_H)
+    path = tmp_path / "rows.cu"
+    path.write_text(ROWS_CU)
+    report = port_file(path, write=False)
+    v = {x.kernel: x for x in report.kernels}
+    assert v["pick_rows"].status == "not_ported", v["pick_rows"].reason
+    assert v["pick_rows"].reason.startswith("line 9: class RowTile: a member function of class RowTile "
+                                            "(rows.cuh line 3) uses blockIdx at line 8: the Metal port cannot"), \
+        v["pick_rows"].reason
+    assert v["pool2"].status == "not_ported", v["pool2"].reason
+    assert v["pool2"].reason.startswith("line 4: struct Pool: a member function of struct Pool (rows.cu line 2) "
+                                        "declares a __shared__ variable at line 4"), v["pool2"].reason
+    assert "Traceback" not in v["pick_rows"].reason + v["pool2"].reason

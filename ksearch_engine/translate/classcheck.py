@@ -1,0 +1,70 @@
+"""What the Metal port cannot carry in a struct or class (template) the kernel uses: member functions that read the
+thread's position or the grid's shape (`threadIdx`, `blockIdx`, `blockDim`, `gridDim`), and `__shared__` variables
+declared in a member function. Metal gives thread positions to the kernel
+function only (as its parameters) and declares threadgroup memory in the kernel only; a member function sees
+neither, and the class's members would have to take them as parameters at every call. Each problem names the class,
+the file and line where it is defined, and the first such use, instead of a compile error of the generated port.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from .analysis import _entry_name, unwrap_namespaces
+
+_CLASS = re.compile(r"\s*(?:template\s*<(?:[^<>;{}]|<[^<>;{}]*>)*>\s*)?(struct|class|union)\b")
+_THREAD_WORDS = re.compile(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b")
+_SHARED_DECL = re.compile(r"\b__shared__\b")
+
+
+def _code(text: str) -> str:
+    from ..sim.preprocess import mask_comments
+    return mask_comments(text)
+
+
+def _where(entry: str, source: str, src_path: str | None, headers: list[tuple[str, str]]) -> tuple[str, int]:
+    """(file name, 1-based line) where the class `entry` is defined: the kernel's file or one of its headers."""
+    head = next((ln.strip() for ln in entry.splitlines() if ln.strip()), "")
+    for path, text in [(src_path or "this file", source)] + headers:
+        at = text.find(head) if head else -1
+        if at >= 0:
+            return os.path.basename(path), text.count("\n", 0, at) + 1
+    return "", 0   # in a header not found next to the file
+
+
+def metal_class_problems(preamble: list[str], source: str, src_path: str | None,
+                         headers: list[tuple[str, str]] = ()) -> list[tuple[str, str, int, str]]:
+    """(construct, file, 1-based line, message) per class of `preamble` (the entries the kernel needs) whose member
+    functions the Metal port cannot carry; `headers` are the (path, text) of the local headers the file includes."""
+    out = []
+    for entry in preamble:
+        inner = unwrap_namespaces(entry)
+        m = _CLASS.match(inner)
+        if not m:
+            continue
+        code = _code(inner)
+        brace = code.find("{")
+        if brace < 0 or "(" not in code[brace:]:
+            continue   # plain data
+        body = code[brace:]
+        name = _entry_name(inner) or m.group(1)
+        fname, line = _where(inner, source, src_path, list(headers))
+        where = f"{fname} line {line}" if line else "in a header the file includes"
+        use = _THREAD_WORDS.search(body)
+        shared = _SHARED_DECL.search(body)
+        if use:
+            at = line + code.count("\n", 0, brace + use.start()) if line else 0
+            out.append((f"{m.group(1)} {name}", fname, at or line,
+                        f"a member function of {m.group(1)} {name} ({where}) uses {use.group(1)}"
+                        + (f" at line {at}" if at else "") + ": the Metal port cannot carry it (Metal gives "
+                        "thread positions and grid sizes to the kernel function only, as its parameters; a member "
+                        "function would need them passed in at every call): make it a __device__ function taking "
+                        "them as parameters, or port by hand"))
+        elif shared:
+            at = line + code.count("\n", 0, brace + shared.start()) if line else 0
+            out.append((f"{m.group(1)} {name}", fname, at or line,
+                        f"a member function of {m.group(1)} {name} ({where}) declares a __shared__ variable"
+                        + (f" at line {at}" if at else "") + ": the Metal port cannot carry it (Metal declares "
+                        "threadgroup memory in the kernel only): declare it in the kernel and pass it in, or port by "
+                        "hand"))
+    return out
