@@ -252,7 +252,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     _type_rules = table.by_kind("type")       # in the kernel
     hshared = helper_shared(k, helpers, lambda t: (_type_rules[" ".join(t.split())].metal
                                                    if " ".join(t.split()) in _type_rules else t),
-                            set(_identifiers(k.text)), _file_shared_cached(parse_result.source))
+                            set(_identifiers(k.text)),
+                            sum((_file_shared_cached(t) for t in _included_texts(parse_result.source, src_path)), ())
+                            + _file_shared_cached(parse_result.source))   # (a local header's ones too)
     shared_names |= {s.name for s in hshared.file_scope}
     # the CUDA-backend port declares the file-scope ones in its header, as written
     file_shared_decls = list(dict.fromkeys(s.text.strip() for s in hshared.file_scope))

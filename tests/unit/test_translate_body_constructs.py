@@ -201,3 +201,26 @@ def test_class_members_reading_thread_positions_are_named_where_defined_not_left
     assert v["pool2"].reason.startswith("line 4: struct Pool: a member function of struct Pool (rows.cu line 2) "
                                         "declares a __shared__ variable at line 4"), v["pool2"].reason
     assert "Traceback" not in v["pick_rows"].reason + v["pool2"].reason
+
+
+def test_file_scope_shared_variables_of_a_local_header(tmp_path):
+    (tmp_path / "scratch.cuh").write_text("#pragma once\n#define LANES 32\n__shared__ float scratch[LANES];\n"
+                                          "__device__ float mirror(int t) { return scratch[LANES - 1 - t]; }\n")
+    src = '#include "scratch.cuh"\n__global__ void flip(float* out, const float* in) {\n' \
+          '  scratch[threadIdx.x] = in[blockIdx.x * LANES + threadIdx.x];\n  __syncthreads();\n' \
+          '  out[blockIdx.x * LANES + threadIdx.x] = mirror(threadIdx.x);\n}\n'
+    path = tmp_path / "flip.cu"
+    path.write_text(src)
+    from ksearch_engine.translate.headers import header_preamble
+    parsed = find_kernels(src, str(path))
+    parsed.preamble = header_preamble(src, [str(tmp_path)]) + parsed.preamble
+    parsed.helpers = [h for h in find_kernels((tmp_path / "scratch.cuh").read_text(), "scratch.cuh").helpers] \
+        + parsed.helpers
+    tr = translate_kernel(parsed, "flip", str(path))
+    assert "threadgroup float scratch[LANES];" in tr.launch_metal_source
+    x = rng.standard_normal(64).astype(np.float32)
+    res = check_port(tr.module_text, src, "flip", {"args": {"out": np.zeros(64, np.float32), "in": x},
+                                                    "grid": (2, 1, 1), "block": (32, 1, 1), "shared_mem": 0,
+                                                    "template_args": []},
+                     filename=str(path), include_dirs=[str(tmp_path)])
+    assert_ported(res)
