@@ -236,6 +236,10 @@ class Rewriter:
             return text
         lead = text[:len(text) - len(text.lstrip())]
         trail = text[len(text.rstrip()):]
+        rule = self.types.get(" ".join(body.split()))
+        if rule is not None and rule.metal:   # a type (`#define fp double`): what the type is in Metal
+            self._apply(rule)
+            return lead + rule.metal + trail
         cont = body.replace("\\\n", "\n")   # line continuations: the parser sees plain newlines
         for wrapped, cut in ((f"__ks_macro_body({cont});", ("__ks_macro_body(", ");")), (cont, None)):
             sub = Rewriter(self.table, line_offset=self._line(node), context=self.ctx)
