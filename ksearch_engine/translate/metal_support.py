@@ -168,12 +168,23 @@ template <typename T, typename Op> inline T reduce(const coalesced_group g, T v,
 """
 
 
-# CUDA device code's memcpy between a struct's payload and an int4 (llm.c's Packed128): Metal has no memcpy; a
-# byte copy through thread pointers (both objects are the thread's own: a member function's payload, a local)
-MEMCPY = """template <class D, class S>
+# CUDA device code's memcpy (a struct's payload and an int4 as llm.c's Packed128; a local array into a local struct;
+# a buffer's bytes into a local): Metal has no memcpy; a byte copy, one overload per pair of address spaces on Metal
+# (the simulator's address spaces are all one, where the thread one stands for them all)
+MEMCPY = """#if defined(__METAL_VERSION__)
+#define KS_MEMCPY(DS, SS) template <class D, class S> inline void ks_memcpy(DS D* dst, const SS S* src, size_t n) { \\
+  for (size_t i = 0; i < n; ++i) reinterpret_cast<DS char*>(dst)[i] = reinterpret_cast<const SS char*>(src)[i]; }
+KS_MEMCPY(thread, thread) KS_MEMCPY(thread, device) KS_MEMCPY(thread, threadgroup) KS_MEMCPY(thread, constant)
+KS_MEMCPY(device, thread) KS_MEMCPY(device, device) KS_MEMCPY(device, threadgroup) KS_MEMCPY(device, constant)
+KS_MEMCPY(threadgroup, thread) KS_MEMCPY(threadgroup, device) KS_MEMCPY(threadgroup, threadgroup)
+KS_MEMCPY(threadgroup, constant)
+#undef KS_MEMCPY
+#else
+template <class D, class S>
 inline void ks_memcpy(thread D* dst, const thread S* src, size_t n) {
   for (size_t i = 0; i < n; ++i) reinterpret_cast<thread char*>(dst)[i] = reinterpret_cast<const thread char*>(src)[i];
 }
+#endif
 """
 
 

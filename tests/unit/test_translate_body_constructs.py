@@ -40,7 +40,9 @@ __global__ void mix3(int* out, const int* src, int n) {
   Trio t = gather3(src, i);
   int back[3];
   memcpy(back, &t, 3 * sizeof(int));
-  out[i] = back[0] - back[1] + 2 * back[2];
+  Trio raw;
+  memcpy(&raw, src + 3 * i, sizeof(raw));   // from a buffer
+  out[i] = back[0] - back[1] + 2 * back[2] + raw.c;
 }
 """
 
@@ -52,6 +54,9 @@ def test_memcpy_between_a_threads_own_objects_in_helper_and_kernel_bodies():
     assert "ks_memcpy(&t, raw, sizeof(t))" in tr.launch_metal_header
     assert "ks_memcpy(back, &t, 3 * sizeof(int))" in tr.launch_metal_source
     assert "memcpy(&t, raw, sizeof(t))" in tr.launch_cuda_header   # the CUDA-backend port keeps it
+    # on Metal one overload per pair of address spaces (a buffer's bytes into a local here)
+    assert "KS_MEMCPY(thread, device)" in tr.launch_metal_header and "#if defined(__METAL_VERSION__)" in \
+        tr.launch_metal_header
     assert_ported(res)
 
 
