@@ -25,6 +25,7 @@ _libc.mprotect.restype = ctypes.c_int
 _PROT_NONE, _PROT_READ, _PROT_RW = 0, 1, 3
 _PAGE = mmap.PAGESIZE
 _GUARD = 1 << 20  # bytes of PROT_NONE after each buffer: overruns of up to 1 MiB fault
+SLACK = 16        # readable zero bytes before each buffer's start (at least)
 _libs: dict[str, ctypes.CDLL] = {}
 
 # dtype name -> numpy storage dtype (bfloat16 travels as its uint16 bit pattern)
@@ -79,7 +80,9 @@ class Buffer:
 
     def __init__(self, nbytes: int):
         self.nbytes = int(nbytes)
-        self.data_pages = max(1, -(-self.nbytes // _PAGE))
+        # SLACK zero bytes before the start: a read just before the array (`g_s[i - 1]` at i = 0, where the program
+        # passes a pointer one element into its allocation) reads zeros, as a made-up workload's buffers give
+        self.data_pages = max(1, -(-((self.nbytes + 15) // 16 * 16 + SLACK) // _PAGE))
         self.map = mmap.mmap(-1, self.data_pages * _PAGE + _GUARD)
         c = ctypes.c_char.from_buffer(self.map)
         self.base = ctypes.addressof(c)
@@ -161,12 +164,12 @@ _KINDS = {3: "deadlock", 4: "fault", 5: "crash", 6: "timeout", 7: "crash", 8: "c
 def describe_address(addr: int, regions) -> str:
     """Which buffer a faulting address belongs to, from (name, Buffer, is_input) triples."""
     for name, b, _is_input in regions:
-        # a few elements before an array's start (`g_s[i - 1]` at i = 0, where the program passes a pointer one past
-        # its allocation's start): the port's array has nothing there
-        if b.addr - _BEFORE_START <= addr < b.addr:
+        # before an array's start, past its slack (`a[i - k]` at small i, where the program passes a pointer k
+        # elements into its allocation): the port's array has nothing there
+        if b.base - _BEFORE_START <= addr < b.addr:
             return (f"; the address is {b.addr - addr} bytes before the start of '{name}': the kernel reads or writes "
                     f"before the array it is given (a program passing a pointer into its allocation, such as "
-                    f"`p + 1`, has memory there; a port's array has none)")
+                    f"`p + k`, has memory there; a port's array has none)")
     for name, b, is_input in regions:
         if b.addr <= addr < b.addr + b.nbytes:
             return f"; the address is inside input '{name}': kernels must not write into inputs" if is_input else ""
@@ -176,7 +179,7 @@ def describe_address(addr: int, regions) -> str:
     return ""
 
 
-_BEFORE_START = 64   # bytes before a buffer's start named as such in a fault
+_BEFORE_START = 4096   # bytes below a buffer's mapping named "before its start" in a fault
 
 
 ND_CAP = 1 << 14   # ksim.h's NdInfo table
