@@ -164,7 +164,17 @@ template <class T> inline cublasStatus_t gemm(cublasOperation_t ta, cublasOperat
 #define cublasHgemm(...) KSIM_CUBLAS_STUB("cublasHgemm")
 #define cublasGemmEx(...) KSIM_CUBLAS_STUB("cublasGemmEx")
 #define cublasSgemmBatched(...) KSIM_CUBLAS_STUB("cublasSgemmBatched")
-#define cublasSgemmStridedBatched(...) KSIM_CUBLAS_STUB("cublasSgemmStridedBatched")
+namespace ksim_host {
+template <class T> inline cublasStatus_t gemm_strided(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const T* alpha, const T* A, int lda, long long sa, const T* B, int ldb, long long sb, const T* beta, T* C, int ldc,
+    long long sc, int batches, const char* file, int line) {
+  for (int b = 0; b < batches; b++)
+    gemm<T>(ta, tb, m, n, k, alpha, A + b * sa, lda, B + b * sb, ldb, beta, C + b * sc, ldc, file, line);
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace ksim_host
+#define cublasSgemmStridedBatched(h, ...) ksim_host::gemm_strided<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDgemmStridedBatched(h, ...) ksim_host::gemm_strided<double>(__VA_ARGS__, __FILE__, __LINE__)
 #define cublasGemmStridedBatchedEx(...) KSIM_CUBLAS_STUB("cublasGemmStridedBatchedEx")
 #define cublasSaxpy(...) KSIM_CUBLAS_STUB("cublasSaxpy")
 #define cublasSdot(...) KSIM_CUBLAS_STUB("cublasSdot")
@@ -266,10 +276,77 @@ typedef double2 cufftDoubleComplex;
 #define cufftExecZ2Z(...) KSIM_CUFFT_STOP("cufftExecZ2Z")
 """
 
+_CUBLASLT = """#pragma once
+// cuBLASLt: handles, descriptors and heuristics are bookkeeping here; cublasLtMatmul itself is stubbed with a note
+// (its output is not computed), so that the program's own kernels around it are still captured
+#include "cublas_v2.h"
+#include <cstdint>
+struct cublasLtContext { int dummy; };
+typedef cublasLtContext* cublasLtHandle_t;
+struct cublasLtMatmulDescOpaque_t { int dummy; };
+typedef cublasLtMatmulDescOpaque_t* cublasLtMatmulDesc_t;
+struct cublasLtMatrixLayoutOpaque_t { int dummy; };
+typedef cublasLtMatrixLayoutOpaque_t* cublasLtMatrixLayout_t;
+struct cublasLtMatmulPreferenceOpaque_t { int dummy; };
+typedef cublasLtMatmulPreferenceOpaque_t* cublasLtMatmulPreference_t;
+typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
+typedef struct { cublasLtMatmulAlgo_t algo; size_t workspaceSize; cublasStatus_t state; float wavesCount;
+                 int reserved[4]; } cublasLtMatmulHeuristicResult_t;
+typedef enum { CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0, CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,
+  CUBLASLT_MATMUL_DESC_POINTER_MODE = 2, CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_TRANSC = 5, CUBLASLT_MATMUL_DESC_FILL_MODE = 6, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE = 13, CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE = 14,
+  CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,
+  CUBLASLT_MATMUL_DESC_C_SCALE_POINTER = 19, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER = 20,
+  CUBLASLT_MATMUL_DESC_AMAX_D_POINTER = 21, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,
+  CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26 } cublasLtMatmulDescAttributes_t;
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_RELU = 2, CUBLASLT_EPILOGUE_RELU_AUX = 130,
+  CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_RELU_BIAS = 6, CUBLASLT_EPILOGUE_RELU_AUX_BIAS = 134,
+  CUBLASLT_EPILOGUE_DRELU = 136, CUBLASLT_EPILOGUE_DRELU_BGRAD = 152, CUBLASLT_EPILOGUE_GELU = 32,
+  CUBLASLT_EPILOGUE_GELU_AUX = 160, CUBLASLT_EPILOGUE_GELU_BIAS = 36, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+  CUBLASLT_EPILOGUE_DGELU = 192, CUBLASLT_EPILOGUE_DGELU_BGRAD = 208, CUBLASLT_EPILOGUE_BGRADA = 256,
+  CUBLASLT_EPILOGUE_BGRADB = 512 } cublasLtEpilogue_t;
+typedef enum { CUBLASLT_MATRIX_LAYOUT_TYPE = 0, CUBLASLT_MATRIX_LAYOUT_ORDER = 1, CUBLASLT_MATRIX_LAYOUT_ROWS = 2,
+  CUBLASLT_MATRIX_LAYOUT_COLS = 3, CUBLASLT_MATRIX_LAYOUT_LD = 4, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5,
+  CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6 } cublasLtMatrixLayoutAttribute_t;
+typedef enum { CUBLASLT_ORDER_COL = 0, CUBLASLT_ORDER_ROW = 1, CUBLASLT_ORDER_COL32 = 2 } cublasLtOrder_t;
+typedef enum { CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 }
+  cublasLtMatmulPreferenceAttributes_t;
+namespace ksim_host { template <class T> inline T* lt_new() { static T one; return &one; } }
+inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { *h = ksim_host::lt_new<cublasLtContext>(); return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t, cudaDataType_t) {
+  *d = ksim_host::lt_new<cublasLtMatmulDescOpaque_t>(); return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void*,
+                                                     size_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t, uint64_t, uint64_t, int64_t) {
+  *l = ksim_host::lt_new<cublasLtMatrixLayoutOpaque_t>(); return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t,
+                                                       const void*, size_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  *p = ksim_host::lt_new<cublasLtMatmulPreferenceOpaque_t>(); return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+    cublasLtMatmulPreferenceAttributes_t, const void*, size_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int want,
+    cublasLtMatmulHeuristicResult_t* out, int* got) {
+  if (want > 0) { *out = cublasLtMatmulHeuristicResult_t{}; out->state = CUBLAS_STATUS_SUCCESS; }
+  *got = want > 0 ? 1 : 0;
+  return CUBLAS_STATUS_SUCCESS;
+}
+#define cublasLtMatmul(...) KSIM_CUBLAS_STUB("cublasLtMatmul")
+"""
+
 FILES: dict[str, str] = {name: "#pragma once\n// ksim capture: provided by ksim_host.h\n" for name in _EMPTY}
 FILES.update({
     "math_constants.h": _MATH_CONSTANTS, "cuda.h": _CUDA_H, "nvToolsExt.h": _NVTX, "nvtx3/nvToolsExt.h": _NVTX,
-    "cublas_v2.h": _CUBLAS, "cublas.h": _CUBLAS, "cublas_api.h": _CUBLAS, "curand.h": _CURAND,
+    "cublas_v2.h": _CUBLAS, "cublas.h": _CUBLAS, "cublas_api.h": _CUBLAS, "cublasLt.h": _CUBLASLT,
+    "curand.h": _CURAND,
     "curand_kernel.h": '#pragma once\n#include "curand.h"\n', "cufft.h": _CUFFT,
 })
 

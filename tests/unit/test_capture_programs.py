@@ -363,3 +363,71 @@ def test_launches_through_a_function_pointer_are_named_by_the_kernel(tmp_path):
     assert cap.launch_counts == {"ones": 1, "twos": 1}
     assert [a.name for a in cap.launches[1].args] == ["o", "n"]
     assert np.all(np.load(f"{cap.dir}/{cap.launches[1].args[0].after}") == 2)
+
+
+# A training-loop style program: a shared header sets up cuBLAS and cuBLASLt handles, a batched GEMM feeds the
+# program's own kernel. The handles and descriptors are bookkeeping on the CPU, the strided batched GEMM is
+# computed on the host (its product reaches the kernel's captured input), cublasLtMatmul is stubbed with a note.
+BLAS_LT = """
+#include <cstdio>
+#include <cublas_v2.h>
+#include <cublasLt.h>
+static cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
+cublasHandle_t handle;
+cublasLtHandle_t lt_handle;
+__global__ void add_one(const float* in, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] + 1.0f;
+}
+int main() {
+  const int m = 2, k = 3, batches = 2;
+  float a[batches * m * k], b[batches * k * m];
+  for (int i = 0; i < batches * m * k; i++) { a[i] = (float)(i % 5); b[i] = (float)(i % 3) - 1.0f; }
+  float *da, *db, *dc, *dd;
+  cudaMalloc(&da, sizeof a); cudaMalloc(&db, sizeof b);
+  cudaMalloc(&dc, batches * m * m * sizeof(float)); cudaMalloc(&dd, batches * m * m * sizeof(float));
+  cudaMemcpy(da, a, sizeof a, cudaMemcpyHostToDevice); cudaMemcpy(db, b, sizeof b, cudaMemcpyHostToDevice);
+  cublasCreate(&handle);
+  cublasLtCreate(&lt_handle);
+  cublasLtMatmulDesc_t desc; cublasLtMatrixLayout_t la; cublasLtMatmulPreference_t pref;
+  cublasLtMatmulDescCreate(&desc, compute_type, CUDA_R_32F);
+  cublasOperation_t t = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU_BIAS;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m);
+  cublasLtMatmulPreferenceCreate(&pref);
+  size_t ws = 1 << 20;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulHeuristicResult_t heur; int found = 0;
+  cublasLtMatmulAlgoGetHeuristic(lt_handle, desc, la, la, la, la, pref, 1, &heur, &found);
+  if (found != 1) { printf("no algorithm\\n"); return 1; }
+  const float one = 1.0f, zero = 0.0f;
+  cublasLtMatmul(lt_handle, desc, &one, da, la, db, la, &zero, dc, la, dc, la, &heur.algo, nullptr, 0, 0);
+  cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, m, k, &one, da, m, m * k, db, k, k * m, &zero,
+                            dc, m, m * m, batches);
+  add_one<<<1, 32>>>(dc, dd, batches * m * m);
+  float r[batches * m * m];
+  cudaMemcpy(r, dd, sizeof r, cudaMemcpyDeviceToHost);
+  printf("%f\\n", r[0]);
+  cublasLtMatmulPreferenceDestroy(pref); cublasLtMatrixLayoutDestroy(la); cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(lt_handle); cublasDestroy(handle);
+  return 0;
+}
+"""
+
+
+def test_cublas_and_cublaslt_setup_runs_and_a_strided_batched_gemm_feeds_the_kernel(tmp_path):
+    src = write(tmp_path, "blas_lt.cu", BLAS_LT)
+    cap = capture_program(src, timeout_s=60)
+    assert cap.status == "ok", cap.error
+    assert cap.kernels() == ["add_one"]
+    assert any(n.kind == "stubbed" and "cublasLtMatmul" in n.message for n in cap.notes), cap.notes
+    m, k, batches = 2, 3, 2
+    a = (np.arange(batches * m * k) % 5).astype(np.float32)
+    b = (np.arange(batches * k * m) % 3).astype(np.float32) - 1
+    want = np.concatenate([a[i * m * k:(i + 1) * m * k].reshape(k, m).T @ b[i * k * m:(i + 1) * k * m].reshape(m, k).T
+                           for i in range(batches)])   # column-major per batch
+    want = np.concatenate([w.T.reshape(-1) for w in np.split(want, batches)])
+    got = np.load(f"{cap.dir}/{cap.launches[0].args[0].before}")[:batches * m * m]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
