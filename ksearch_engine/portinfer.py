@@ -694,7 +694,7 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
             else:   # a little over whole pages: a read just before its start (`g_s[i - 1]` at i = 0, where the
                 # program passes a pointer into its allocation) lands in the page's slack, as on the real launch
                 sizes[p.name] = (max(4096, threads * 4) + 16) * info[1]
-        elif info is None:
+        elif info is None or info[1] > 1:   # a struct, or a vector type (int2, float4) by value: its bytes
             structs[p.name] = _struct_of(p, preamble, subst, defines, sources, k)
 
     def make(p):

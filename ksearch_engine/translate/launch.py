@@ -91,6 +91,10 @@ def struct_body(name: str, preamble: list[str]) -> str | None:
 def struct_prologue(name: str, ctype: str, dialect: str) -> str:
     """The kernel's by-value struct parameter from its bytes (`<name>_arg`, a uint8 input)."""
     space = "device " if dialect == "metal" else ""
+    base = norm_type(ctype)
+    if dialect == "metal" and base in POINTEE and re.fullmatch(r"[a-z]+3", base):
+        # CUDA's T3 is 12 bytes (no padding); Metal's T3 is 16: the bytes are read as Metal's packed_T3
+        return f"    {ctype} {name} = {base}(*(const device packed_{base}*){name}_arg);\n"
     return f"    {ctype} {name} = *(const {space}{ctype}*){name}_arg;\n"
 
 

@@ -176,6 +176,32 @@ def _explicit_align(name: str, preamble: list[str]) -> int:
     return 1
 
 
+def _vector_type(name: str) -> bool:
+    """A CUDA vector type (int2, float3, uchar4, double2): POINTEE's entries of 2-4 components."""
+    from .launch import POINTEE
+    return name in POINTEE and re.fullmatch(r"[a-z]+[234]", name) is not None
+
+
+def _vector_layout(name: str, double_as_float: bool = False) -> StructLayout:
+    """A CUDA vector type as a struct of its components x, y, z, w (CUDA's layout: a T3 has no padding)."""
+    from .launch import POINTEE
+    dt, size = POINTEE[name]
+    n = int(name[-1])
+    if dt == "float64" and double_as_float:
+        dt, size = "float32", 4 * n
+    elif dt == "float64":
+        raise LayoutError(f"{name} holds doubles", kind="double", struct=name)
+    comp = size // n
+    names = list("xyzw"[:n])
+    c_type = {"float32": "float", "int32": "int", "uint32": "unsigned int", "int8": "signed char",
+              "uint8": "unsigned char", "int16": "short", "uint16": "unsigned short", "float16": "__half",
+              "bfloat16": "__nv_bfloat16", "int64": "long long", "uint64": "unsigned long long"}[dt]
+    np_dt = "uint16" if dt == "bfloat16" else dt
+    dtype = np.dtype({"names": names, "formats": [np_dt] * n, "offsets": [i * comp for i in range(n)],
+                      "itemsize": size})
+    return StructLayout(name=name, dtype=dtype, align=scalar_align(name), fields=[(f, c_type, 1) for f in names])
+
+
 def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None = None, *,
                   source=None, _depth: int = 0, double_as_float: bool = False,
                   keep_doubles: bool = False) -> StructLayout:
@@ -184,6 +210,8 @@ def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None
     (doubles computed as float), instead of raising for a double; `keep_doubles`: the C layout with its doubles."""
     defines = defines or {}
     body = struct_body(name, preamble)
+    if body is None and _vector_type(name):
+        return _vector_layout(name, double_as_float)
     if body is None:
         raise LayoutError(f"the definition of {name} is not in the file or its local headers", struct=name)
     names, formats, offsets, fields = [], [], [], []
@@ -312,6 +340,10 @@ def by_value_problem(name: str, preamble: list[str], defines: dict[str, int] | N
     the kernel reinterprets the bytes with the same definition the original compiled."""
     from .launch import TEXTURE_TYPES
 
+    if _vector_type(name) and struct_body(name, preamble) is None:
+        # a CUDA vector type (int2, float4, uchar4): its bytes, which both ports read as the same vector type
+        return LayoutError(f"{name} holds doubles", kind="double", struct=name) if name.startswith("double") \
+            else None
     body = struct_body(name, preamble)
     if body is None:
         return LayoutError(f"the definition of {name} is not in the file", kind="missing", struct=name)
