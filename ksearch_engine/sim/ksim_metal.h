@@ -13,3 +13,6 @@ void ksim_metal_has_no_clock_use_a_counter() = delete;
 // the translator's Metal ports copy a class's payload with ks_memcpy: specs/translation.yaml class.member_rules)
 void ksim_metal_has_no_memcpy_copy_the_elements() = delete;
 #define memcpy(d, s, n) ksim_metal_has_no_memcpy_copy_the_elements()
+// nor memset (the translator's Metal ports fill bytes with ks_memset: specs/translation.yaml mem.memset_local)
+void ksim_metal_has_no_memset_set_the_elements() = delete;
+#define memset(d, v, n) ksim_metal_has_no_memset_set_the_elements()

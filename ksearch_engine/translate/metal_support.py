@@ -188,6 +188,22 @@ inline void ks_memcpy(thread D* dst, const thread S* src, size_t n) {
 """
 
 
+# memset in device code (a local array or struct cleared): Metal has none either; a byte fill, per address space on
+# Metal as ks_memcpy
+MEMSET = """#if defined(__METAL_VERSION__)
+#define KS_MEMSET(DS) template <class D> inline void ks_memset(DS D* dst, int v, size_t n) { \\
+  for (size_t i = 0; i < n; ++i) reinterpret_cast<DS uchar*>(dst)[i] = uchar(v); }
+KS_MEMSET(thread) KS_MEMSET(device) KS_MEMSET(threadgroup)
+#undef KS_MEMSET
+#else
+template <class D>
+inline void ks_memset(thread D* dst, int v, size_t n) {
+  for (size_t i = 0; i < n; ++i) reinterpret_cast<thread unsigned char*>(dst)[i] = (unsigned char)v;
+}
+#endif
+"""
+
+
 def metal_support(text: str) -> str:
     """The support code `text` (a rewritten Metal header + body) calls, to put first in its header."""
     out = []
@@ -199,6 +215,8 @@ def metal_support(text: str) -> str:
         out.append(CLOCK)
     if "ks_memcpy(" in text:
         out.append(MEMCPY)
+    if "ks_memset(" in text:
+        out.append(MEMSET)
     from .curand import support as curand_support, uses_curand   # cuRAND's device API (curand.py)
     if uses_curand(text):
         out.append(curand_support("metal"))

@@ -229,3 +229,33 @@ def test_file_scope_shared_variables_of_a_local_header(tmp_path):
                                                     "template_args": []},
                      filename=str(path), include_dirs=[str(tmp_path)])
     assert_ported(res)
+
+
+MEMSET = """
+struct Hist { int bins[4]; float total; };
+__device__ Hist tally(const float* v, int i) {
+  Hist h;
+  memset(&h, 0, sizeof(h));
+  for (int j = 0; j < 4; ++j) { h.bins[(int)(v[4 * i + j] > 0.0f) * 2 + (j & 1)] += 1; h.total += v[4 * i + j]; }
+  return h;
+}
+__global__ void count4(int* out, float* sums, const float* v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  int local[4];
+  memset(local, 0, 4 * sizeof(int));
+  Hist h = tally(v, i);
+  for (int j = 0; j < 4; ++j) local[j] += h.bins[j];
+  out[i] = local[0] + 10 * local[1] + 100 * local[2] + 1000 * local[3];
+  sums[i] = h.total;
+}
+"""
+
+
+def test_memset_of_a_threads_own_objects_in_helper_and_kernel_bodies():
+    n = 64
+    v = rng.standard_normal(4 * n).astype(np.float32)
+    tr, res = port(MEMSET, "count4", {"out": np.zeros(n, np.int32), "sums": np.zeros(n, np.float32), "v": v, "n": n})
+    assert "ks_memset(&h, 0, sizeof(h))" in tr.launch_metal_header and "KS_MEMSET(device)" in tr.launch_metal_header
+    assert "ks_memset(local, 0, 4 * sizeof(int))" in tr.launch_metal_source
+    assert_ported(res)
