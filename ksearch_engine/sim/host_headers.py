@@ -241,10 +241,6 @@ inline curandStatus_t curandGenerate(curandGenerator_t g, unsigned* p, size_t n)
   for (size_t i = 0; i < n; i++) p[i] = (unsigned)ksim_host::rng_next(g->s);
   return CURAND_STATUS_SUCCESS;
 }
-// the device API (curandState, curand_init, curand_uniform...): ksim_curand.h, included by ksim_host.h, draws
-// cuRAND's XORWOW sequence; the other generators' states are not emulated (Philox's name stands for XORWOW's state
-// so that programs naming it compile)
-typedef curandStateXORWOW curandStatePhilox4_32_10_t;
 """
 
 _CUFFT = """#pragma once
@@ -347,7 +343,10 @@ FILES.update({
     "math_constants.h": _MATH_CONSTANTS, "cuda.h": _CUDA_H, "nvToolsExt.h": _NVTX, "nvtx3/nvToolsExt.h": _NVTX,
     "cublas_v2.h": _CUBLAS, "cublas.h": _CUBLAS, "cublas_api.h": _CUBLAS, "cublasLt.h": _CUBLASLT,
     "curand.h": _CURAND,
-    "curand_kernel.h": '#pragma once\n#include "curand.h"\n', "cufft.h": _CUFFT,
+    # the device API: ksim_curand.h draws cuRAND's XORWOW sequence (the ports carry the same text); the other
+    # generators' states are not emulated (Philox's name stands for XORWOW's state so that programs naming it compile)
+    "curand_kernel.h": '#pragma once\n#include "curand.h"\n#include "ksim_curand.h"\n'
+                       'typedef curandStateXORWOW curandStatePhilox4_32_10_t;\n', "cufft.h": _CUFFT,
 })
 
 # headers whose library the capture cannot run: (pattern, what it is)

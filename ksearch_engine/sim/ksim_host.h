@@ -1716,4 +1716,3 @@ template <thread_scope Scope> inline void pipeline_producer_commit(pipeline<thre
 }  // namespace cuda
 #include "ksim_tex.h"  // textures: arrays, references, objects, fetches (owned by the textures work)
 #include "ksim_wmma.h"  // nvcuda::wmma (tensor-core fragments; owned by the wmma work)
-#include "ksim_curand.h"  // cuRAND's device API (XORWOW states), the same text the ports carry

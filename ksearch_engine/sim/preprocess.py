@@ -29,6 +29,8 @@ def _blank(text: str) -> str:
 def strip_gpu_includes(text: str, dialect: str) -> str:
     def repl(m: re.Match) -> str:
         path = m.group(1).strip()
+        if dialect == "cuda" and path == "curand_kernel.h":   # cuRAND's device API: the simulator's (ksim_curand.h)
+            return '#include "ksim_curand.h"'
         if dialect == "metal" or _GPU_HEADER.match(path):
             return _blank(m.group(0))
         return m.group(0)
