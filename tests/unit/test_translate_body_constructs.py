@@ -243,7 +243,7 @@ __global__ void count4(int* out, float* sums, const float* v, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   int local[4];
-  memset(local, 0, 4 * sizeof(int));
+  std::memset(local, 0, 4 * sizeof(int));
   Hist h = tally(v, i);
   for (int j = 0; j < 4; ++j) local[j] += h.bins[j];
   out[i] = local[0] + 10 * local[1] + 100 * local[2] + 1000 * local[3];
