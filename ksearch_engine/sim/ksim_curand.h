@@ -1,8 +1,9 @@
 // ksim_curand.h - cuRAND's device API for its default generator, XORWOW (curand_kernel.h's curandState):
 // curand_init, curand, curand_uniform(_double), curand_normal(_double, 2, 2_double), curand_log_normal,
-// skipahead, skipahead_sequence. Included by ksim_host.h, so that the original kernels a capture or a check runs
-// draw cuRAND's sequence; the translator (translate/curand.py) puts the same text, in each port's dialect, into
-// the ports of kernels that call it: both sides run one algorithm.
+// skipahead, skipahead_sequence. Where the code includes curand_kernel.h (the capture's stand-in header includes
+// this one; the kernel-only preprocessing turns that include into this one), so that the original kernels a
+// capture or a check runs draw cuRAND's sequence; the translator (translate/curand.py) puts the same text, in each
+// port's dialect, into the ports of kernels that call it: both sides run one algorithm.
 //
 // The generator is Marsaglia's xorwow (five 32-bit words v, shifted; a Weyl counter d added to the output), seeded
 // as cuRAND seeds it, with subsequence n starting n * 2^67 draws along the sequence and the offset further draws.

@@ -2,7 +2,8 @@
 
 A kernel that calls curand_init / curand / curand_uniform / curand_normal... on a `curandState` gets, in each port's
 header, the generator as device functions of its own: the text of sim/ksim_curand.h (which the simulator's CUDA
-runtime includes, so the original kernel draws from the same code) with its KSC_ words replaced for the dialect:
+runtime gives code that includes curand_kernel.h, so the original kernel draws from the same code) with its KSC_ words
+replaced for the dialect:
 
 * Metal: `uint`/`ulong`, the tables in `constant` memory, the functions that take a state templated over the
   pointer (a state is read through `thread` and `device` pointers alike); no double, so the `_double` forms compute
@@ -31,9 +32,14 @@ _USES = re.compile(r"\b(?:curand(?:_init|_uniform\w*|_normal\w*|_log_normal\w*)?
                    + "|".join(STATE_TYPES) + r")\b")
 
 
+_OWN = re.compile(r"\b(?:struct|class)\s+(?:" + "|".join(STATE_TYPES) + r")\s*\{|\}\s*(?:"
+                  + "|".join(STATE_TYPES) + r")\s*;")
+
+
 def uses_curand(text: str) -> bool:
-    """Whether `text` (kernel, helpers, preamble) names the device API's generator or its state."""
-    return bool(_USES.search(text)) and "struct curandStateXORWOW" not in text
+    """Whether `text` (kernel, helpers, preamble) names the device API's generator or its state (and does not
+    define a state type of that name itself)."""
+    return bool(_USES.search(text)) and not _OWN.search(text)
 
 
 def _section(text: str, name: str) -> str:
