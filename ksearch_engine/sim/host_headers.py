@@ -263,6 +263,16 @@ typedef double2 cufftDoubleComplex;
 #define cufftPlan2d(...) KSIM_CUFFT_STUB("cufftPlan2d")
 #define cufftPlan3d(...) KSIM_CUFFT_STUB("cufftPlan3d")
 #define cufftPlanMany(...) KSIM_CUFFT_STUB("cufftPlanMany")
+inline cufftResult cufftCreate(cufftHandle* h) { static int n = 0; *h = ++n; return CUFFT_SUCCESS; }
+#define cufftMakePlan1d(...) KSIM_CUFFT_STUB("cufftMakePlan1d")
+#define cufftMakePlan2d(...) KSIM_CUFFT_STUB("cufftMakePlan2d")
+#define cufftMakePlan3d(...) KSIM_CUFFT_STUB("cufftMakePlan3d")
+#define cufftMakePlanMany(...) KSIM_CUFFT_STUB("cufftMakePlanMany")
+#define cufftSetAutoAllocation(...) CUFFT_SUCCESS
+#define cufftSetWorkArea(...) CUFFT_SUCCESS
+#define cufftGetSize(...) CUFFT_SUCCESS
+#define cufftExecD2Z(...) KSIM_CUFFT_STOP("cufftExecD2Z")
+#define cufftExecZ2D(...) KSIM_CUFFT_STOP("cufftExecZ2D")
 #define cufftSetStream(...) CUFFT_SUCCESS
 #define cufftDestroy(...) CUFFT_SUCCESS
 #define KSIM_CUFFT_STOP(name) (ksim_host::stop("stubbed", name " (a cuFFT transform) is not emulated: the program cannot go on", __FILE__, __LINE__), CUFFT_NOT_SUPPORTED)
@@ -338,6 +348,19 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
 #define cublasLtMatmul(...) KSIM_CUBLAS_STUB("cublasLtMatmul")
 """
 
+_CUFFTXT = """#pragma once
+// cuFFT's extensions: its callback types; installing a callback needs the device's cuFFT and stops the program
+#include "cufft.h"
+typedef enum { CUFFT_CB_LD_COMPLEX = 0x0, CUFFT_CB_LD_COMPLEX_DOUBLE = 0x1, CUFFT_CB_LD_REAL = 0x2,
+  CUFFT_CB_LD_REAL_DOUBLE = 0x3, CUFFT_CB_ST_COMPLEX = 0x4, CUFFT_CB_ST_COMPLEX_DOUBLE = 0x5, CUFFT_CB_ST_REAL = 0x6,
+  CUFFT_CB_ST_REAL_DOUBLE = 0x7, CUFFT_CB_UNDEFINED = 0x8 } cufftXtCallbackType;
+typedef cufftComplex (*cufftCallbackLoadC)(void*, size_t, void*, void*);
+typedef cufftReal (*cufftCallbackLoadR)(void*, size_t, void*, void*);
+typedef void (*cufftCallbackStoreC)(void*, size_t, cufftComplex, void*, void*);
+typedef void (*cufftCallbackStoreR)(void*, size_t, cufftReal, void*, void*);
+#define cufftXtSetCallback(...) KSIM_CUFFT_STOP("cufftXtSetCallback")
+"""
+
 FILES: dict[str, str] = {name: "#pragma once\n// ksim capture: provided by ksim_host.h\n" for name in _EMPTY}
 FILES.update({
     "math_constants.h": _MATH_CONSTANTS, "cuda.h": _CUDA_H, "nvToolsExt.h": _NVTX, "nvtx3/nvToolsExt.h": _NVTX,
@@ -347,6 +370,7 @@ FILES.update({
     # generators' states are not emulated (Philox's name stands for XORWOW's state so that programs naming it compile)
     "curand_kernel.h": '#pragma once\n#include "curand.h"\n#include "ksim_curand.h"\n'
                        'typedef curandStateXORWOW curandStatePhilox4_32_10_t;\n', "cufft.h": _CUFFT,
+    "cufftXt.h": _CUFFTXT,
 })
 
 # headers whose library the capture cannot run: (pattern, what it is)

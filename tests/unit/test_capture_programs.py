@@ -431,3 +431,38 @@ def test_cublas_and_cublaslt_setup_runs_and_a_strided_batched_gemm_feeds_the_ker
     want = np.concatenate([w.T.reshape(-1) for w in np.split(want, batches)])
     got = np.load(f"{cap.dir}/{cap.launches[0].args[0].before}")[:batches * m * m]
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# A program that scales its signal with its own kernel, then hands it to cuFFT (plans made through the cufftXt
+# extension API): the kernel's launch is recorded, and the transform (not emulated) stops the run with a note.
+FFT_XT = """
+#include <cstdio>
+#include <cufft.h>
+#include <cufftXt.h>
+__global__ void scale(cufftReal* x, int n, float s) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
+int main() {
+  const int n = 64;
+  cufftReal h[n];
+  for (int i = 0; i < n; i++) h[i] = (float)i;
+  cufftReal* d; cufftComplex* f;
+  cudaMalloc(&d, sizeof h); cudaMalloc(&f, (n / 2 + 1) * sizeof(cufftComplex));
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+  cufftHandle plan; size_t work = 0;
+  cufftCreate(&plan);
+  long long dims[1] = {n};
+  cufftMakePlanMany(plan, 1, (int*)dims, nullptr, 1, n, nullptr, 1, n / 2 + 1, CUFFT_R2C, 1, &work);
+  scale<<<1, 64>>>(d, n, 0.5f);
+  if (cufftExecR2C(plan, d, f) != CUFFT_SUCCESS) { printf("fft failed\\n"); return 1; }
+  return 0;
+}
+"""
+
+
+def test_cufft_extension_api_compiles_and_the_transform_stops_the_run_after_the_kernel(tmp_path):
+    src = write(tmp_path, "fft_xt.cu", FFT_XT)
+    cap = capture_program(src, timeout_s=60)
+    assert cap.kernels() == ["scale"], (cap.status, cap.error)
+    assert any("cufftExecR2C" in n.message and n.line == line_of(FFT_XT, "cufftExecR2C") for n in cap.notes), cap.notes
