@@ -866,8 +866,8 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
                     if made_notes is not None:
                         made_notes.extend(notes)
                         made_notes.append("checked on made-up contents whose integers (buffers, struct fields) are "
-                                          "all zero: on random ones the original kernel raced ("
-                                          + _one_line(e) + ")")
+                                          "all zero, a weaker check (code that index data leads to may not run): on "
+                                          "random ones the original kernel raced (" + _one_line(e) + ")")
                     return zeros
             if race_check:
                 raise err from None
