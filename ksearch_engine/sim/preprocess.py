@@ -174,7 +174,10 @@ def rewrite_block_shared(text: str, words: tuple[str, ...], base_depth: int = 0)
             out.append(" " * len(m.group(1)))
             pos = m.end()
             continue
-        out.append("static" + " " * (len(m.group(1)) - 6))
+        # `static __shared__ float s[64];` / `__shared__ static ...`: static once
+        already = re.search(r"\bstatic\s*$", code[max(0, m.start() - 64):m.start()]) is not None \
+            or re.match(r"\s*static\b", code[m.end():]) is not None
+        out.append(" " * len(m.group(1)) if already else "static" + " " * (len(m.group(1)) - 6))
         end = code.find(";", m.end())
         if depth <= 0 or end < 0:
             pos = m.end()

@@ -259,3 +259,20 @@ def test_memset_of_a_threads_own_objects_in_helper_and_kernel_bodies():
     assert "ks_memset(&h, 0, sizeof(h))" in tr.launch_metal_header and "KS_MEMSET(device)" in tr.launch_metal_header
     assert "ks_memset(local, 0, 4 * sizeof(int))" in tr.launch_metal_source
     assert_ported(res)
+
+
+def test_static_file_scope_shared_arrays_port_and_run():
+    src = """
+static __shared__ float ring[64];
+__shared__ int first;
+__global__ void roll(float* out, const float* in) {
+  ring[threadIdx.x] = in[blockIdx.x * 64 + threadIdx.x];
+  if (threadIdx.x == 0) first = (int)blockIdx.x;
+  __syncthreads();
+  out[blockIdx.x * 64 + threadIdx.x] = ring[(threadIdx.x + 7) % 64] + first;
+}
+"""
+    x = rng.standard_normal(128).astype(np.float32)
+    tr, res = port(src, "roll", {"out": np.zeros(128, np.float32), "in": x}, block=(64, 1, 1))
+    assert "threadgroup float ring[64];" in tr.launch_metal_source
+    assert_ported(res)
