@@ -313,8 +313,11 @@ def needed_preamble(preamble: list[str], texts: list[str]) -> list[str]:
             if i in keep or not (name & used):
                 continue
             keep.add(i)
-            # only the part before a big initializer can name other entries worth following
-            used |= set(re.findall(r"[A-Za-z_]\w*", entry[:4096]))
+            # only the part before a big initializer can name other entries worth following; a type's definition
+            # (a class with many member functions) is followed whole
+            whole = re.match(r"\s*(?:template\b|struct\b|class\b|union\b|typedef\s+struct\b)",
+                             unwrap_namespaces(entry)) is not None
+            used |= set(re.findall(r"[A-Za-z_]\w*", entry if whole else entry[:4096]))
             changed = True
     return [e for i, (_, e) in enumerate(names) if i in keep]
 

@@ -276,3 +276,17 @@ __global__ void roll(float* out, const float* in) {
     tr, res = port(src, "roll", {"out": np.zeros(128, np.float32), "in": x}, block=(64, 1, 1))
     assert "threadgroup float ring[64];" in tr.launch_metal_source
     assert_ported(res)
+
+
+def test_a_long_class_names_types_and_macros_in_its_last_member_functions():
+    filler = "".join(f"  __device__ float f{j}(float v) const {{ return v * {j}.0f + bias; }}\n" for j in range(80))
+    src = ("#define SHIFT 3\nstruct Pair { float a; float b; };\n"
+           "struct Wide {\n  float bias;\n" + filler
+           + "  __device__ float last(float a) const { Pair p; p.a = a; p.b = 1.0f; return p.a * SHIFT + p.b + f7(bias); }\n"
+           "};\n__global__ void widen(float* out, const float* in) {\n"
+           "  Wide w; w.bias = 0.5f;\n  out[threadIdx.x] = w.last(in[threadIdx.x]);\n}\n")
+    assert src.index("float last(") - src.index("struct Wide") > 4096
+    x = rng.standard_normal(32).astype(np.float32)
+    tr, res = port(src, "widen", {"out": np.zeros(32, np.float32), "in": x}, grid=(1, 1, 1))
+    assert "#define SHIFT 3" in tr.launch_metal_header and "struct Pair" in tr.launch_metal_header
+    assert_ported(res)
