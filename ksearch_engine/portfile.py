@@ -806,8 +806,13 @@ def _why_no_launch(capture: Capture | None, kernel: str) -> str | None:
     mine = capture.launches_of(kernel)
     # the simulator stopping in the kernel says more than its size (the capture already tried smaller sizes)
     failed = [ln for ln in mine if ln.sim_error]
+    from .sim.capture import DEVICE_SIZES
+    fixed = next((n.message.split(": ", 1)[1] for n in capture.notes
+                  if DEVICE_SIZES in n.message and kernel in n.message.split(": ", 1)[0].split(", ")), None)
     if failed:
-        return f"its launches stopped in the simulator ({failed[0].sim_error})"
+        return f"its launches stopped in the simulator ({failed[0].sim_error})" + (f"; {fixed}" if fixed else "")
+    if fixed:
+        return f"the program launched it {len(mine)} time(s): {fixed}"
     big = [ln for ln in mine if ln.too_large]
     if big:
         return (f"the program launched it {len(mine)} time(s), each with more data than the capture records "
