@@ -385,6 +385,20 @@ def matches(v: int, ev: Evidence) -> int:
     return 0
 
 
+def _product_sites(sites: list[SizeSite], ev: Evidence) -> list[SizeSite]:
+    """Two or three sizes whose product the launch shows as a size (a buffer of `T * C` or `B * T * C` elements,
+    a scalar `N = T * C`), where no size alone does; the fewest, and of those the first in the program."""
+    import itertools
+
+    named = [s for s in sites if s.kind in ("define", "var")]
+    by_name = list({s.name: s for s in named}.values())[:24]   # (a name's several sites follow its first)
+    for r in (2, 3):
+        for group in itertools.combinations(by_name, r):
+            if matches(math.prod(s.value for s in group), ev) == 2:
+                return [s for s in named if any(s.name == g.name for g in group)]
+    return []
+
+
 def _pow2_ceil(x: float) -> int:
     return 1 << max(1, math.ceil(math.log2(max(x, 2.0))))
 
@@ -395,11 +409,16 @@ def plan(sites: list[SizeSite], evidence: list[Evidence], byte_budget: int,
     TARGET_THREADS threads and TARGET_SECONDS of CPU time. None when no site explains any launch."""
     chosen: dict[int, SizeSite] = {}
     need_factor, dims, kernels, blocks = 1.0, 1, [], [32]
+    factors: set[int] = set()   # sites that are one factor of a size (no block-size floor of their own)
     for ev in evidence:
         strength = {id(s): matches(s.value, ev) for s in sites}
         best = max(strength.values(), default=0)
         # a grid dimension alone is weak evidence (a bin count, a number of buckets): only where nothing stronger
         hit = [s for s in sites if best and strength[id(s)] == best]
+        combo = _product_sites(sites, ev) if best < 2 else []
+        if combo:   # a buffer of B * T * C elements: the sizes multiply, each divided by a root of the factor
+            hit, dims = combo, max(dims, len(combo))
+            factors.update(id(s) for s in combo)
         if not hit:
             continue
         kernels.append(ev.kernel)
@@ -422,7 +441,7 @@ def plan(sites: list[SizeSite], evidence: list[Evidence], byte_budget: int,
     changes = []
     floor = max(blocks)
     for s in picked:
-        keep = 32 if any(s.value in ev.grid for ev in evidence) else floor
+        keep = 32 if any(s.value in ev.grid for ev in evidence) or id(s) in factors else floor
         g = f
         while g > 1 and s.value // g < keep:
             g //= 2

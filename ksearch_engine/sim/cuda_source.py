@@ -147,7 +147,8 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
     targs = "<" + ", ".join(str(t) for t in template_args) + ">" if template_args else ""
     textures = dict(textures or {})
     refs = [n for n in textures if n not in names]
-    so = _compile(body, info, targs, symbols, filename, what, True if textures else host_api, refs)
+    libs = library_headers(source)
+    so = _compile(body, info, targs, symbols, filename, what, True if textures or libs else host_api, refs, libs)
     keep = _make_textures(so, textures, args, names, what) if textures else []
     try:
         return _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, check_races, strict_barriers)
@@ -226,13 +227,29 @@ _UNDECLARED = re.compile(r"was not declared|does not name a type|declared void|h
                          r"is not a (?:type|template)|expected [^\n]*before")
 
 
-def _compile(body: str, info, targs: str, symbols, filename: str, what: str, host_api: bool | None, refs=()):
+def library_headers(source: str) -> list[str]:
+    """The library headers (cuBLAS, cuBLASLt, cuRAND, cuFFT, the driver API, NVTX) the file includes that the
+    capture's stand-ins define (sim/host_headers.py): a kernel file whose header declares a `cublasHandle_t` at
+    file scope compiles against the same stand-ins as its program, with the host runtime they call into."""
+    from .host_headers import FILES, stand_in
+
+    names = re.findall(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', source, re.M)
+    return list(dict.fromkeys(n for n in names if n in FILES and stand_in(n)))
+
+
+def _compile(body: str, info, targs: str, symbols, filename: str, what: str, host_api: bool | None, refs=(),
+             libs=()):
     """The kernel's library. The kernel-only entry (ksim_cuda.h) first; where the file's own host code (a timer
     class in a header, an allocation helper) needs the CUDA runtime's host API, the entry that declares it
     (ksim_cuda_host.h: ksim_host.h's runtime, nothing of the capture at load). `host_api=True`: that one only."""
     def code(entry: str) -> str:
+        lib_dir = None
+        if libs and entry == _build.HOST_ENTRY:
+            from .host_headers import include_dir
+            lib_dir = include_dir()
         return "\n".join([
-            f'#include "{entry}"', f'#line 1 "{filename}"', body,
+            f'#include "{entry}"', *(f'#include "{lib_dir / n}"' for n in libs if lib_dir is not None),
+            f'#line 1 "{filename}"', body,
             '#line 1 "ksim-launch"',
             f"static void ksim_entry() {{ ksim::call_kernel(&{info.qualified}{targs}, ksim::g.args); }}",
             f'KSIM_EXPORT void ksim_param_info(unsigned long* ksim_sizes, int* ksim_kinds) '

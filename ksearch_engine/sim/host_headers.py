@@ -389,6 +389,12 @@ UNSUPPORTED: list[tuple[re.Pattern, str]] = [
 ]
 
 
+def stand_in(header: str) -> bool:
+    """Whether `header` has a stand-in of its own (a library's types and stubs), not an empty one that
+    ksim_host.h already covers."""
+    return header in FILES and header not in _EMPTY
+
+
 def unsupported(header: str) -> str | None:
     for pat, what in UNSUPPORTED:
         if pat.search(header):

@@ -326,3 +326,45 @@ def test_a_program_slow_to_build_is_not_built_again_smaller(tmp_path, monkeypatc
     assert cap.status == "ok", cap.error
     assert [ln.too_large for ln in cap.launches] == [True, True]      # as recorded at the program's own sizes
     assert not any(n.kind == "scaled" for n in cap.notes) and "n=262144" in cap.stdout_tail
+
+
+# sizes that multiply: each buffer holds B * T * C elements and no size alone shows in a launch (a training
+# loop's batch, sequence and channel counts, as local variables of main)
+PRODUCT = """
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+__global__ void residual(float* out, const float* a, const float* b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+int main() {
+  int B = 4;
+  int T = 1024;
+  int C = 384;
+  size_t n = (size_t)B * T * C;
+  float* h = (float*)malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) h[i] = (float)(i % 13);
+  float *a, *b, *o;
+  cudaMalloc(&a, n * sizeof(float)); cudaMalloc(&b, n * sizeof(float)); cudaMalloc(&o, n * sizeof(float));
+  cudaMemcpy(a, h, n * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemcpy(b, h, n * sizeof(float), cudaMemcpyHostToDevice);
+  residual<<<(int)((n + 255) / 256), 256>>>(o, a, b, (int)n);
+  cudaMemcpy(h, o, n * sizeof(float), cudaMemcpyDeviceToHost);
+  printf("%f\\n", h[7]);
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_sizes_that_multiply_into_a_buffer_are_scaled_together(tmp_path):
+    prog = write(tmp_path, "product.cu", PRODUCT)
+    cap = capture_program(prog, workdir=tmp_path / "cap", byte_budget=4 << 20)   # each launch needs 18 MB
+    assert cap.status == "ok", cap.error
+    (ln,) = [ln for ln in cap.launches if not ln.too_large]
+    n = ln.args[3].value
+    assert n < 4 * 1024 * 384 and n % 4 == 0
+    note = next(nt for nt in cap.notes if nt.kind == "scaled")
+    assert "T from 1024 to" in note.message and "C from 384 to" in note.message, note.message
+    np.testing.assert_array_equal(cap.load(ln.args[0].after), 2 * (np.arange(n) % 13).astype(np.float32))
