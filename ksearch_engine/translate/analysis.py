@@ -288,22 +288,24 @@ def _entry_name(entry: str) -> str | None:
     return m.group(1) if m else None
 
 
+def entry_provides(e: str) -> set[str]:
+    """The names a file-scope entry (ParseResult.preamble) defines: a macro, type, constant, enumerators."""
+    e2 = re.sub(r"__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\)", "", unwrap_namespaces(e))
+    out = {_entry_name(e2)} - {None}
+    if re.match(r"\s*(?:typedef\s+)?enum\b", e2):   # an enum provides its enumerators
+        body = e2[e2.find("{") + 1:e2.rfind("}")] if "{" in e2 else ""
+        out |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:=|,|$)", body.strip()))
+    if re.match(r"\s*#\s*if", e2):   # a conditional block of #defines provides each of them
+        out |= set(re.findall(r"^\s*#\s*define\s+([A-Za-z_]\w*)", e2, re.M))
+    m = re.search(r"\}\s*([A-Za-z_]\w*)\s*;?\s*$", e2)   # typedef struct {...} Name;
+    if m:
+        out.add(m.group(1))
+    return out
+
+
 def needed_preamble(preamble: list[str], texts: list[str]) -> list[str]:
     """The file-scope entries (macros, constants, types) that `texts` use, directly or through each other."""
-    def provides(e: str) -> set[str]:
-        e2 = re.sub(r"__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\)", "", unwrap_namespaces(e))
-        out = {_entry_name(e2)} - {None}
-        if re.match(r"\s*(?:typedef\s+)?enum\b", e2):   # an enum provides its enumerators
-            body = e2[e2.find("{") + 1:e2.rfind("}")] if "{" in e2 else ""
-            out |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:=|,|$)", body.strip()))
-        if re.match(r"\s*#\s*if", e2):   # a conditional block of #defines provides each of them
-            out |= set(re.findall(r"^\s*#\s*define\s+([A-Za-z_]\w*)", e2, re.M))
-        m = re.search(r"\}\s*([A-Za-z_]\w*)\s*;?\s*$", e2)   # typedef struct {...} Name;
-        if m:
-            out.add(m.group(1))
-        return out
-
-    names = [(provides(e), e) for e in preamble]
+    names = [(entry_provides(e), e) for e in preamble]
     used = set(re.findall(r"[A-Za-z_]\w*", "\n".join(texts)))
     keep: set[int] = set()
     changed = True

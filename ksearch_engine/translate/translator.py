@@ -242,7 +242,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
 
     # -- Metal body and header ----------------------------------------------------------------
     shared_names = {s.name for s in k.shared}
-    helpers = analysis.called_helpers(k, _helper_pool(parse_result, src_path))
+    # (with those the member functions of the classes it uses call: placed before those classes, _helper_places)
+    helpers, from_classes = _helpers_with_class_callees(k, parse_result, src_path)
     helpers, _twins = analysis.double_twins(helpers)   # f(double) beside f(float): one function in float ports
     for h in _twins:
         issues.append(Issue(construct=h.text.split("{")[0].strip(), line=h.range.start.line, severity="warning",
@@ -279,16 +280,18 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
         + preamble
     issues += _class_problems(preamble, parse_result.source, src_path, line0)
-    if preamble:
-        pre = Rewriter(table, line_offset=0, context=ctx)
-        header_parts.append(_metal_packed_fields(_metal_class_members(pre.rewrite_snippet(_metal_align("\n".join(preamble))))))
-        rw.applied += [a for a in pre.applied if a not in rw.applied]
+    places = _helper_places(preamble, helpers, from_classes)
+    pre = Rewriter(table, line_offset=0, context=ctx)
+    helper_parts = []
     for h in helpers:
         hr = Rewriter(table, line_offset=h.range.start.line, context=_helper_ctx(ctx, hshared, h))
         whole, _ = hr.rewrite_function(h.text, helper=True)
-        header_parts.append(in_namespaces_of(h, whole))
+        helper_parts.append(in_namespaces_of(h, whole))
         rw.issues += hr.issues
         rw.applied += [a for a in hr.applied if a not in rw.applied]
+    header_parts = _interleaved(preamble, lambda run: [_metal_packed_fields(_metal_class_members(
+        pre.rewrite_snippet(_metal_align("\n".join(run)))))], helpers, helper_parts, places)
+    rw.applied += [a for a in pre.applied if a not in rw.applied]
     # MLX glues its generated signature straight onto the header: end it with a newline
     metal_header = "\n\n".join(header_parts) + "\n" if header_parts else ""
     support = metal_support("\n".join(header_parts) + metal_body)
@@ -327,9 +330,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     if uses_curand("\n".join([k.text] + [h.text for h in helpers] + preamble)):
         cuda_header_parts.append(curand_support("cuda"))
     cuda_base = list(cuda_header_parts)
-    cuda_header_parts += preamble
-    cuda_header_parts += file_shared_decls
-    cuda_header_parts += [in_namespaces_of(h, h.text) for h in helpers]
+    cuda_header_parts += _interleaved(preamble + file_shared_decls, list, helpers,
+                                      [in_namespaces_of(h, h.text) for h in helpers], places)
     cuda_header = "\n\n".join(cuda_header_parts) + "\n"
     for i in issues:   # these break the CUDA-backend port too
         if i.construct.endswith("<<<...>>>") or i.construct in ("grid.sync()", "this_grid()"):
@@ -371,15 +373,17 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     launch_metal_body = _with_clock(_align_first(_with_hoisted(launch_metal_body, hshared.kernel_decls)))
     lheader_parts = []
     launch_issues = list(lrw.issues) + wmma_issues   # the launch() port has the same Metal wmma
-    if lpreamble:
-        lpre = Rewriter(table, line_offset=0, context=lctx)
-        lheader_parts.append(_metal_packed_fields(_metal_class_members(lpre.rewrite_snippet(_metal_align("\n".join(lpreamble))))))
-        launch_issues += lpre.issues
+    lpre = Rewriter(table, line_offset=0, context=lctx)
+    lhelper_parts = []
     for h in helpers:
         lhr = Rewriter(table, line_offset=h.range.start.line, context=_helper_ctx(lctx, hshared, h))
         whole, _ = lhr.rewrite_function(h.text, helper=True)
-        lheader_parts.append(in_namespaces_of(h, whole))
+        lhelper_parts.append(in_namespaces_of(h, whole))
         launch_issues += lhr.issues
+    lplaces = _helper_places(lpreamble, helpers, from_classes)
+    lheader_parts += _interleaved(lpreamble, lambda run: [_metal_packed_fields(_metal_class_members(
+        lpre.rewrite_snippet(_metal_align("\n".join(run)))))], helpers, lhelper_parts, lplaces)
+    launch_issues += lpre.issues
     # problems only the `kernel(*inputs)` wrapper has (outputs as fresh arrays, atomic<T> outputs): launch()
     # translates the same code without them, so they never block a port checked through launch()
     launch_keys = {(i.construct, i.line, i.message) for i in launch_issues}
@@ -402,7 +406,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         _, launch_cuda_body = Rewriter(plain, line_offset=line0, context=cctx).rewrite_function(k.text, helper=False)
         launch_cuda_helpers = [in_namespaces_of(h, Rewriter(plain, line_offset=h.range.start.line, context=cctx)
                                                 .rewrite_function(h.text, helper=True)[0]) for h in helpers]
-    launch_cuda_header = "\n\n".join(cuda_base + lpreamble + file_shared_decls + launch_cuda_helpers) + "\n" \
+    launch_cuda_header = "\n\n".join(cuda_base + _interleaved(lpreamble + file_shared_decls, list, helpers,
+                                                             launch_cuda_helpers, lplaces)) + "\n" \
         if syms else cuda_header
     sym_metal = "".join(x.view("metal", metal_type) for x in syms)
     sym_cuda = "".join(x.view("cuda") for x in syms)
@@ -641,6 +646,63 @@ def _helper_attributes(table: RuleTable, helpers: list[KernelInfo], shared_names
                 direct[n] |= more
                 changed = True
     return {n: [a for a in THREAD_ATTRIBUTES if a in v] for n, v in direct.items() if v}
+
+
+_CLASS_ENTRY = re.compile(r"\s*(?:template\s*<(?:[^<>;{}]|<[^<>;{}]*>)*>\s*)?(?:typedef\s+)?(?:struct|class|union)\b")
+
+
+def _helpers_with_class_callees(k: KernelInfo, parse_result: ParseResult, src_path: str | None
+                                ) -> tuple[list[KernelInfo], set[str]]:
+    """The helpers the kernel calls and those the member functions of the classes it uses call (callees first), and
+    the names of the latter (the ports' headers put them among the file-scope entries, before the classes:
+    _helper_places)."""
+    pool = _helper_pool(parse_result, src_path)
+    helpers = analysis.called_helpers(k, pool)
+    if not pool:
+        return helpers, set()
+    texts = [k.text] + [h.text for h in helpers] + _instantiated_types(k, parse_result.source)
+    classes = [e for e in analysis.needed_preamble(parse_result.preamble, texts)
+               if "(" in e and _CLASS_ENTRY.match(analysis.unwrap_namespaces(e))]
+    if not classes:
+        return helpers, set()
+    from_classes = analysis.called_helpers(k.model_copy(update={"text": "\n".join(classes)}), pool)
+    if not from_classes:
+        return helpers, set()
+    return (analysis.called_helpers(k.model_copy(update={"text": k.text + "\n" + "\n".join(classes)}), pool),
+            {h.name for h in from_classes})
+
+
+def _helper_places(preamble: list[str], helpers: list[KernelInfo], from_classes: set[str]) -> dict[str, int]:
+    """{helper: index of the file-scope entry it goes before} for the helpers classes call: right after the last
+    entry it names (a macro, a type) and after its callees, so that a class after it finds it declared. Others
+    follow all the entries, as before."""
+    if not from_classes:
+        return {}
+    provides = [analysis.entry_provides(e) for e in preamble]
+    names = {h.name for h in helpers}
+    at: dict[str, int] = {}
+    for h in helpers:   # callees first
+        if h.name not in from_classes:
+            continue
+        words = set(_identifiers(h.text))
+        place = max([i + 1 for i, p in enumerate(provides) if p & words] or [0])
+        place = max([place] + [at.get(c, len(preamble)) for c in (set(_identifiers(h.body)) & names) - {h.name}])
+        at[h.name] = place
+    return {n: i for n, i in at.items() if i < len(preamble)}
+
+
+def _interleaved(preamble: list[str], render, helpers: list[KernelInfo], helper_parts: list[str],
+                 at: dict[str, int]) -> list[str]:
+    """Header parts: the file-scope entries (`render` makes parts of a run of them) with the helpers of `at` placed
+    among them, then the other helpers in their order."""
+    out: list[str] = []
+    start = 0
+    for cut in sorted(set(at.values())) + [len(preamble)]:
+        if preamble[start:cut]:
+            out += render(preamble[start:cut])
+        out += [p for h, p in zip(helpers, helper_parts) if at.get(h.name) == cut]
+        start = cut
+    return out + [p for h, p in zip(helpers, helper_parts) if h.name not in at]
 
 
 def _class_problems(preamble: list[str], source: str, src_path: str | None, line0: int) -> list[Issue]:

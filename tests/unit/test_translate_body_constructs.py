@@ -290,3 +290,34 @@ def test_a_long_class_names_types_and_macros_in_its_last_member_functions():
     tr, res = port(src, "widen", {"out": np.zeros(32, np.float32), "in": x}, grid=(1, 1, 1))
     assert "#define SHIFT 3" in tr.launch_metal_header and "struct Pair" in tr.launch_metal_header
     assert_ported(res)
+
+
+CLASS_CALLS = """
+#define STEP 2
+__device__ inline int wrap(int i, int n) { return i < 0 ? i + n : (i >= n ? i - n : i); }
+template <int K> __device__ inline int scaled(int v) { return v * K; }
+__device__ float twice(float v) { return v * STEP; }
+struct Window {
+  int n;
+  __device__ int index(int i) const { return wrap(i, n); }
+  __device__ float weigh(float v) const { return twice(v) + scaled<STEP>(1); }
+};
+__global__ void smooth(float* out, const float* in, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  Window w; w.n = n;
+  out[i] = w.weigh(in[w.index(i - 1)]) + in[w.index(i + 1)];
+}
+"""
+
+
+def test_helpers_that_only_a_classs_member_functions_call_reach_both_ports_before_the_class():
+    n = 64
+    x = rng.standard_normal(n).astype(np.float32)
+    tr, res = port(CLASS_CALLS, "smooth", {"out": np.zeros(n, np.float32), "in": x, "n": n})
+    for header in (tr.launch_metal_header, tr.launch_cuda_header):
+        # wrap and scaled name nothing of the file's: before the class; twice reads STEP: after the macro
+        assert header.index("int wrap(") < header.index("struct Window") and \
+            header.index("int scaled(") < header.index("struct Window")
+        assert header.index("#define STEP") < header.index("float twice(")
+    assert_ported(res)
