@@ -89,6 +89,7 @@ def classify(reason: str | None) -> str:
         (r"bytes of threadgroup memory; Apple GPUs allow", "Apple threadgroup memory (32 KB)"),
         (r"texture|tex[123]D|surf", "textures/surfaces"), (r"grid\.sync|this_grid|grid_group", "grid-wide sync"),
         (r"never launched", "program never launched it"), (r"program did not run", "program did not run"),
+        (r"program stopped before launching", "program stopped before launching it"),
         (r"template kernel that no launch", "template without a launch"),
         (r"passed by value", "struct passed by value"), (r"points to .* struct", "struct buffer"),
         (r"keeps growing|does not run on a made-up|no fault-free", "no workload found"),

@@ -817,6 +817,9 @@ def _why_no_launch(capture: Capture | None, kernel: str) -> str | None:
     if big:
         return (f"the program launched it {len(mine)} time(s), each with more data than the capture records "
                 f"(its byte budget): run the program at smaller sizes (-D NAME=VALUE or --arg) to check it on them")
+    if capture.status == "failed" and capture.launches and capture.error:
+        # the program ran, launched other kernels, and stopped before this one (its time budget ran out in one)
+        return f"its program stopped before launching it ({capture.error})"
     return "the program never launched it" if capture.status != "failed" else "its program did not run"
 
 

@@ -49,3 +49,29 @@ def test_the_verdict_names_the_device_constants_a_too_big_launch_comes_from(tmp_
     why = _why_no_launch(cap, "double_rows")
     assert f"WIDTH = 1024 (tiled.cu:{line_of(TILED, '#define WIDTH')})" in why, why
     assert "device code reads" in why and "Traceback" not in why
+
+
+SLOW_FIRST = """
+__global__ void churn(float* o, int n, int rounds) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) for (int r = 0; r < rounds; r++) o[i] = o[i] * 0.999f + 1.0f;
+}
+__global__ void finish(float* o) { o[threadIdx.x] = 1.0f; }
+int main() {
+  float* d;
+  int n = 128;
+  cudaMalloc(&d, n * sizeof(float));
+  churn<<<1, n>>>(d, n, 1 << 30);
+  finish<<<1, 32>>>(d);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+def test_a_kernel_after_a_launch_that_ran_out_of_time_says_the_program_stopped_before_it(tmp_path):
+    src = write(tmp_path, "slow.cu", SLOW_FIRST)
+    cap = capture_program(src, timeout_s=2)
+    assert cap.status == "failed" and [ln.kernel for ln in cap.launches] == ["churn"]
+    why = _why_no_launch(cap, "finish")
+    assert why.startswith("its program stopped before launching it (") and "churn" in why, why
