@@ -68,3 +68,41 @@ def metal_class_problems(preamble: list[str], source: str, src_path: str | None,
                         "threadgroup memory in the kernel only): declare it in the kernel and pass it in, or port by "
                         "hand"))
     return out
+
+
+_SHARED_OBJECT = re.compile(r"\b__shared__\s+(?:(?:volatile|const|static)\s+)*((?:::)?[A-Za-z_][\w:]*)\s*(?:<[^;{}]*?>)?"
+                            r"\s+([A-Za-z_]\w*)")
+
+
+def shared_object_calls(preamble: list[str], texts: list[tuple[str, int]]) -> list[tuple[str, int, str]]:
+    """(construct, 0-based line, message) per `__shared__` object of a class with member functions on which the code
+    calls one (`__shared__ Acc a; ... a.get(i)`): MSL calls a member function on a threadgroup object only if it is
+    declared for that address space, which the port's classes are not. `texts`: (code, its first line) of the
+    kernel and its helpers."""
+    classes = set()
+    for entry in preamble:
+        inner = unwrap_namespaces(entry)
+        if _CLASS.match(inner) and "(" in _code(inner)[max(0, _code(inner).find("{")):]:
+            name = _entry_name(inner)
+            if name:
+                classes.add(name)
+    if not classes:
+        return []
+    out = []
+    for text, first in texts:
+        code = _code(text)
+        for m in _SHARED_OBJECT.finditer(code):
+            typ, name = m.group(1).split("::")[-1], m.group(2)
+            if typ not in classes:
+                continue
+            call = re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:\[[^\]]*\]\s*)*(?:\.|->)\s*([A-Za-z_]\w*)\s*\(",
+                             code[m.end():])
+            if call is None:
+                continue
+            line = first + code.count("\n", 0, m.start())
+            out.append((f"__shared__ {typ} {name}", line,
+                        f"member function {call.group(1)} of {typ} is called on a __shared__ object: Metal calls a "
+                        f"member function on threadgroup memory only where it is declared for that address space, "
+                        f"which the port's {typ} is not: keep the shared data in a plain __shared__ array (and call "
+                        f"free functions on it), or port by hand"))
+    return out

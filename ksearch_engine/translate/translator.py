@@ -280,6 +280,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
         + preamble
     issues += _class_problems(preamble, parse_result.source, src_path, line0)
+    from .classcheck import shared_object_calls   # member calls on a __shared__ class object (classcheck.py)
+    issues += [Issue(construct=c, line=ln, severity="error", message=msg) for c, ln, msg in shared_object_calls(
+        preamble, [(k.text, line0)] + [(h.text, h.range.start.line) for h in helpers])]
     places = _helper_places(preamble, helpers, from_classes)
     pre = Rewriter(table, line_offset=0, context=ctx)
     helper_parts = []

@@ -321,3 +321,26 @@ def test_helpers_that_only_a_classs_member_functions_call_reach_both_ports_befor
             header.index("int scaled(") < header.index("struct Window")
         assert header.index("#define STEP") < header.index("float twice(")
     assert_ported(res)
+
+
+def test_member_calls_on_a_shared_class_object_are_named_not_left_to_metal():
+    src = """
+struct Acc {
+  float v[32];
+  __device__ float get(int i) const { return v[i]; }
+  __device__ void put(int i, float x) { v[i] = x; }
+};
+struct Plain { float v[32]; };
+__global__ void mirror(float* out, const float* in) {
+  __shared__ Plain p;
+  p.v[threadIdx.x] = in[threadIdx.x];
+  __shared__ Acc a;
+  a.put(threadIdx.x, p.v[threadIdx.x]);
+  __syncthreads();
+  out[threadIdx.x] = a.get(31 - threadIdx.x);
+}
+"""
+    tr = translate_kernel(find_kernels(src, "t.cu"), "mirror", "t.cu")
+    errors = [i for i in tr.report if i.severity == "error" and i.scope == "kernel"]
+    assert [(i.construct, i.line + 1) for i in errors] == [("__shared__ Acc a", 11)], errors
+    assert errors[0].message.startswith("member function put of Acc is called on a __shared__ object: Metal")
