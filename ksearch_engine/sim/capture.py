@@ -438,19 +438,16 @@ DEVICE_SIZES = "constants the kernel's own device code reads"
 
 def _note_device_sizes(cap: Capture, texts: dict[Path, str], timeout_s: float, byte_budget: int,
                        prog: Program) -> None:
-    """Kernels still too big or too slow to record whose sizes come only from constants their own device code reads
-    (`#define M_TILES 256` in the kernel's loop bounds): a smaller run would record another kernel than the one
-    ported, so none is made; a note says which constants, for the verdict."""
+    """Kernels still too big or too slow to record (after any smaller run) whose sizes come from constants their
+    own device code reads (`#define K_GLOBAL 4096` in the kernel's index arithmetic): a smaller run cannot change
+    those without recording another kernel than the one ported; a note says which constants, for the verdict."""
     evs = _evidence(cap, timeout_s)
     if not evs:
         return
     try:
-        host = capture_scale.host_sites(texts, list(cap.argv))
-        if capture_scale.plan(host, evs, byte_budget, SLOW_S / 4) is not None:
-            return   # a host-side size explains them (a smaller run was tried, or the budget ran out first)
-        kept = {(s.file, s.start) for s in host}
+        dev_names = capture_scale.device_names(texts)
         dev = [s for s in capture_scale.size_sites(texts, list(cap.argv))
-               if s.kind in ("define", "var") and not s.local and (s.file, s.start) not in kept]
+               if s.kind in ("define", "var") and s.name in dev_names and not s.local]
         pl = capture_scale.plan(dev, evs, byte_budget, SLOW_S / 4)
     except Exception:   # noqa: BLE001 - a reading this does not follow: no note
         return
@@ -459,9 +456,9 @@ def _note_device_sizes(cap: Capture, texts: dict[Path, str], timeout_s: float, b
     shown = lambda f: prog.display.get(f.name, f.name)   # noqa: E731
     sizes = ", ".join(f"{s.name} = {s.value} ({s.where(shown)})" for s, _new in pl.changes[:4])
     cap.notes.append(CaptureNote(kind="limit", message=(
-        f"{', '.join(pl.kernels)}: {pl.why} at the program's sizes, which come from {sizes}: {DEVICE_SIZES} (or "
-        f"written in terms of them), so a run at smaller sizes would record a different kernel than the one ported "
-        f"and none was made (make them kernel arguments, or check the kernel on a GPU)")))
+        f"{', '.join(pl.kernels)}: {pl.why} at the program's sizes, which come from {sizes}: {DEVICE_SIZES}, so "
+        f"no run at smaller sizes can record it without changing the kernel that was ported (make them kernel "
+        f"arguments, or check the kernel on a GPU)")))
 
 
 _FACTORS: dict[tuple, int] = {}   # (program, attempt, sites changed) -> the factor chosen last

@@ -322,23 +322,9 @@ def size_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
 
 
 def host_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
-    """size_sites less those device code depends on (a host function's own variables always stay in), and less
-    host constants written in terms of a size device code reads (`#define M_GLOBAL (M * M_TILES)` with M_TILES in a
-    kernel's loop bounds): changed alone, they would no longer agree with the kernel."""
+    """size_sites less those device code depends on (a host function's own variables always stay in)."""
     dev = device_names(texts)
-    sites = size_sites(texts, argv)
-
-    def device_side(s: SizeSite) -> bool:
-        return s.kind in ("define", "var") and s.name in dev and not s.local
-    tainted = {s.name for s in sites if device_side(s)}
-    while True:
-        more = {s.name for s in sites if s.kind in ("define", "var") and not s.local and s.name not in tainted
-                and set(s.idents) & tainted}
-        if not more:
-            break
-        tainted |= more
-    return [s for s in sites if not device_side(s) and not (set(s.idents) & tainted)
-            and not (s.kind in ("define", "var") and not s.local and s.name in tainted)]
+    return [s for s in size_sites(texts, argv) if not (s.kind in ("define", "var") and s.name in dev and not s.local)]
 
 
 # ------------------------------------------------------------------------------------------------
