@@ -182,8 +182,25 @@ def header_helpers(text: str, include_dirs, _seen: set | None = None, _depth: in
         out += header_helpers(inner, [os.path.dirname(real)] + list(include_dirs), seen, _depth + 1)
         name = os.path.basename(real)   # parsed as CUDA whatever its extension (util.h, bisect_util.cu)
         name = name if name.endswith((".cu", ".cuh")) else name + ".cuh"
-        out += [h for h in find_kernels(_unwrap_qualifiers(inner), name).helpers if h.language == "cuda"]
+        out += [h for h in find_kernels(_unwrap_qualifiers(_device_view(inner, text[:m.start()])), name).helpers
+                if h.language == "cuda"]
     return out
+
+
+def _device_view(header: str, before: str) -> str:
+    """The header as the device pass of nvcc reads it: conditionals decided with the macros the including text
+    defines before its #include and the device compiler's own (`__CUDA_ARCH__`, a CUDA 12 toolkit), where those
+    decide them; lines keep their numbers. A helper the device pass never sees (an `__ldcs` overload for old
+    toolkits and pre-sm_80 GPUs) is no helper of the ports."""
+    from ..source.conditionals import PREDEFINED, has_conditionals, resolve_conditionals
+
+    if not has_conditionals(header):
+        return header
+    try:
+        _, macros = resolve_conditionals(before, {**PREDEFINED, "__CUDA_ARCH__": "900", "__CUDACC_VER_MAJOR__": "12"})
+        return resolve_conditionals(header, macros)[0]
+    except Exception:   # a reading this cannot follow: the header as it is
+        return header
 
 
 def included_texts(text: str, include_dirs) -> list[str]:
