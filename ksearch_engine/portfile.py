@@ -409,7 +409,7 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
         if mode:
             v.notes.insert(0, f"launched when its program runs with `{mode}` (the program's own option; the bare run "
                               f"did not launch it)")
-        launches = _launches_for(cap_k, k.name)
+        launches = with_deduced_template_args(k, _launches_for(cap_k, k.name))
         say(f"{k.name}: checking the port on {len(launches) or 'a found'} launch(es)")
         _check_kernel(v, tr, source, k, p, cap_k, launches, define_ints, include_dirs)
         v.module_text = tr.module_text
@@ -776,6 +776,31 @@ def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=
             pass
     h.update(json.dumps([str(prog), list(argv), dict(defines), list(include_dirs)], sort_keys=True).encode())
     return h.hexdigest()[:24]
+
+
+def with_deduced_template_args(k, launches: list[LaunchRecord]) -> list[LaunchRecord]:
+    """Launches of a template kernel that name no template arguments (`norm<<<g, b>>>(out, x, n)` with `const T* x`:
+    C++ deduces T from the arguments) get them as the compiler deduced them: each typename parameter from the
+    recorded element type of a pointer parameter written in terms of it (`T*`, `const T*`), defaults for the rest.
+    A launch whose arguments do not decide every parameter stays as recorded."""
+    if not k.template_params:
+        return launches
+    from .sim.mlx_kernels import CUDA_TYPES
+
+    out = []
+    for ln in launches:
+        if ln.template_args:
+            out.append(ln)
+            continue
+        got: dict[str, str] = {}
+        for p, a in zip(k.params, ln.args):
+            base = re.sub(r"\b(?:const|volatile|__restrict__|restrict)\b|[*&\s]", "", p.type)
+            if p.pointer and a.dtype in CUDA_TYPES and any(tp.name == base and tp.kind == "typename"
+                                                          for tp in k.template_params):
+                got.setdefault(base, CUDA_TYPES[a.dtype])
+        values = [got.get(tp.name, tp.default) for tp in k.template_params]
+        out.append(ln.model_copy(update={"template_args": values}) if all(values) else ln)
+    return out
 
 
 def _launches_for(capture: Capture | None, kernel: str) -> list[LaunchRecord]:

@@ -638,8 +638,12 @@ def _helper_attributes(table: RuleTable, helpers: list[KernelInfo], shared_names
         scratch = Rewriter(table, line_offset=h.range.start.line,
                            context=RewriteContext(shared_names=set(shared_names)))
         whole, _ = scratch.rewrite_function(h.text, helper=True)
-        direct[h.name] = {a for a in THREAD_ATTRIBUTES if re.search(r"\b" + a + r"\b", whole)}
-    calls = {h.name: set(_identifiers(h.body)) & set(direct) - {h.name} for h in helpers}
+        # overloads share one entry (their calls are told apart by the C++ compiler, not here): every overload
+        # takes the attributes any of them reads, so a wrapper overload calling the one that reads them passes them
+        direct.setdefault(h.name, set()).update(a for a in THREAD_ATTRIBUTES if re.search(r"\b" + a + r"\b", whole))
+    calls: dict[str, set[str]] = {}
+    for h in helpers:
+        calls.setdefault(h.name, set()).update(set(_identifiers(h.body)) & set(direct) - {h.name})
     changed = True
     while changed:
         changed = False
