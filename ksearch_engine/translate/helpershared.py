@@ -216,12 +216,7 @@ def helper_shared(k: KernelInfo, helpers: list[KernelInfo], metal_type, kernel_w
                 res.kernel_decls.append(f"threadgroup {elem} {hoisted}{dims};")
                 res.shared.append(SharedDecl(name=hoisted, type=sd.type, sizes=list(sd.sizes), dynamic=False,
                                              line=sd.line, text=sd.text))
-            if not sd.sizes:
-                param = f"threadgroup {elem}& {{name}}"
-            elif len(sd.sizes) == 1:
-                param = f"threadgroup {elem}* {{name}}"
-            else:
-                param = f"threadgroup {elem} (*{{name}})" + "".join(f"[{s}]" for s in sd.sizes[1:])
+            param = _tg_param(elem, sd.sizes)
             own.setdefault(h.name, []).append((hoisted, param))
             res.hoisted.setdefault(h.name, set()).add(sd.name)
             res.tg_names.setdefault(h.name, set()).add(sd.name)
@@ -251,12 +246,7 @@ def helper_shared(k: KernelInfo, helpers: list[KernelInfo], metal_type, kernel_w
             res.kernel_decls.append(f"threadgroup {elem} {sd.name}{dims};")
             res.shared.append(SharedDecl(name=sd.name, type=sd.type, sizes=list(sd.sizes), dynamic=False,
                                          line=sd.line, text=sd.text))
-            if not sd.sizes:
-                param = f"threadgroup {elem}& {{name}}"
-            elif len(sd.sizes) == 1:
-                param = f"threadgroup {elem}* {{name}}"
-            else:
-                param = f"threadgroup {elem} (*{{name}})" + "".join(f"[{x}]" for x in sd.sizes[1:])
+            param = _tg_param(elem, sd.sizes)
         res.file_scope.append(sd)
         for h in users:
             own.setdefault(h.name, []).append((sd.name, param))
@@ -279,3 +269,13 @@ def helper_shared(k: KernelInfo, helpers: list[KernelInfo], metal_type, kernel_w
                         res.tg_names.setdefault(h.name, set()).add(hoisted)
                         changed = True
     return res
+
+
+def _tg_param(elem: str, sizes: list) -> str:
+    """The Metal parameter (a format string over {name}) through which a helper takes a threadgroup array of
+    `sizes` (none: a reference; one: a pointer; more: a pointer to rows)."""
+    if not sizes:
+        return f"threadgroup {elem}& {{name}}"
+    if len(sizes) == 1:
+        return f"threadgroup {elem}* {{name}}"
+    return f"threadgroup {elem} (*{{name}})" + "".join(f"[{x}]" for x in sizes[1:])
