@@ -71,7 +71,31 @@ typedef CUstream_st* CUstream;
 typedef CUevent_st* CUevent;
 typedef enum CUdevice_attribute_enum { CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
-  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76 } CUdevice_attribute;
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76, CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED = 102
+  } CUdevice_attribute;
+// virtual memory management (cuMemCreate, cuMemMap ...): its types compile; each call stops the capture, naming it
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef enum { CU_MEM_ALLOCATION_TYPE_INVALID = 0, CU_MEM_ALLOCATION_TYPE_PINNED = 1 } CUmemAllocationType;
+typedef enum { CU_MEM_LOCATION_TYPE_INVALID = 0, CU_MEM_LOCATION_TYPE_DEVICE = 1 } CUmemLocationType;
+typedef enum { CU_MEM_HANDLE_TYPE_NONE = 0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1 } CUmemAllocationHandleType;
+typedef enum { CU_MEM_ACCESS_FLAGS_PROT_NONE = 0, CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+  CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 } CUmemAccess_flags;
+typedef enum { CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1 }
+  CUmemAllocationGranularity_flags;
+typedef struct { CUmemLocationType type; int id; } CUmemLocation;
+typedef struct { CUmemAllocationType type; CUmemAllocationHandleType requestedHandleTypes; CUmemLocation location;
+                 void* win32HandleMetaData; struct { unsigned char compressionType, gpuDirectRDMACapable;
+                 unsigned short usage; unsigned char reserved[4]; } allocFlags; } CUmemAllocationProp;
+typedef struct { CUmemLocation location; CUmemAccess_flags flags; } CUmemAccessDesc;
+#define KSIM_VMM(name) (ksim_host::gpu_only("the CUDA driver's virtual memory management (" name ")", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
+#define cuMemGetAllocationGranularity(...) KSIM_VMM("cuMemGetAllocationGranularity")
+#define cuMemAddressReserve(...) KSIM_VMM("cuMemAddressReserve")
+#define cuMemCreate(...) KSIM_VMM("cuMemCreate")
+#define cuMemMap(...) KSIM_VMM("cuMemMap")
+#define cuMemSetAccess(...) KSIM_VMM("cuMemSetAccess")
+#define cuMemUnmap(...) KSIM_VMM("cuMemUnmap")
+#define cuMemAddressFree(...) KSIM_VMM("cuMemAddressFree")
+#define cuMemRelease(...) KSIM_VMM("cuMemRelease")
 inline CUresult cuInit(unsigned) { return CUDA_SUCCESS; }
 inline CUresult cuDriverGetVersion(int* v) { *v = CUDA_VERSION; return CUDA_SUCCESS; }
 inline CUresult cuDeviceGetCount(int* n) { *n = 1; return CUDA_SUCCESS; }
@@ -81,6 +105,12 @@ inline CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
   return cudaDeviceGetAttribute(v, (cudaDeviceAttr)a, d) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 inline CUresult cuDeviceTotalMem(size_t* b, CUdevice) { *b = 141ull << 30; return CUDA_SUCCESS; }
+inline CUresult cuCtxGetDevice(CUdevice* d) { *d = 0; return CUDA_SUCCESS; }
+inline CUresult cuCtxGetCurrent(CUcontext* c) { static char one; *c = (CUcontext)&one; return CUDA_SUCCESS; }
+inline CUresult cuCtxSynchronize() { return cudaDeviceSynchronize() == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN; }
+inline CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) { return cuCtxGetCurrent(c); }
+inline CUresult cuDevicePrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
+inline CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
 inline CUresult cuGetErrorName(CUresult, const char** s) { *s = "CUDA_ERROR"; return CUDA_SUCCESS; }
 inline CUresult cuGetErrorString(CUresult, const char** s) { *s = "CUDA driver error"; return CUDA_SUCCESS; }
 #define cuModuleLoad(...) (ksim_host::gpu_only("the CUDA driver API (cuModuleLoad: kernels compiled to PTX/cubin)", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)

@@ -176,6 +176,13 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
             issues.append(Issue(construct=f"template <{tp.text}>", line=line0, severity="warning",
                                 message=f"{tp.name} = {arg}, the usual value for a {profile.family} kernel "
                                         "(no launch site gives one)"))
+        if _function_pointer_kind(tp, parse_result.source):
+            issues.append(Issue(construct=f"template <{tp.text}>", line=line0, severity="error",
+                                message=f"template parameter '{tp.name}' is a function ({tp.kind}): the ports cannot "
+                                        "take a function as a template argument; port by hand with the function a "
+                                        f"launch passes written in its place{f' ({arg})' if arg and arg != tp.name else ''}"))
+            template_values[tp.name] = "0"
+            continue
         if tp.kind == "typename":
             dt = analysis.C_TO_MX.get(" ".join((arg or "float").split()), "float32")
             template_types[tp.name] = dt
@@ -627,6 +634,19 @@ def _namespace_aliases(source: str, texts: list[str], preamble: list[str]) -> li
         if m.group(3) or (m.group(1) in used and m.group(2).startswith(("cooperative_groups", "nvcuda"))):
             out.append(line)
     return out
+
+
+def _function_pointer_kind(tp, source: str) -> bool:
+    """Whether a non-type template parameter is a function pointer: written `R (*f)(...)`, or of a type the file
+    names as one (`using fn_ptr = void (*)(float*, int);`, `typedef void (*fn_ptr)(float*, int);`)."""
+    import re
+    if tp.kind == "typename":
+        return False
+    if re.search(r"\(\s*\*", tp.text):
+        return True
+    kind = re.escape(tp.kind.strip())
+    return re.search(rf"\busing\s+{kind}\s*=[^;]*\(\s*\*\s*\)\s*\(|\btypedef\b[^;]*\(\s*\*\s*{kind}\s*\)\s*\(",
+                     source) is not None
 
 
 def _helper_attributes(table: RuleTable, helpers: list[KernelInfo], shared_names: set[str]) -> dict[str, list[str]]:

@@ -466,3 +466,35 @@ def test_cufft_extension_api_compiles_and_the_transform_stops_the_run_after_the_
     cap = capture_program(src, timeout_s=60)
     assert cap.kernels() == ["scale"], (cap.status, cap.error)
     assert any("cufftExecR2C" in n.message and n.line == line_of(FFT_XT, "cufftExecR2C") for n in cap.notes), cap.notes
+
+
+# A program that maps its buffers through the driver's virtual memory management: the types compile, the first
+# such call stops the capture with a note naming it and its line, and the launches before it are kept.
+VMM = """
+#include <cstdio>
+#include <cuda.h>
+#include <cuda_runtime.h>
+__global__ void fill(int* x, int v) { x[threadIdx.x] = v; }
+int main() {
+  int* d;
+  cudaMalloc(&d, 32 * sizeof(int));
+  fill<<<1, 32>>>(d, 7);
+  CUdevice dev;
+  cuCtxGetDevice(&dev);
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  CUmemGenericAllocationHandle handle;
+  if (cuMemCreate(&handle, 1 << 21, &prop, 0) != CUDA_SUCCESS) { printf("no VMM\\n"); return 1; }
+  return 0;
+}
+"""
+
+
+def test_virtual_memory_management_stops_the_capture_naming_the_call(tmp_path):
+    src = write(tmp_path, "vmm.cu", VMM)
+    cap = capture_program(src, timeout_s=60)
+    assert cap.kernels() == ["fill"], (cap.status, cap.error)
+    (note,) = [n for n in cap.notes if n.kind == "gpu_only"]
+    assert "cuMemCreate" in note.message and note.line == line_of(VMM, "cuMemCreate"), note
