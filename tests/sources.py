@@ -16,3 +16,25 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(textwrap.dedent(text))
     return p
+
+
+def port_checked(src: str, kernel: str, args: dict, grid=(2, 1, 1), block=(64, 1, 1), shared_mem: int = 0,
+                 path: str = "t.cu"):
+    """(translation, check) of `kernel` of the CUDA text `src`: both ports' launch() against the original in the CPU
+    simulator on one launch with `args`."""
+    from ksearch_engine.source import find_kernels
+    from ksearch_engine.translate import translate_kernel
+    from ksearch_engine.translate.check import check_port
+
+    parsed = find_kernels(src, str(path))
+    tr = translate_kernel(parsed, kernel, str(path))
+    res = check_port(tr.module_text, src, kernel, {"args": args, "grid": grid, "block": block,
+                                                    "shared_mem": shared_mem, "template_args": []},
+                     filename=str(path))
+    return tr, res
+
+
+def assert_ported(res) -> None:
+    """Both ports reproduce the original (which itself ran)."""
+    assert res.original_error is None, res.original_error
+    assert res.dialects == {"metal": "passed", "cuda": "passed"}, res.message

@@ -7,22 +7,13 @@ import numpy as np
 from ksearch_engine.source import find_kernels
 from ksearch_engine.translate import translate_kernel
 from ksearch_engine.translate.check import check_port
+from tests.sources import assert_ported, port_checked
 
 rng = np.random.default_rng(11)
 
 
-def port(src, kernel, args, grid=(2, 1, 1), block=(32, 1, 1), shared_mem=0, path="t.cu"):
-    parsed = find_kernels(src, str(path))
-    tr = translate_kernel(parsed, kernel, str(path))
-    res = check_port(tr.module_text, src, kernel, {"args": args, "grid": grid, "block": block,
-                                                    "shared_mem": shared_mem, "template_args": []},
-                     filename=str(path))
-    return tr, res
-
-
-def assert_ported(res):
-    assert res.original_error is None, res.original_error
-    assert res.dialects == {"metal": "passed", "cuda": "passed"}, res.message
+def port(src, kernel, args, block=(32, 1, 1), **kw):
+    return port_checked(src, kernel, args, block=block, **kw)
 
 
 MEMCPY = """
