@@ -51,22 +51,19 @@ def metal_class_problems(preamble: list[str], source: str, src_path: str | None,
         fname, line = _where(inner, source, src_path, list(headers))
         where = f"{fname} line {line}" if line else "in a header the file includes"
         use = _THREAD_WORDS.search(body)
-        shared = _SHARED_DECL.search(body)
-        if use:
-            at = line + code.count("\n", 0, brace + use.start()) if line else 0
-            out.append((f"{m.group(1)} {name}", fname, at or line,
-                        f"a member function of {m.group(1)} {name} ({where}) uses {use.group(1)}"
-                        + (f" at line {at}" if at else "") + ": the Metal port cannot carry it (Metal gives "
-                        "thread positions and grid sizes to the kernel function only, as its parameters; a member "
-                        "function would need them passed in at every call): make it a __device__ function taking "
-                        "them as parameters, or port by hand"))
-        elif shared:
-            at = line + code.count("\n", 0, brace + shared.start()) if line else 0
-            out.append((f"{m.group(1)} {name}", fname, at or line,
-                        f"a member function of {m.group(1)} {name} ({where}) declares a __shared__ variable"
-                        + (f" at line {at}" if at else "") + ": the Metal port cannot carry it (Metal declares "
-                        "threadgroup memory in the kernel only): declare it in the kernel and pass it in, or port by "
-                        "hand"))
+        hit = use or _SHARED_DECL.search(body)
+        if hit is None:
+            continue
+        what, advice = (f"uses {use.group(1)}", "the Metal port cannot carry it (Metal gives thread positions and grid "
+                        "sizes to the kernel function only, as its parameters; a member function would need them "
+                        "passed in at every call): make it a __device__ function taking them as parameters, or port "
+                        "by hand") if use else \
+            ("declares a __shared__ variable", "the Metal port cannot carry it (Metal declares threadgroup memory in "
+             "the kernel only): declare it in the kernel and pass it in, or port by hand")
+        at = line + code.count("\n", 0, brace + hit.start()) if line else 0
+        out.append((f"{m.group(1)} {name}", fname, at or line,
+                    f"a member function of {m.group(1)} {name} ({where}) {what}"
+                    + (f" at line {at}" if at else "") + f": {advice}"))
     return out
 
 
