@@ -169,10 +169,11 @@ def file_scope(source: str, path: Path, include_dirs=()) -> tuple[list[str], lis
     import re
 
     from .source import find_kernels
-    from .translate.headers import header_preamble
+    from .translate.headers import header_preamble, with_aggregates
 
     try:
-        preamble = list(find_kernels(source, str(path)).preamble)
+        # (with the file's classes and aggregates the parser leaves out of its entries, as the translator reads them)
+        preamble = with_aggregates(list(find_kernels(source, str(path)).preamble), source)
         preamble = [e for e in header_preamble(source, list(include_dirs)) if e not in preamble] + preamble
     except Exception:   # a reading this module does not follow: scalars and built-in types still apply
         return [], [(path.name, source)]

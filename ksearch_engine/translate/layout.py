@@ -140,16 +140,29 @@ def _line_of(sources, struct: str, fname: str) -> str | None:
     return None
 
 
+_ACCESS = re.compile(r"^(?:\s*(?:public|private|protected)\s*:(?!:))+\s*")
+
+
 def _split_fields(body: str) -> list[str]:
-    """Top-level `;`-separated declarations of a struct body (nested struct bodies kept whole)."""
+    """Top-level declarations of a struct or class body (nested struct bodies kept whole), without their access
+    specifiers (`private:`/`public:`/`protected:` sections). A member function defined in the body ends its
+    declaration at its closing brace (no `;` follows it in C++), so it never swallows the field after it."""
     body = re.sub(r"/\*.*?\*/|//[^\n]*", " ", body, flags=re.S)
     body = re.sub(r"^[ \t]*#.*$", " ", body, flags=re.M)
-    out, depth, cur = [], 0, []
+    out, depth, cur, head = [], 0, [], ""
     for ch in body:
         if ch == "{":
+            if depth == 0:
+                head = _ACCESS.sub("", "".join(cur)).strip()
             depth += 1
         elif ch == "}":
             depth -= 1
+            if depth == 0 and "(" in head and not re.match(r"(?:typedef\s+)?(?:struct|class|union|enum)\b", head) \
+                    and not re.search(r"=\s*$", head):
+                cur.append(ch)            # a function body (a method, a constructor with its initializers)
+                out.append("".join(cur).strip())
+                cur = []
+                continue
         if ch == ";" and depth == 0:
             out.append("".join(cur).strip())
             cur = []
@@ -157,7 +170,55 @@ def _split_fields(body: str) -> list[str]:
             cur.append(ch)
     if "".join(cur).strip():
         out.append("".join(cur).strip())
-    return [f for f in out if f]
+    return [f for f in (_ACCESS.sub("", x).strip() for x in out) if f]
+
+
+def _data_members(body: str) -> list[str]:
+    """The declarations of a struct/class body that are data members laid out in each object: not member
+    functions, constructors, operators, static or constexpr members, nested types, typedefs, `using` or friends
+    (one line each, whitespace collapsed, `mutable` and alignment specifiers kept)."""
+    out = []
+    for decl in _split_fields(body):
+        d = " ".join(decl.split())
+        if re.match(r"(?:static|typedef|template|using|friend|constexpr|inline|static_assert)\b", d):
+            continue
+        if re.match(r"(?:struct|class|union|enum)\b[^{;]*\{.*\}$", d) \
+                or re.fullmatch(r"(?:struct|class|union|enum(?:\s+class)?)\s+\w+(?:\s*:\s*[\w\s]+)?", d):
+            continue   # a nested type's definition without a member of it (or an enum's constants)
+        bare = re.sub(r"\b(?:__align__|alignas)\s*\(\s*\d+\s*\)|\[[^\]]*\]", "", d).split("=")[0]
+        if "(" in bare:
+            continue   # a method, a constructor, an operator (not an array bound or an initializer)
+        out.append(re.sub(r"^mutable\s+", "", d))
+    return out
+
+
+def _virtual(body: str) -> bool:
+    """A class with virtual member functions: each object holds a vtable pointer the layout here does not place."""
+    return any(re.match(r"(?:\w+\s+)*virtual\b", " ".join(d.split())) for d in _split_fields(body))
+
+
+def _without_initializer(decl: str) -> str:
+    """One declarator without its default member initializer (`x = 0.f`, `n{3}`)."""
+    depth = 0
+    for i, ch in enumerate(decl):
+        depth += {"[": 1, "(": 1, "{": 1, "]": -1, ")": -1, "}": -1}.get(ch, 0)
+        if ch == "=" and depth == 0:
+            return decl[:i].strip()
+    return re.sub(r"\s*\{[^{}]*\}\s*$", "", decl).strip()
+
+
+def _split_declarators(decl: str) -> list[str]:
+    """`float x = 0, y[2], *z` -> ["float x", "y[2]", "*z"]: top-level commas only (not inside an initializer)."""
+    out, depth, cur = [], 0, []
+    for ch in decl:
+        depth += {"[": 1, "(": 1, "{": 1, "<": 1, "]": -1, ")": -1, "}": -1, ">": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [_without_initializer(x) for x in out]
 
 
 def _is_enum(name: str, preamble: list[str]) -> bool:
@@ -216,12 +277,15 @@ def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None
         raise LayoutError(f"the definition of {name} is not in the file or its local headers", struct=name)
     names, formats, offsets, fields = [], [], [], []
     off, align = 0, _explicit_align(name, preamble)
-    for decl in _split_fields(body):
-        d = " ".join(decl.split())
-        d = re.sub(r"\b(?:__align__|alignas)\s*\(\s*\d+\s*\)", "", d).strip()
-        if re.match(r"(?:static|typedef|template|using|friend)\b", d) or "(" in d:
-            continue   # not a data member (a method, a static, a nested type)
-        first, *rest = d.split(",")
+    if _virtual(body):
+        raise LayoutError(f"class {name} has virtual functions: each object holds a vtable pointer", kind="pointer",
+                          struct=name)
+    for decl in _data_members(body):
+        d = re.sub(r"\b(?:__align__|alignas)\s*\(\s*\d+\s*\)", "", decl).strip()
+        if "{" in d:
+            raise LayoutError(f"struct {name}: the field '{d}' (a type defined inside it) is not read here",
+                              struct=name)
+        first, *rest = _split_declarators(d)
         m = re.fullmatch(r"(.*?[\w>])\s*(\**)\s*(\w+\s*(?:\[[^\]]*\]\s*)*)", first.strip())
         if not m or not m.group(1).strip():
             raise LayoutError(f"struct {name}: the field '{d}' is not read here", struct=name)
@@ -266,8 +330,10 @@ def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None
                 sub, size, al = inner.dtype, inner.dtype.itemsize, inner.align
                 fields.append((fname, base, count))
             else:
-                raise LayoutError(f"struct {name}: the field '{fname}' has type {base}, whose layout is not known "
-                                  "here", struct=name, field_name=fname, line=line)
+                missing = re.fullmatch(r"[A-Za-z_]\w*", base) is not None and struct_body(base, preamble) is None
+                raise LayoutError(f"struct {name}: the field '{fname}' has type {base}, "
+                                  + ("whose definition is not in the file or its local headers" if missing else
+                                     "whose layout is not known here"), struct=name, field_name=fname, line=line)
             off = -(-off // al) * al
             names.append(fname)
             formats.append(sub if count == 1 else np.dtype((sub, (count,))))
@@ -353,7 +419,10 @@ def by_value_problem(name: str, preamble: list[str], defines: dict[str, int] | N
     except LayoutError as e:
         if e.kind in ("pointer", "double"):
             return e
-    code = " ".join(_split_fields(body))          # comments and directives dropped
+    if _virtual(body):
+        return LayoutError(f"class {name} has virtual functions: each object holds a vtable pointer",
+                           kind="pointer", struct=name)
+    code = " ".join(_data_members(body))          # data members only: comments, directives and methods dropped
     if "*" in code:
         return LayoutError(f"struct {name} holds a pointer", kind="pointer", struct=name)
     if re.search(r"\bdouble\d?\b", code):
