@@ -454,9 +454,10 @@ _DECL = re.compile(
     r"|(?P<asg>(?<![\w.>])(?P<an>[A-Za-z_]\w*(?:\.[xyz])?)\s*=(?!=)\s*(?P<ae>[^;]+);)")
 
 
-def host_env(site: Site, scope: Scope) -> tuple[dict, list[str], str | None]:
+def host_env(site: Site, scope: Scope, types: dict | None = None) -> tuple[dict, list[str], str | None]:
     """The host function's variables before `site` ({name: value, None where runtime}), its template parameter
-    names, and its name."""
+    names, and its name. `types` ({template parameter: type}, from a call of the host template) gives `sizeof(T)`
+    of the host function's own type parameters (`smem = 2 * sizeof(T)`)."""
     enc = _enclosing_function(site.text, site.offset)
     env: dict = {}
     if enc is None:
@@ -481,6 +482,8 @@ def host_env(site: Site, scope: Scope) -> tuple[dict, list[str], str | None]:
 
     def val(expr):
         """The value where the source fixes it, else the expression itself (read later with a stand-in)."""
+        if types:
+            expr = _sizeof_bound(expr, types)
         try:
             v, unk = evaluate(expr, scope, env)
             return v
@@ -672,6 +675,12 @@ def _dims(exprs: list[str], scope: Scope, env: dict, unknown) -> tuple[tuple[int
     return (d, unk) if d else None
 
 
+def _sizeof_bound(expr: str, types: dict) -> str:
+    """`expr` with `sizeof(T)` of a bound type parameter T written as `sizeof(<its type>)`."""
+    return re.sub(r"\bsizeof\s*\(\s*([A-Za-z_]\w*)\s*\)",
+                  lambda m: f"sizeof({types[m.group(1)]})" if m.group(1) in types else m.group(0), expr)
+
+
 def _host_template_values(site: Site, fname: str, tparams: list[str], texts: list[str], scope: Scope) -> list[dict]:
     """The template arguments each call `fname<...>(...)` in the sources gives the host template `fname`."""
     out = []
@@ -758,7 +767,8 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
                                      for p in tparams):
             binds = _host_template_values(s, fname, tparams, texts, scope) or [{}]
         for bind in binds:
-            benv = dict(env)
+            types = {p: v.strip() for p, v in bind.items() if isinstance(v, str)}
+            benv = dict(host_env(s, scope, types)[0] if types else env)
             benv.update({p: v for p, v in bind.items() if isinstance(v, int)})
             targs = None
             if s.template_args:
@@ -777,6 +787,7 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
                 if targs and k.template_params:
                     tb = next((v for n, v in tparam_env.items() if _BLOCK_PARAM.match(n) and 0 < v <= 1024), None)
                     by_targs.append(Geometry(block=(tb, 1, 1) if tb else ((16, 16, 1) if two_d else (128, 1, 1)),
+                                             shared_mem=_site_smem(s, scope, benv, None, types),
                                              template_args=targs, from_source=False,
                                              origin=f"the template arguments of the launch at {s.path.name}:{s.line}"))
                 continue
@@ -805,14 +816,7 @@ def kernel_geometries(k, path: str | Path, *, given_defines: dict | None = None,
                 grid = tuple(max(1, min(MAX_BLOCKS_PER_DIM, x)) for x in g[0])
                 while grid[0] * grid[1] * grid[2] > MAX_BLOCKS:
                     grid = tuple(max(1, x // 2) if x == max(grid) else x for x in grid)
-            smem = None
-            if s.shared_mem and s.shared_mem.strip() not in ("0", ""):
-                try:
-                    v, _ = evaluate(s.shared_mem, site_scope, benv, unknown=n)
-                    if isinstance(v, int) and 0 <= v <= 1 << 20:
-                        smem = v
-                except (EvalError, Unknown):
-                    pass
+            smem = _site_smem(s, site_scope, benv, n, types)
             scalars = {}
             if s.args is not None and len(s.args) == n_params:
                 for p, a in zip(k.params, s.args):
@@ -870,6 +874,18 @@ _MIN_SIZE = 256          # constants below this are not sizes worth scaling (til
 _MIN_SCALED = 16         # nor divided below this
 _DEVICE_FN = re.compile(r"\b(__global__|__device__)\b[^;{}]*?\b([A-Za-z_]\w*)\s*\(")
 _DEVICE_DECL = re.compile(r"\b(?:__device__|__constant__|__shared__|__managed__)\b[^;{}()]*;")
+
+
+def _site_smem(s: "Site", scope: Scope, env: dict, unknown, types: dict) -> int | None:
+    """The dynamic shared memory a launch site gives, where its expression can be read (None: not given or not
+    known)."""
+    if not s.shared_mem or s.shared_mem.strip() in ("0", ""):
+        return None
+    try:
+        v, _ = evaluate(_sizeof_bound(s.shared_mem, types), scope, env, unknown=unknown)
+    except (EvalError, Unknown):
+        return None
+    return v if isinstance(v, int) and 0 <= v <= 1 << 20 else None
 
 
 def _too_many_blocks(grid) -> bool:

@@ -52,6 +52,8 @@ template <typename T> inline T ks_shfl_up_w(T v, uint d, int w, uint lane) {
 
 COOPERATIVE_GROUPS = """// ksearch: CUDA cooperative groups within one threadgroup, for Metal
 namespace cooperative_groups {
+// the scratch a block makes tiles of more than 32 threads with on a GPU; Metal's tiles need none
+template <uint N, uint M = 0> struct block_tile_memory { char unused; };
 struct thread_block {
   uint3 tid, dim, gid;
   thread_block(uint3 t, uint3 d, uint3 g) : tid(t), dim(d), gid(g) {}

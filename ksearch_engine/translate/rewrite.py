@@ -334,8 +334,9 @@ class Rewriter:
                 and not (args_node is not None and args_node.named_children) and "time.clock" in self.special:
             self._apply_special("time.clock")
             return "ks_clock(ks_clock_ticks)"
-        if short == "this_thread_block" and not (args_node is not None and args_node.named_children) \
-                and "cg.this_thread_block" in self.special:
+        if short == "this_thread_block" and "cg.this_thread_block" in self.special and \
+                len([a for a in (args_node.named_children if args_node is not None else [])
+                     if a.type != "comment"]) <= 1:   # the one-argument form takes a block_tile_memory's scratch
             self._apply_special("cg.this_thread_block")
             return THIS_THREAD_BLOCK
         if self.ctx.cast_atomics and name in _CUDA_ATOMICS:

@@ -180,3 +180,52 @@ def test_a_spaced_launch_and_the_kernel_files_own_constant_win_over_a_neighbours
     g = kernel_geometries(_kernel(f, "inc"), f)[0]
     assert g.block == (256, 1, 1)
     assert g.grid == (-(-g.scalars["n"] // 256), 1, 1)
+
+
+# A host template sizes the kernel's dynamic shared memory by its own type parameter, and reassigns it in one branch;
+# the block size is a runtime value, so the instantiation's own block-size argument gives the block.
+WARPSUM_KERNEL = r"""
+template <class T, unsigned int BlockSize>
+__global__ void group_sums(const T *in, T *out, unsigned int n)
+{
+    extern __shared__ unsigned char raw[];
+    T *part = reinterpret_cast<T *>(raw);
+    unsigned int i = blockIdx.x * BlockSize + threadIdx.x;
+    T v = i < n ? in[i] : T(0);
+    if (threadIdx.x % (BlockSize / 2) == 0) part[threadIdx.x / (BlockSize / 2)] = 0;
+    __syncthreads();
+    atomicAdd(&part[threadIdx.x / (BlockSize / 2)], v);
+    __syncthreads();
+    if (threadIdx.x < 2) out[blockIdx.x * 2 + threadIdx.x] = part[threadIdx.x];
+}
+
+template <class T> void sums(int threads, int blocks, int which, const T *d_in, T *d_out, unsigned int n)
+{
+    int smem = threads * sizeof(T);
+    if (which == 1) {
+        constexpr int groups = 2;
+        smem = groups * sizeof(T);
+        switch (threads) {
+        case 256: group_sums<T, 256><<<blocks, threads, smem>>>(d_in, d_out, n); break;
+        }
+    }
+}
+
+void run_all(int threads, int blocks, float *fi, float *fo, double *di, double *dout, unsigned int n)
+{
+    sums<float>(threads, blocks, 1, fi, fo, n);
+    sums<double>(threads, blocks, 1, di, dout, n);
+}
+"""
+
+
+def test_dynamic_shared_memory_sized_by_the_host_templates_type_parameter(tmp_path):
+    """`smem = groups * sizeof(T)` inside `template <class T> void sums(...)`: the bytes come from each instantiation
+    the program calls (8 for float, 16 for double), not a made-up size per thread (which here would be 256 x 32
+    bytes, a quarter of the Apple GPU's threadgroup memory for two floats)."""
+    path = tmp_path / "sums.cu"
+    path.write_text(WARPSUM_KERNEL)
+    geoms = kernel_geometries(_kernel(path, "group_sums"), path)
+    got = {(tuple(g.template_args), g.block, g.shared_mem) for g in geoms}
+    assert {(g.template_args[0], g.shared_mem) for g in geoms} >= {("float", 8), ("double", 16)}, got
+    assert all(g.block == (256, 1, 1) for g in geoms), got
