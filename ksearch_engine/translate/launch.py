@@ -99,8 +99,9 @@ def struct_prologue(name: str, ctype: str, dialect: str) -> str:
 
 
 def param_table(k: KernelInfo, written: set[str], template_types: set[str], preamble: list[str],
-                issues: list) -> list[dict]:
-    """PARAMS of the port module: one entry per CUDA parameter, in order."""
+                issues: list, texts: list[str] = (), sources=None) -> list[dict]:
+    """PARAMS of the port module: one entry per CUDA parameter, in order. `texts`: the helpers' code, which may
+    follow a struct's pointer field as the kernel may; `sources` ([(file name, text)]) place a field in messages."""
     from .rewrite import Issue
     out = []
     line0 = k.range.start.line
@@ -138,9 +139,19 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
                                                 "as float (and back): compared within float tolerance"))
                 else:
                     entry["dtype"] = "uint8"
-                    issues.append(Issue(construct=p.text or p.name, line=line0, severity="info",
-                                        message=f"'{p.name}' points to {base}: launch() takes its bytes as a uint8 "
-                                                "array"))
+                    from .layout import followed_pointer
+                    followed = followed_pointer(base, preamble, [k.text] + list(texts), sources)
+                    if followed is not None:   # e->name[0]: an address of the program's memory, not the ports'
+                        issues.append(Issue(
+                            construct=p.text or p.name, line=line0, severity="error",
+                            message=f"{followed}: the kernel follows that pointer ('{p.name}' points to {base}), and "
+                                    "an address the program stored in its memory means nothing to the ports (MLX hands "
+                                    "them buffers of their own, never the program's addresses); port by hand with "
+                                    f"what '{followed.field_name}' points to passed as a pointer parameter of its own"))
+                    else:
+                        issues.append(Issue(construct=p.text or p.name, line=line0, severity="info",
+                                            message=f"'{p.name}' points to {base}: launch() takes its bytes as a uint8 "
+                                                    "array"))
         else:
             entry["dtype"] = SCALAR.get(base) if base not in template_types else None
             entry["elem_bytes"] = POINTEE[base][1] if base in POINTEE else None

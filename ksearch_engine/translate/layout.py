@@ -347,6 +347,63 @@ def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None
     return StructLayout(name=name, dtype=dt, align=align, fields=fields)
 
 
+def followed_pointer(name: str, preamble: list[str], texts: list[str], source=None,
+                     _depth: int = 0) -> LayoutError | None:
+    """The pointer field of struct `name` (or of a struct it holds) that the code in `texts` reads (`e->name[0]`,
+    `e.next->v`), as a LayoutError naming the struct, the field and, where `source` places it, its line; None where
+    the struct holds no pointer or the code reads none. A pointer the program stored in a struct is an address of
+    the program's memory: the ports get buffers of their own, so the code cannot follow it there."""
+    body = struct_body(name, preamble)
+    if body is None or _depth > 4:
+        return None
+    code = "\n".join(texts)
+    for decl in _data_members(body):
+        d = re.sub(r"\b(?:__align__|alignas)\s*\(\s*\d+\s*\)", "", decl).strip()
+        if "{" in d:
+            continue
+        first, *rest = _split_declarators(d)
+        m = re.fullmatch(r"(.*?[\w>])\s*(\**)\s*(\w+)\s*(?:\[[^\]]*\]\s*)*", first.strip())
+        if not m:
+            continue
+        base = resolve_type(m.group(1), preamble)
+        for k, one in enumerate([m.group(2) + m.group(3)] + [r.strip() for r in rest]):
+            fname = re.match(r"\s*(\**)\s*(\w+)", one)
+            if not fname:
+                continue
+            stars, fname = fname.group(1), fname.group(2)
+            if not re.search(rf"(?:->|\.)\s*{re.escape(fname)}\b", code):
+                continue
+            if stars:
+                line = _line_of(source, name, fname)
+                return LayoutError(f"struct {name} holds a pointer (field {fname}" + (f", {line}" if line else "")
+                                   + ")", kind="pointer", struct=name, field_name=fname, line=line)
+            if base != name and base not in POINTEE:
+                inner = followed_pointer(base, preamble, texts, source, _depth + 1)
+                if inner is not None:
+                    return inner
+    return None
+
+
+def source_files(source: str, path: str | None) -> list[tuple[str, str]]:
+    """[(file name, text)]: `source` (the file at `path`) and the local headers it includes from its folder, for
+    placing a struct's field in a message (`dataElem.cu line 6`)."""
+    import os
+
+    if not path:
+        return [("", source)]
+    out = [(os.path.basename(path), source)]
+    folder = os.path.dirname(os.path.abspath(path))
+    for inc in dict.fromkeys(re.findall(r'^[ \t]*#\s*include\s*"([^"]+)"', source, re.M)):
+        f = os.path.join(folder, inc)
+        if os.path.isfile(f):
+            try:
+                with open(f, errors="replace") as fh:
+                    out.append((os.path.basename(f), fh.read()))
+            except OSError:
+                pass
+    return out
+
+
 def struct_dtype_of(name: str, preamble: list[str], defines: dict[str, int] | None = None) -> tuple[str, int] | None:
     """(scalar dtype, sizeof) of a struct whose fields are all built-in types of one scalar dtype (a LatLong of two
     floats: float32, 8), else None: the port's launch() then names the buffer by that dtype."""

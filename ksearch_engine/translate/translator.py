@@ -365,7 +365,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                             message=f"the kernel uses file-scope device memory ({', '.join(x.name for x in syms)}): "
                                     "kernel(*inputs) does not take it; launch(..., symbols={name: contents}) does"))
     lpreamble = [e for e in preamble if not sy.declares(e, syms)]
-    params_table = lp.param_table(k, written, set(template_types), parse_result.preamble, issues)
+    from .layout import source_files   # (the helpers may follow a struct's pointer field; files place the field)
+    params_table = lp.param_table(k, written, set(template_types), parse_result.preamble, issues,
+                                  texts=[h.text for h in helpers], sources=source_files(parse_result.source, src_path))
     for e in params_table:   # a texture's texels and geometry: launch() takes an unbound texture as an empty one
         head, _, tail = e["name"].rpartition("__")
         if e["name"] in _textures or (head in _textures and tail in ("w", "h", "d", "m")):

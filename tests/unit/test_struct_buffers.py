@@ -151,7 +151,8 @@ __global__ void weigh(Point* p, float* out, int n) {
     if (i < n) out[i] = p[i].weight * p[i].coord[0];
 }
 """)
-    assert v.status == "unverified"
+    # the kernel follows the pointer: no port can (test_struct_pointer_verdict.py), with or without a program
+    assert v.status == "not_ported"
     assert "struct Point holds a pointer (field coord, linked.cu line 4)" in v.reason, v.reason
     assert "Traceback" not in v.reason
 

@@ -1,0 +1,95 @@
+"""A kernel that follows a pointer stored in a struct (`elem->label[0] = ...`, `n->next->v`): the address is one of
+the program's memory, which the ports never see (MLX hands them buffers of their own). The port is refused with the
+struct, the field and its line named, never run into a memory fault in the simulator; a kernel that only reads the
+struct's other fields is still ported and checked.
+
+Every kernel here is small CUDA written for this test; the checks run the real simulator."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ksearch_engine.portfile import port_file
+
+ITEM = """
+#include <stdio.h>
+#include <string.h>
+
+struct Item
+{
+  int count;
+  char *label;
+};
+"""
+
+PROGRAM = """
+int main(void)
+{
+  Item *it;
+  cudaMallocManaged((void**)&it, sizeof(Item));
+  it->count = 3;
+  cudaMallocManaged((void**)&(it->label), 8);
+  strcpy(it->label, "abc");
+  bump<<<1, 1>>>(it);
+  cudaDeviceSynchronize();
+  printf("%s %d\\n", it->label, it->count);
+  cudaFree(it->label);
+  cudaFree(it);
+  return 0;
+}
+"""
+
+
+def _one(tmp_path: Path, name: str, text: str, kernel: str | None = None, headers: dict | None = None):
+    for h, t in (headers or {}).items():
+        (tmp_path / h).write_text(t)
+    f = tmp_path / name
+    f.write_text(text)
+    r = port_file(f, write=False)
+    return next(v for v in r.kernels if kernel is None or v.kernel == kernel)
+
+
+def test_kernel_writing_through_a_struct_pointer_field_is_refused_by_name(tmp_path):
+    # `recount` reads the same struct without following its pointer: its bytes travel as they are, and it is ported
+    f = tmp_path / "items.cu"
+    f.write_text(ITEM + """
+__global__ void bump(Item *it) {
+  it->label[0] = 'z';
+  it->count++;
+}
+__global__ void recount(Item *it) {
+  it->count += 2;
+}
+""" + PROGRAM.replace("bump<<<1, 1>>>(it);", "bump<<<1, 1>>>(it);\n  recount<<<1, 1>>>(it);"))
+    r = {v.kernel: v for v in port_file(f, write=False).kernels}
+    v = r["bump"]
+    assert v.status == "not_ported", (v.status, v.reason)
+    assert "struct Item holds a pointer (field label, items.cu line 8)" in v.reason, v.reason
+    assert "fault" not in v.reason
+    assert r["recount"].status == "verified", r["recount"].reason
+
+
+def test_pointer_followed_in_a_helper_and_struct_in_a_header(tmp_path):
+    # the helper follows it; the struct is in a local header, whose line is named
+    v = _one(tmp_path, "nodes.cu", """
+#include "node.h"
+__device__ float head_value(const Node* n) { return n->next->value; }
+__global__ void sum_next(const Node* nodes, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = nodes[i].value + head_value(&nodes[i]);
+}
+""", headers={"node.h": "#pragma once\nstruct Node {\n  float value;\n  Node* next;\n};\n"})
+    assert v.status == "not_ported", (v.status, v.reason)
+    assert "struct Node holds a pointer (field next, node.h line 4)" in v.reason, v.reason
+
+
+def test_pointer_inside_a_nested_struct_is_named(tmp_path):
+    v = _one(tmp_path, "nested.cu", """
+struct Span { int n; float* data; };
+struct Job { int id; struct Span span; };
+__global__ void clear(Job* jobs, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && jobs[i].span.n > 0) jobs[i].span.data[0] = 0.f;
+}
+""")
+    assert v.status == "not_ported", (v.status, v.reason)
+    assert "struct Span holds a pointer (field data, nested.cu line 2)" in v.reason, v.reason
