@@ -2,9 +2,9 @@
 
 ``include_dir()`` writes them once into the simulator's cache (keyed by their text) and returns the folder,
 which capture.py puts first on g++'s include path. CUDA's runtime headers are empty (ksim_host.h, included at
-the top of every translation unit, is the runtime); cuBLAS, cuRAND and cuFFT get small stubs that note each
-call (``CaptureNote(kind="stubbed")``); headers of things the CPU cannot do (Thrust, CUB, OpenGL, NVRTC,
-cuDNN, NCCL...) are not here: ``UNSUPPORTED`` names them and host_source.py turns their ``#include`` into a
+the top of every translation unit, is the runtime); cuBLAS, cuRAND and cuFFT get small stand-ins (GEMMs and
+FFTs computed on the host, the rest noted as ``CaptureNote(kind="stubbed")``); headers of things the CPU cannot
+do (Thrust, CUB, OpenGL, NVRTC, cuDNN, NCCL...) are not here: ``UNSUPPORTED`` names them and host_source.py turns their ``#include`` into a
 compile-time ``#error`` that capture.py reports as a note.
 """
 
@@ -27,7 +27,7 @@ _EMPTY = [
     "device_atomic_functions.h", "sm_20_atomic_functions.h", "sm_30_intrinsics.h", "sm_32_intrinsics.h",
     "sm_35_intrinsics.h", "sm_60_atomic_functions.h", "sm_61_intrinsics.h", "crt/host_defines.h",
     "cuda_device_runtime_api.h", "common_functions.h", "math_functions.h", "cuda_occupancy.h",
-    "driver_functions.h", "library_types.h", "cuComplex.h",
+    "driver_functions.h", "library_types.h",
     "mma.h",   # nvcuda::wmma: ksim_wmma.h, included by ksim_host.h
     "cuda/pipeline", "cuda/barrier",   # libcu++ async copies: ksim_host.h's cuda::pipeline, cuda::barrier
 ]
@@ -273,43 +273,338 @@ inline curandStatus_t curandGenerate(curandGenerator_t g, unsigned* p, size_t n)
 }
 """
 
+_CUCOMPLEX = """#pragma once
+// cuComplex.h: the complex types (CUDA's vector types) and the helpers host code calls
+typedef float2 cuFloatComplex;
+typedef cuFloatComplex cuComplex;
+typedef double2 cuDoubleComplex;
+__host__ __device__ inline float cuCrealf(cuFloatComplex x) { return x.x; }
+__host__ __device__ inline float cuCimagf(cuFloatComplex x) { return x.y; }
+__host__ __device__ inline cuFloatComplex make_cuFloatComplex(float r, float i) { return make_float2(r, i); }
+__host__ __device__ inline cuComplex make_cuComplex(float r, float i) { return make_float2(r, i); }
+__host__ __device__ inline cuFloatComplex cuConjf(cuFloatComplex x) { return make_float2(x.x, -x.y); }
+__host__ __device__ inline cuFloatComplex cuCaddf(cuFloatComplex a, cuFloatComplex b) { return make_float2(a.x + b.x, a.y + b.y); }
+__host__ __device__ inline cuFloatComplex cuCsubf(cuFloatComplex a, cuFloatComplex b) { return make_float2(a.x - b.x, a.y - b.y); }
+__host__ __device__ inline cuFloatComplex cuCmulf(cuFloatComplex a, cuFloatComplex b) {
+  return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }
+__host__ __device__ inline float cuCabsf(cuFloatComplex x) { return sqrtf(x.x * x.x + x.y * x.y); }
+__host__ __device__ inline double cuCreal(cuDoubleComplex x) { return x.x; }
+__host__ __device__ inline double cuCimag(cuDoubleComplex x) { return x.y; }
+__host__ __device__ inline cuDoubleComplex make_cuDoubleComplex(double r, double i) { return make_double2(r, i); }
+__host__ __device__ inline cuDoubleComplex cuConj(cuDoubleComplex x) { return make_double2(x.x, -x.y); }
+__host__ __device__ inline cuDoubleComplex cuCadd(cuDoubleComplex a, cuDoubleComplex b) { return make_double2(a.x + b.x, a.y + b.y); }
+__host__ __device__ inline cuDoubleComplex cuCsub(cuDoubleComplex a, cuDoubleComplex b) { return make_double2(a.x - b.x, a.y - b.y); }
+__host__ __device__ inline cuDoubleComplex cuCmul(cuDoubleComplex a, cuDoubleComplex b) {
+  return make_double2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }
+__host__ __device__ inline double cuCabs(cuDoubleComplex x) { return sqrt(x.x * x.x + x.y * x.y); }
+"""
+
 _CUFFT = """#pragma once
 #define _CUFFT_H_ 1
+// cuFFT on the host: plans are bookkeeping, cufftExec* compute the transform in double (a mixed-radix DFT per
+// dimension) on the host-emulated device memory, unnormalized as cuFFT's are; the program's own kernels around
+// the transform are captured with the spectrum it wrote. Not recorded as a launch.
+#include "cuComplex.h"
+#include <complex>
+#include <map>
+#include <vector>
 typedef enum { CUFFT_SUCCESS = 0, CUFFT_INVALID_PLAN = 1, CUFFT_ALLOC_FAILED = 2, CUFFT_INVALID_TYPE = 3,
   CUFFT_INVALID_VALUE = 4, CUFFT_INTERNAL_ERROR = 5, CUFFT_EXEC_FAILED = 6, CUFFT_SETUP_FAILED = 7,
   CUFFT_INVALID_SIZE = 8, CUFFT_UNALIGNED_DATA = 9, CUFFT_INVALID_DEVICE = 11,
   CUFFT_NO_WORKSPACE = 13, CUFFT_NOT_IMPLEMENTED = 14, CUFFT_NOT_SUPPORTED = 16, CUFFT_MISSING_DEPENDENCY = 17,
   CUFFT_NVRTC_FAILURE = 18, CUFFT_NVJITLINK_FAILURE = 19, CUFFT_NVSHMEM_FAILURE = 20 } cufftResult;
+typedef cufftResult cufftResult_t;
 typedef enum { CUFFT_R2C = 0x2a, CUFFT_C2R = 0x2c, CUFFT_C2C = 0x29, CUFFT_D2Z = 0x6a, CUFFT_Z2D = 0x6c, CUFFT_Z2Z = 0x69 } cufftType;
+typedef cufftType cufftType_t;
+typedef enum { CUFFT_COMPATIBILITY_FFTW_PADDING = 0x01 } cufftCompatibility;
 #define CUFFT_FORWARD -1
 #define CUFFT_INVERSE 1
+#define CUFFT_VERSION 11400
 typedef int cufftHandle;
 typedef float cufftReal;
 typedef double cufftDoubleReal;
-typedef float2 cufftComplex;
-typedef double2 cufftDoubleComplex;
-#define KSIM_CUFFT_STUB(name) (ksim_host::stub(name, __FILE__, __LINE__), CUFFT_SUCCESS)
-#define cufftPlan1d(...) KSIM_CUFFT_STUB("cufftPlan1d")
-#define cufftPlan2d(...) KSIM_CUFFT_STUB("cufftPlan2d")
-#define cufftPlan3d(...) KSIM_CUFFT_STUB("cufftPlan3d")
-#define cufftPlanMany(...) KSIM_CUFFT_STUB("cufftPlanMany")
-inline cufftResult cufftCreate(cufftHandle* h) { static int n = 0; *h = ++n; return CUFFT_SUCCESS; }
-#define cufftMakePlan1d(...) KSIM_CUFFT_STUB("cufftMakePlan1d")
-#define cufftMakePlan2d(...) KSIM_CUFFT_STUB("cufftMakePlan2d")
-#define cufftMakePlan3d(...) KSIM_CUFFT_STUB("cufftMakePlan3d")
-#define cufftMakePlanMany(...) KSIM_CUFFT_STUB("cufftMakePlanMany")
-#define cufftSetAutoAllocation(...) CUFFT_SUCCESS
-#define cufftSetWorkArea(...) CUFFT_SUCCESS
-#define cufftGetSize(...) CUFFT_SUCCESS
-#define cufftExecD2Z(...) KSIM_CUFFT_STOP("cufftExecD2Z")
-#define cufftExecZ2D(...) KSIM_CUFFT_STOP("cufftExecZ2D")
-#define cufftSetStream(...) CUFFT_SUCCESS
-#define cufftDestroy(...) CUFFT_SUCCESS
-#define KSIM_CUFFT_STOP(name) (ksim_host::stop("stubbed", name " (a cuFFT transform) is not emulated: the program cannot go on", __FILE__, __LINE__), CUFFT_NOT_SUPPORTED)
-#define cufftExecC2C(...) KSIM_CUFFT_STOP("cufftExecC2C")
-#define cufftExecR2C(...) KSIM_CUFFT_STOP("cufftExecR2C")
-#define cufftExecC2R(...) KSIM_CUFFT_STOP("cufftExecC2R")
-#define cufftExecZ2Z(...) KSIM_CUFFT_STOP("cufftExecZ2Z")
+typedef cuComplex cufftComplex;
+typedef cuDoubleComplex cufftDoubleComplex;
+namespace ksim_host {
+typedef std::complex<double> fft_c;
+struct FftPlan {
+  bool made = false;
+  int rank = 0;
+  long long n[3] = {1, 1, 1}, inembed[3] = {1, 1, 1}, onembed[3] = {1, 1, 1};
+  long long istride = 1, idist = 0, ostride = 1, odist = 0, batch = 1;
+  bool basic = true;   // inembed or onembed NULL: the basic (contiguous) layout, the other layout arguments ignored
+  cufftType type = CUFFT_C2C;
+};
+inline std::map<int, FftPlan>& fft_plans() { static std::map<int, FftPlan> p; return p; }
+inline int& fft_next_handle() { static int h = 0; return h; }
+inline bool fft_real_in(cufftType t) { return t == CUFFT_R2C || t == CUFFT_D2Z; }
+inline bool fft_real_out(cufftType t) { return t == CUFFT_C2R || t == CUFFT_Z2D; }
+inline bool fft_double(cufftType t) { return t == CUFFT_D2Z || t == CUFFT_Z2D || t == CUFFT_Z2Z; }
+inline const char* fft_type_name(cufftType t) {
+  switch (t) { case CUFFT_R2C: return "R2C"; case CUFFT_C2R: return "C2R"; case CUFFT_C2C: return "C2C";
+               case CUFFT_D2Z: return "D2Z"; case CUFFT_Z2D: return "Z2D"; default: return "Z2Z"; }
+}
+// elements (of the type each side holds) one transform spans, and the work area cuFFT would ask for (a guess:
+// one complex buffer of the batch; ksim needs none)
+inline size_t fft_work_size(int rank, const long long* n, cufftType t, long long batch) {
+  size_t e = (size_t)batch;
+  for (int d = 0; d < rank; d++) e *= (size_t)n[d];
+  return e * (fft_double(t) ? 16 : 8);
+}
+// a plan: checks cuFFT's own conditions (rank 1-3, sizes > 0, a known type), fills the layout
+template <class I> inline cufftResult fft_make(int h, int rank, const I* n, const I* inembed, long long istride,
+    long long idist, const I* onembed, long long ostride, long long odist, cufftType type, long long batch,
+    size_t* work) {
+  if (rank < 1 || rank > 3 || !n || batch < 1) return CUFFT_INVALID_VALUE;
+  if (type != CUFFT_R2C && type != CUFFT_C2R && type != CUFFT_C2C && type != CUFFT_D2Z && type != CUFFT_Z2D &&
+      type != CUFFT_Z2Z) return CUFFT_INVALID_TYPE;
+  FftPlan p;
+  p.rank = rank; p.type = type; p.batch = batch;
+  for (int d = 0; d < rank; d++) { p.n[d] = (long long)n[d]; if (p.n[d] < 1) return CUFFT_INVALID_SIZE; }
+  p.basic = !inembed || !onembed;
+  if (!p.basic) {
+    for (int d = 0; d < rank; d++) { p.inembed[d] = (long long)inembed[d]; p.onembed[d] = (long long)onembed[d]; }
+    p.istride = istride; p.idist = idist; p.ostride = ostride; p.odist = odist;
+  }
+  p.made = true;
+  fft_plans()[h] = p;
+  if (work) *work = fft_work_size(rank, p.n, type, batch);
+  return CUFFT_SUCCESS;
+}
+inline cufftResult fft_new(cufftHandle* h) {
+  if (!h) return CUFFT_INVALID_VALUE;
+  *h = ++fft_next_handle();
+  fft_plans()[*h] = FftPlan();
+  return CUFFT_SUCCESS;
+}
+// DFT of n points read from `in` (stride `is`) into `out` (contiguous): mixed radix, decimation in time on the
+// smallest factor; a prime length is summed directly. w[(t % N) * ws] = exp(sign 2 pi i t / N) of the top size N.
+inline void fft_rec(const fft_c* in, size_t is, fft_c* out, long long n, const fft_c* w, size_t ws) {
+  if (n == 1) { out[0] = in[0]; return; }
+  long long p = 2;
+  while (p * p <= n && n % p) p++;
+  if (n % p) p = n;
+  long long m = n / p;
+  if (m == 1) {   // prime length
+    for (long long k = 0; k < n; k++) {
+      fft_c s = 0;
+      for (long long j = 0; j < n; j++) s += in[j * is] * w[(size_t)((j * k) % n) * ws];
+      out[k] = s;
+    }
+    return;
+  }
+  std::vector<fft_c> sub((size_t)n);
+  for (long long r = 0; r < p; r++) fft_rec(in + r * is, is * p, &sub[(size_t)(r * m)], m, w, ws * p);
+  for (long long k = 0; k < m; k++)
+    for (long long q = 0; q < p; q++) {
+      long long kk = k + q * m;
+      fft_c s = 0;
+      for (long long r = 0; r < p; r++) s += sub[(size_t)(r * m + k)] * w[(size_t)((r * kk) % n) * ws];
+      out[kk] = s;
+    }
+}
+// the transform of `count` lines of `len` points, `step` apart, each line's points `stride` apart, in place
+inline void fft_lines(fft_c* a, long long len, long long count, long long step, long long stride, int sign) {
+  if (len == 1) return;
+  std::vector<fft_c> w((size_t)len), line((size_t)len), out((size_t)len);
+  const double two_pi = 6.283185307179586476925286766559;
+  for (long long t = 0; t < len; t++) w[(size_t)t] = std::polar(1.0, sign * two_pi * (double)t / (double)len);
+  for (long long c = 0; c < count; c++) {
+    fft_c* base = a + c * step;
+    for (long long j = 0; j < len; j++) line[(size_t)j] = base[j * stride];
+    fft_rec(line.data(), 1, out.data(), len, w.data(), 1);
+    for (long long j = 0; j < len; j++) base[j * stride] = out[(size_t)j];
+  }
+}
+// along dimension d of a row-major array of `shape` (rank dims, last fastest)
+inline void fft_axis(fft_c* a, int rank, const long long* shape, int d, int sign) {
+  long long inner = 1, outer = 1;
+  for (int e = d + 1; e < rank; e++) inner *= shape[e];
+  for (int e = 0; e < d; e++) outer *= shape[e];
+  for (long long o = 0; o < outer; o++)
+    fft_lines(a + o * shape[d] * inner, shape[d], inner, 1, inner, sign);
+}
+// offset of element (x, y, z) of a transform: the advanced layout's ((x * embed[1] + y) * embed[2] + z) * stride
+inline long long fft_offset(int rank, const long long* idx, const long long* embed, long long stride) {
+  long long o = 0;
+  for (int d = 0; d < rank; d++) o = o * (d ? embed[d] : 1) + idx[d];
+  return o * stride;
+}
+template <class R, class C> inline cufftResult fft_exec(int h, const void* idata, void* odata, int sign,
+    cufftType want, const char* call, const char* file, int line) {
+  auto it = fft_plans().find(h);
+  if (it == fft_plans().end() || !it->second.made) {
+    note("program", std::string(call) + " on a handle without a plan (CUFFT_INVALID_PLAN)", file, line);
+    return CUFFT_INVALID_PLAN;
+  }
+  const FftPlan& p = it->second;
+  if (p.type != want) {
+    note("program", std::string(call) + " on a plan of type CUFFT_" + fft_type_name(p.type) +
+         " (CUFFT_INVALID_VALUE)", file, line);
+    return CUFFT_INVALID_VALUE;
+  }
+  if (!idata || !odata || (sign != CUFFT_FORWARD && sign != CUFFT_INVERSE)) return CUFFT_INVALID_VALUE;
+  note("stubbed", std::string(call) + " was computed on the host (not recorded as a launch)", file, line);
+  const int rank = p.rank;
+  const bool rin = fft_real_in(p.type), rout = fft_real_out(p.type);
+  const long long last = p.n[rank - 1], half = last / 2 + 1;
+  long long full = 1;                      // points of one transform
+  for (int d = 0; d < rank; d++) full *= p.n[d];
+  long long cshape[3];                     // the complex side's shape (half the last dimension for R2C/C2R)
+  for (int d = 0; d < rank; d++) cshape[d] = p.n[d];
+  if (rin || rout) cshape[rank - 1] = half;
+  long long cpts = full / last * cshape[rank - 1];
+  // layouts: element offsets of the input and output sides (in elements of each side's type)
+  long long iemb[3], oemb[3], istr = p.istride, ostr = p.ostride, idist = p.idist, odist = p.odist;
+  const bool inplace = idata == odata;
+  if (p.basic) {   // contiguous; an in-place real side pads its last dimension to 2 * (n / 2 + 1) reals
+    for (int d = 0; d < rank; d++) { iemb[d] = rout ? cshape[d] : p.n[d]; oemb[d] = rin ? cshape[d] : p.n[d]; }
+    if (rin && inplace) iemb[rank - 1] = 2 * half;
+    if (rout && inplace) oemb[rank - 1] = 2 * half;
+    istr = ostr = 1;
+    idist = odist = 1;
+    for (int d = 0; d < rank; d++) { idist *= iemb[d]; odist *= oemb[d]; }
+  } else {
+    for (int d = 0; d < rank; d++) { iemb[d] = p.inembed[d]; oemb[d] = p.onembed[d]; }
+  }
+  const long long* ishape = rout ? cshape : p.n;   // the points each side holds
+  const long long* oshape = rin ? cshape : p.n;
+  long long ipts = rout ? cpts : full, opts = rin ? cpts : full;
+  // gather every batch before writing any (in-place transforms read all they need first)
+  std::vector<fft_c> buf((size_t)(p.batch * full));   // each batch's full transform
+  std::vector<fft_c> half_buf;
+  if (rout) half_buf.resize((size_t)(p.batch * cpts));
+  long long idx[3];
+  for (long long b = 0; b < p.batch; b++)
+    for (long long e = 0; e < ipts; e++) {
+      long long r = e;
+      for (int d = rank - 1; d >= 0; d--) { idx[d] = r % ishape[d]; r /= ishape[d]; }
+      long long off = b * idist + fft_offset(rank, idx, iemb, istr);
+      fft_c v = rin ? fft_c((double)((const R*)idata)[off], 0.0)
+                    : fft_c((double)((const C*)idata)[off].x, (double)((const C*)idata)[off].y);
+      if (rout) half_buf[(size_t)(b * cpts + e)] = v; else buf[(size_t)(b * full + e)] = v;
+    }
+  if (rout) {   // C2R: the inverse along the other dimensions on the half spectrum, then Hermitian rows
+    for (long long b = 0; b < p.batch; b++)
+      for (int d = 0; d < rank - 1; d++) fft_axis(&half_buf[(size_t)(b * cpts)], rank, cshape, d, sign);
+    long long rows = p.batch * (full / last);
+    std::vector<fft_c> row((size_t)last);
+    for (long long r = 0; r < rows; r++) {
+      const fft_c* hrow = &half_buf[(size_t)(r * half)];
+      for (long long k = 0; k < last; k++) row[(size_t)k] = k < half ? hrow[k] : std::conj(hrow[last - k]);
+      fft_lines(row.data(), last, 1, 0, 1, sign);
+      for (long long k = 0; k < last; k++) buf[(size_t)(r * last + k)] = fft_c(row[(size_t)k].real(), 0.0);
+    }
+  } else {
+    for (long long b = 0; b < p.batch; b++)
+      for (int d = 0; d < rank; d++) fft_axis(&buf[(size_t)(b * full)], rank, p.n, d, sign);
+  }
+  for (long long b = 0; b < p.batch; b++)
+    for (long long e = 0; e < opts; e++) {
+      long long r = e;
+      for (int d = rank - 1; d >= 0; d--) { idx[d] = r % oshape[d]; r /= oshape[d]; }
+      long long off = b * odist + fft_offset(rank, idx, oemb, ostr);
+      long long src = e;
+      if (rin) {   // the first n / 2 + 1 points of the last dimension of the full spectrum
+        long long k = e % half;
+        src = e / half * last + k;
+      }
+      const fft_c& v = buf[(size_t)(b * full + src)];
+      if (rout) ((R*)odata)[off] = (R)v.real();
+      else { ((C*)odata)[off].x = (decltype(C::x))v.real(); ((C*)odata)[off].y = (decltype(C::x))v.imag(); }
+    }
+  return CUFFT_SUCCESS;
+}
+}  // namespace ksim_host
+inline cufftResult cufftCreate(cufftHandle* h) { return ksim_host::fft_new(h); }
+inline cufftResult cufftDestroy(cufftHandle h) { return ksim_host::fft_plans().erase(h) ? CUFFT_SUCCESS : CUFFT_INVALID_PLAN; }
+inline cufftResult cufftMakePlanMany(cufftHandle h, int rank, int* n, int* inembed, int istride, int idist,
+    int* onembed, int ostride, int odist, cufftType type, int batch, size_t* work) {
+  return ksim_host::fft_make(h, rank, n, inembed, istride, idist, onembed, ostride, odist, type, batch, work);
+}
+inline cufftResult cufftMakePlanMany64(cufftHandle h, int rank, long long* n, long long* inembed, long long istride,
+    long long idist, long long* onembed, long long ostride, long long odist, cufftType type, long long batch,
+    size_t* work) {
+  return ksim_host::fft_make(h, rank, n, inembed, istride, idist, onembed, ostride, odist, type, batch, work);
+}
+inline cufftResult cufftMakePlan1d(cufftHandle h, int nx, cufftType type, int batch, size_t* work) {
+  int n[1] = {nx};
+  return ksim_host::fft_make<int>(h, 1, n, nullptr, 1, 0, nullptr, 1, 0, type, batch, work);
+}
+inline cufftResult cufftMakePlan2d(cufftHandle h, int nx, int ny, cufftType type, size_t* work) {
+  int n[2] = {nx, ny};
+  return ksim_host::fft_make<int>(h, 2, n, nullptr, 1, 0, nullptr, 1, 0, type, 1, work);
+}
+inline cufftResult cufftMakePlan3d(cufftHandle h, int nx, int ny, int nz, cufftType type, size_t* work) {
+  int n[3] = {nx, ny, nz};
+  return ksim_host::fft_make<int>(h, 3, n, nullptr, 1, 0, nullptr, 1, 0, type, 1, work);
+}
+inline cufftResult cufftPlan1d(cufftHandle* h, int nx, cufftType type, int batch) {
+  cufftResult r = cufftCreate(h);
+  return r ? r : cufftMakePlan1d(*h, nx, type, batch, nullptr);
+}
+inline cufftResult cufftPlan2d(cufftHandle* h, int nx, int ny, cufftType type) {
+  cufftResult r = cufftCreate(h);
+  return r ? r : cufftMakePlan2d(*h, nx, ny, type, nullptr);
+}
+inline cufftResult cufftPlan3d(cufftHandle* h, int nx, int ny, int nz, cufftType type) {
+  cufftResult r = cufftCreate(h);
+  return r ? r : cufftMakePlan3d(*h, nx, ny, nz, type, nullptr);
+}
+inline cufftResult cufftPlanMany(cufftHandle* h, int rank, int* n, int* inembed, int istride, int idist,
+    int* onembed, int ostride, int odist, cufftType type, int batch) {
+  cufftResult r = cufftCreate(h);
+  return r ? r : cufftMakePlanMany(*h, rank, n, inembed, istride, idist, onembed, ostride, odist, type, batch, nullptr);
+}
+inline cufftResult cufftEstimate1d(int nx, cufftType type, int batch, size_t* work) {
+  long long n[1] = {nx}; if (work) *work = ksim_host::fft_work_size(1, n, type, batch); return CUFFT_SUCCESS; }
+inline cufftResult cufftEstimate2d(int nx, int ny, cufftType type, size_t* work) {
+  long long n[2] = {nx, ny}; if (work) *work = ksim_host::fft_work_size(2, n, type, 1); return CUFFT_SUCCESS; }
+inline cufftResult cufftEstimate3d(int nx, int ny, int nz, cufftType type, size_t* work) {
+  long long n[3] = {nx, ny, nz}; if (work) *work = ksim_host::fft_work_size(3, n, type, 1); return CUFFT_SUCCESS; }
+inline cufftResult cufftEstimateMany(int rank, int* n, int*, int, int, int*, int, int, cufftType type, int batch,
+    size_t* work) {
+  if (rank < 1 || rank > 3 || !n) return CUFFT_INVALID_VALUE;
+  long long m[3] = {1, 1, 1};
+  for (int d = 0; d < rank; d++) m[d] = n[d];
+  if (work) *work = ksim_host::fft_work_size(rank, m, type, batch);
+  return CUFFT_SUCCESS;
+}
+inline cufftResult cufftGetSize1d(cufftHandle, int nx, cufftType type, int batch, size_t* work) {
+  return cufftEstimate1d(nx, type, batch, work); }
+inline cufftResult cufftGetSize2d(cufftHandle, int nx, int ny, cufftType type, size_t* work) {
+  return cufftEstimate2d(nx, ny, type, work); }
+inline cufftResult cufftGetSize3d(cufftHandle, int nx, int ny, int nz, cufftType type, size_t* work) {
+  return cufftEstimate3d(nx, ny, nz, type, work); }
+inline cufftResult cufftGetSizeMany(cufftHandle, int rank, int* n, int* inembed, int istride, int idist, int* onembed,
+    int ostride, int odist, cufftType type, int batch, size_t* work) {
+  return cufftEstimateMany(rank, n, inembed, istride, idist, onembed, ostride, odist, type, batch, work); }
+inline cufftResult cufftGetSizeMany64(cufftHandle, int rank, long long* n, long long*, long long, long long,
+    long long*, long long, long long, cufftType type, long long batch, size_t* work) {
+  if (rank < 1 || rank > 3 || !n) return CUFFT_INVALID_VALUE;
+  if (work) *work = ksim_host::fft_work_size(rank, n, type, batch);
+  return CUFFT_SUCCESS;
+}
+inline cufftResult cufftGetSize(cufftHandle h, size_t* work) {
+  auto it = ksim_host::fft_plans().find(h);
+  if (it == ksim_host::fft_plans().end()) return CUFFT_INVALID_PLAN;
+  const ksim_host::FftPlan& p = it->second;
+  if (work) *work = p.made ? ksim_host::fft_work_size(p.rank, p.n, p.type, p.batch) : 0;
+  return CUFFT_SUCCESS;
+}
+inline cufftResult cufftSetAutoAllocation(cufftHandle, int) { return CUFFT_SUCCESS; }
+inline cufftResult cufftSetWorkArea(cufftHandle, void*) { return CUFFT_SUCCESS; }
+inline cufftResult cufftSetStream(cufftHandle, cudaStream_t) { return CUFFT_SUCCESS; }
+inline cufftResult cufftSetCompatibilityMode(cufftHandle, cufftCompatibility) { return CUFFT_SUCCESS; }
+inline cufftResult cufftGetVersion(int* v) { *v = CUFFT_VERSION; return CUFFT_SUCCESS; }
+#define cufftExecC2C(plan, i, o, dir) ksim_host::fft_exec<cufftReal, cufftComplex>(plan, i, o, dir, CUFFT_C2C, "cufftExecC2C", __FILE__, __LINE__)
+#define cufftExecR2C(plan, i, o) ksim_host::fft_exec<cufftReal, cufftComplex>(plan, i, o, CUFFT_FORWARD, CUFFT_R2C, "cufftExecR2C", __FILE__, __LINE__)
+#define cufftExecC2R(plan, i, o) ksim_host::fft_exec<cufftReal, cufftComplex>(plan, i, o, CUFFT_INVERSE, CUFFT_C2R, "cufftExecC2R", __FILE__, __LINE__)
+#define cufftExecZ2Z(plan, i, o, dir) ksim_host::fft_exec<cufftDoubleReal, cufftDoubleComplex>(plan, i, o, dir, CUFFT_Z2Z, "cufftExecZ2Z", __FILE__, __LINE__)
+#define cufftExecD2Z(plan, i, o) ksim_host::fft_exec<cufftDoubleReal, cufftDoubleComplex>(plan, i, o, CUFFT_FORWARD, CUFFT_D2Z, "cufftExecD2Z", __FILE__, __LINE__)
+#define cufftExecZ2D(plan, i, o) ksim_host::fft_exec<cufftDoubleReal, cufftDoubleComplex>(plan, i, o, CUFFT_INVERSE, CUFFT_Z2D, "cufftExecZ2D", __FILE__, __LINE__)
+// what the host does not emulate (cufftXt.h: callbacks, several GPUs) stops the program, naming the call
+#define KSIM_CUFFT_STOP(name) (ksim_host::stop("stubbed", name " (cuFFT's extension API) is not emulated: the program cannot go on", __FILE__, __LINE__), CUFFT_NOT_SUPPORTED)
 """
 
 _CUBLASLT = """#pragma once
@@ -388,14 +683,38 @@ typedef cufftComplex (*cufftCallbackLoadC)(void*, size_t, void*, void*);
 typedef cufftReal (*cufftCallbackLoadR)(void*, size_t, void*, void*);
 typedef void (*cufftCallbackStoreC)(void*, size_t, cufftComplex, void*, void*);
 typedef void (*cufftCallbackStoreR)(void*, size_t, cufftReal, void*, void*);
+// several GPUs: the descriptor types compile (cudalibxt.h's layout); every call stops the program, naming it
+typedef enum { CUFFT_XT_FORMAT_INPUT = 0x00, CUFFT_XT_FORMAT_OUTPUT = 0x01, CUFFT_XT_FORMAT_INPLACE = 0x02,
+  CUFFT_XT_FORMAT_INPLACE_SHUFFLED = 0x03, CUFFT_XT_FORMAT_1D_INPUT_SHUFFLED = 0x04 } cufftXtSubFormat;
+typedef enum { CUFFT_COPY_HOST_TO_DEVICE = 0x00, CUFFT_COPY_DEVICE_TO_HOST = 0x01, CUFFT_COPY_DEVICE_TO_DEVICE = 0x02 }
+  cufftXtCopyType;
+typedef struct cudaXtDesc_t { int version; int nGPUs; int GPUs[64]; void* data[64]; size_t size[64]; void* cudaXtState; } cudaXtDesc;
+typedef struct cudaLibXtDesc_t { int version; cudaXtDesc* descriptor; int library; int subFormat; void* libDescriptor; } cudaLibXtDesc;
 #define cufftXtSetCallback(...) KSIM_CUFFT_STOP("cufftXtSetCallback")
+#define cufftXtClearCallback(...) KSIM_CUFFT_STOP("cufftXtClearCallback")
+#define cufftXtSetCallbackSharedSize(...) KSIM_CUFFT_STOP("cufftXtSetCallbackSharedSize")
+#define cufftXtSetGPUs(...) KSIM_CUFFT_STOP("cufftXtSetGPUs")
+#define cufftXtMalloc(...) KSIM_CUFFT_STOP("cufftXtMalloc")
+#define cufftXtFree(...) KSIM_CUFFT_STOP("cufftXtFree")
+#define cufftXtMemcpy(...) KSIM_CUFFT_STOP("cufftXtMemcpy")
+#define cufftXtMakePlanMany(...) KSIM_CUFFT_STOP("cufftXtMakePlanMany")
+#define cufftXtGetSizeMany(...) KSIM_CUFFT_STOP("cufftXtGetSizeMany")
+#define cufftXtSetWorkArea(...) KSIM_CUFFT_STOP("cufftXtSetWorkArea")
+#define cufftXtExec(...) KSIM_CUFFT_STOP("cufftXtExec")
+#define cufftXtExecDescriptor(...) KSIM_CUFFT_STOP("cufftXtExecDescriptor")
+#define cufftXtExecDescriptorC2C(...) KSIM_CUFFT_STOP("cufftXtExecDescriptorC2C")
+#define cufftXtExecDescriptorR2C(...) KSIM_CUFFT_STOP("cufftXtExecDescriptorR2C")
+#define cufftXtExecDescriptorC2R(...) KSIM_CUFFT_STOP("cufftXtExecDescriptorC2R")
+#define cufftXtExecDescriptorZ2Z(...) KSIM_CUFFT_STOP("cufftXtExecDescriptorZ2Z")
+#define cufftXtExecDescriptorD2Z(...) KSIM_CUFFT_STOP("cufftXtExecDescriptorD2Z")
+#define cufftXtExecDescriptorZ2D(...) KSIM_CUFFT_STOP("cufftXtExecDescriptorZ2D")
 """
 
 FILES: dict[str, str] = {name: "#pragma once\n// ksim capture: provided by ksim_host.h\n" for name in _EMPTY}
 FILES.update({
     "math_constants.h": _MATH_CONSTANTS, "cuda.h": _CUDA_H, "nvToolsExt.h": _NVTX, "nvtx3/nvToolsExt.h": _NVTX,
     "cublas_v2.h": _CUBLAS, "cublas.h": _CUBLAS, "cublas_api.h": _CUBLAS, "cublasLt.h": _CUBLASLT,
-    "curand.h": _CURAND,
+    "curand.h": _CURAND, "cuComplex.h": _CUCOMPLEX,
     # the device API: ksim_curand.h draws cuRAND's XORWOW sequence (the ports carry the same text); the other
     # generators' states are not emulated (Philox's name stands for XORWOW's state so that programs naming it compile)
     "curand_kernel.h": '#pragma once\n#include "curand.h"\n#include "ksim_curand.h"\n'

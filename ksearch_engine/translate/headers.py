@@ -253,11 +253,38 @@ def prefix_helpers(prefix: str, include_dirs, helpers: list) -> list:
     return out + list(helpers)
 
 
+# Typedefs that CUDA's headers and libraries declare (a kernel names them with no definition in its file): {name:
+# the built-in scalar or vector type it stands for}. The one table of them: type_aliases starts from both dicts,
+# and a kernel naming one of LIBRARY_TYPEDEFS gets its typedef in both ports' headers (with_library_typedefs:
+# neither MLX's Metal nor its CUDA JIT includes cuComplex.h or cufft.h); C_TYPEDEFS' names both ports know.
+C_TYPEDEFS: dict[str, str] = {"clock_t": "long", "ptrdiff_t": "long", "ssize_t": "long"}   # as on 64-bit Linux
+LIBRARY_TYPEDEFS: dict[str, str] = {
+    # cuComplex.h
+    "cuFloatComplex": "float2", "cuComplex": "float2", "cuDoubleComplex": "double2",
+    # cufft.h
+    "cufftReal": "float", "cufftDoubleReal": "double", "cufftComplex": "float2", "cufftDoubleComplex": "double2",
+}
+
+
+def with_library_typedefs(preamble: list[str], text: str) -> list[str]:
+    """`preamble` with `typedef float2 cufftComplex;` in front for each name of LIBRARY_TYPEDEFS that `text` or
+    `preamble` uses and no entry of `preamble` defines (a kernel file that includes cufft.h)."""
+    code = re.sub(r"/\*.*?\*/|//[^\n]*", " ", "\n".join([text] + preamble), flags=re.S)
+    extra = []
+    for name, t in LIBRARY_TYPEDEFS.items():
+        n = re.escape(name)
+        if re.search(rf"\b{n}\b", code) and not any(
+                re.search(rf"^\s*(?:typedef\b[^;]*\b{n}\s*;|using\s+{n}\s*=|#\s*define\s+{n}\b|"
+                          rf"(?:struct|class|union)\s+{n}\b)", e, re.M) for e in preamble):
+            extra.append(f"typedef {t} {name};")
+    return extra + preamble if extra else preamble
+
+
 def type_aliases(preamble: list[str]) -> dict[str, str]:
     """{alias: C type} for file-scope names of scalar or vector types."""
     from .launch import POINTEE, norm_type
 
-    raw: dict[str, str] = {"clock_t": "long", "ptrdiff_t": "long", "ssize_t": "long"}   # as on 64-bit Linux
+    raw: dict[str, str] = {**C_TYPEDEFS, **LIBRARY_TYPEDEFS}
     for e in preamble:
         m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+([A-Za-z_][\w ]*?)\s*$", e) \
             or re.match(r"\s*typedef\s+([^;{}()\[\]*]+?)\s+([A-Za-z_]\w*)\s*;\s*$", e, re.S) \

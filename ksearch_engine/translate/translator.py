@@ -149,8 +149,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     from .sharedproxy import port_shared_proxies   # `T *s = SharedMemory<T>();` is an extern __shared__ array
     parse_result = port_shared_proxies(parse_result, kernel_name, _included_texts(parse_result.source, src_path))
     k = parse_result.kernel(kernel_name) or k
-    from .headers import resolve_param_types, type_aliases, with_aggregates
-    full = with_aggregates(parse_result.preamble, parse_result.source)   # unions the parser missed
+    from .headers import resolve_param_types, type_aliases, with_aggregates, with_library_typedefs
+    full = with_library_typedefs(with_aggregates(parse_result.preamble, parse_result.source),   # unions the parser
+                                 parse_result.source)                      # missed; cufftComplex's typedef
     if full is not parse_result.preamble:
         parse_result = parse_result.model_copy(update={"preamble": full})
         k = parse_result.kernel(kernel_name) or k

@@ -433,8 +433,9 @@ def test_cublas_and_cublaslt_setup_runs_and_a_strided_batched_gemm_feeds_the_ker
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-# A program that scales its signal with its own kernel, then hands it to cuFFT (plans made through the cufftXt
-# extension API): the kernel's launch is recorded, and the transform (not emulated) stops the run with a note.
+# A program that scales its signal with its own kernel, then hands it to cuFFT (a plan made through cufftCreate +
+# cufftMakePlanMany, with cufftXt.h included): the kernel's launch is recorded, and the transform runs on the host
+# with a note (tests/unit/test_capture_cufft.py checks the transforms themselves).
 FFT_XT = """
 #include <cstdio>
 #include <cufft.h>
@@ -461,10 +462,10 @@ int main() {
 """
 
 
-def test_cufft_extension_api_compiles_and_the_transform_stops_the_run_after_the_kernel(tmp_path):
+def test_cufft_extension_api_compiles_and_the_transform_runs_after_the_kernel(tmp_path):
     src = write(tmp_path, "fft_xt.cu", FFT_XT)
     cap = capture_program(src, timeout_s=60)
-    assert cap.kernels() == ["scale"], (cap.status, cap.error)
+    assert cap.status == "ok" and cap.kernels() == ["scale"], (cap.status, cap.error)
     assert any("cufftExecR2C" in n.message and n.line == line_of(FFT_XT, "cufftExecR2C") for n in cap.notes), cap.notes
 
 
