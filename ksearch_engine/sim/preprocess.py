@@ -170,7 +170,10 @@ def rewrite_block_shared(text: str, words: tuple[str, ...], base_depth: int = 0)
         # `threadgroup float (*As)[16]` (a helper's parameter for a 2-D array, helpershared.py) is a pointer too
         pointer_like = "*" in outer or "&" in outer or re.match(r"[^\[]*\(\s*[*&]", decl) is not None
         out.append(text[pos:m.start()])
-        if pointer_like:
+        # `void f() const threadgroup {`: the address space of a member function's object (MSL), not a variable
+        member_qualifier = not decl.strip() and code[i:i + 1] in ("{", ";", "=") and re.search(
+            r"\)\s*(?:(?:const|volatile)\s+)*$", code[max(0, m.start() - 200):m.start()]) is not None
+        if pointer_like or member_qualifier:
             out.append(" " * len(m.group(1)))
             pos = m.end()
             continue

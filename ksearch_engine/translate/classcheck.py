@@ -1,9 +1,7 @@
-"""What the Metal port cannot carry in a struct or class (template) the kernel uses: member functions that read the
-thread's position or the grid's shape (`threadIdx`, `blockIdx`, `blockDim`, `gridDim`), and `__shared__` variables
-declared in a member function. Metal gives thread positions to the kernel
-function only (as its parameters) and declares threadgroup memory in the kernel only; a member function sees
-neither, and the class's members would have to take them as parameters at every call. Each problem names the class,
-the file and line where it is defined, and the first such use, instead of a compile error of the generated port.
+"""What the Metal port cannot carry of the member functions of a struct or class (template) the kernel uses
+(classmembers.py decides; most are carried: member functions that read the thread's position or declare `__shared__`
+variables take them as parameters, like helpers), each named by class, the file and line where it is, instead of a
+compile error of the generated port.
 """
 from __future__ import annotations
 
@@ -13,8 +11,6 @@ import re
 from .analysis import _entry_name, unwrap_namespaces
 
 _CLASS = re.compile(r"\s*(?:template\s*<(?:[^<>;{}]|<[^<>;{}]*>)*>\s*)?(struct|class|union)\b")
-_THREAD_WORDS = re.compile(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b")
-_SHARED_DECL = re.compile(r"\b__shared__\b")
 
 
 def _code(text: str) -> str:
@@ -32,38 +28,20 @@ def _where(entry: str, source: str, src_path: str | None, headers: list[tuple[st
     return "", 0   # in a header not found next to the file
 
 
-def metal_class_problems(preamble: list[str], source: str, src_path: str | None,
+def metal_class_problems(cm, found: list[tuple[str, int, str, str]], source: str, src_path: str | None,
                          headers: list[tuple[str, str]] = ()) -> list[tuple[str, str, int, str]]:
-    """(construct, file, 1-based line, message) per class of `preamble` (the entries the kernel needs) whose member
-    functions the Metal port cannot carry; `headers` are the (path, text) of the local headers the file includes."""
+    """(construct, file, 1-based line, message) per problem of `found` (classmembers.member_problems: class, offset
+    of the member in the class's entry, construct, what); `headers` are the (path, text) of the local headers the
+    file includes."""
     out = []
-    for entry in preamble:
-        inner = unwrap_namespaces(entry)
-        m = _CLASS.match(inner)
-        if not m:
-            continue
-        code = _code(inner)
-        brace = code.find("{")
-        if brace < 0 or "(" not in code[brace:]:
-            continue   # plain data
-        body = code[brace:]
-        name = _entry_name(inner) or m.group(1)
-        fname, line = _where(inner, source, src_path, list(headers))
-        where = f"{fname} line {line}" if line else "in a header the file includes"
-        use = _THREAD_WORDS.search(body)
-        hit = use or _SHARED_DECL.search(body)
-        if hit is None:
-            continue
-        what, advice = (f"uses {use.group(1)}", "the Metal port cannot carry it (Metal gives thread positions and grid "
-                        "sizes to the kernel function only, as its parameters; a member function would need them "
-                        "passed in at every call): make it a __device__ function taking them as parameters, or port "
-                        "by hand") if use else \
-            ("declares a __shared__ variable", "the Metal port cannot carry it (Metal declares threadgroup memory in "
-             "the kernel only): declare it in the kernel and pass it in, or port by hand")
-        at = line + code.count("\n", 0, brace + hit.start()) if line else 0
-        out.append((f"{m.group(1)} {name}", fname, at or line,
-                    f"a member function of {m.group(1)} {name} ({where}) {what}"
-                    + (f" at line {at}" if at else "") + f": {advice}"))
+    for cls, offset, construct, what in found:
+        info = cm.classes[cls]
+        m = _CLASS.match(info.entry[info.offset:])
+        kind = m.group(1) if m else "class"
+        fname, line = _where(info.entry, source, src_path, list(headers))
+        at = line + info.entry.count("\n", 0, offset) if line else 0
+        where = f"{fname} line {at}" if at else "in a header the file includes"
+        out.append((f"{kind} {cls}", fname, at or line, f"{kind} {cls} ({where}): {what}"))
     return out
 
 
@@ -71,17 +49,19 @@ _SHARED_OBJECT = re.compile(r"\b__shared__\s+(?:(?:volatile|const|static)\s+)*((
                             r"\s+([A-Za-z_]\w*)")
 
 
-def shared_object_calls(preamble: list[str], texts: list[tuple[str, int]]) -> list[tuple[str, int, str]]:
+def shared_object_calls(preamble: list[str], texts: list[tuple[str, int]], only: set[str] | None = None
+                        ) -> list[tuple[str, int, str]]:
     """(construct, 0-based line, message) per `__shared__` object of a class with member functions on which the code
-    calls one (`__shared__ Acc a; ... a.get(i)`): MSL calls a member function on a threadgroup object only if it is
-    declared for that address space, which the port's classes are not. `texts`: (code, its first line) of the
-    kernel and its helpers."""
+    calls one (`__shared__ Acc a; ... a.get(i)`), among the classes `only` names (None: all): MSL calls a member
+    function on a threadgroup object only if it is declared for that address space, and the port declares a class's
+    member functions so only where all its objects live there (classmembers.py). `texts`: (code, its first line) of
+    the kernel and its helpers."""
     classes = set()
     for entry in preamble:
         inner = unwrap_namespaces(entry)
         if _CLASS.match(inner) and "(" in _code(inner)[max(0, _code(inner).find("{")):]:
             name = _entry_name(inner)
-            if name:
+            if name and (only is None or name in only):
                 classes.add(name)
     if not classes:
         return []
@@ -98,8 +78,9 @@ def shared_object_calls(preamble: list[str], texts: list[tuple[str, int]]) -> li
                 continue
             line = first + code.count("\n", 0, m.start())
             out.append((f"__shared__ {typ} {name}", line,
-                        f"member function {call.group(1)} of {typ} is called on a __shared__ object: Metal calls a "
-                        f"member function on threadgroup memory only where it is declared for that address space, "
-                        f"which the port's {typ} is not: keep the shared data in a plain __shared__ array (and call "
+                        f"member function {call.group(1)} of {typ} is called on a __shared__ object, and other "
+                        f"objects of {typ} live in thread memory: Metal calls a member function on threadgroup memory "
+                        f"only where it is declared for that address space, which would take a second, threadgroup "
+                        f"copy of each member function: keep the shared data in a plain __shared__ array (and call "
                         f"free functions on it), or port by hand"))
     return out

@@ -68,6 +68,12 @@ class RewriteContext:
     hoisted: dict[str, set[str]] = field(default_factory=dict)
     dynamic_alias: dict[str, str] = field(default_factory=dict)   # kernel's extern array -> the buffer declared first
     fragment_types: set[str] = field(default_factory=set)   # Metal: typedef names of wmma fragments (wmma.py)
+    # Metal: classes whose objects all live in threadgroup memory (classmembers.py): their non-static member
+    # functions are declared `threadgroup` (their data members count as threadgroup memory there), and reference or
+    # pointer parameters of any of their type names (tg_types) are `threadgroup` ones
+    tg_classes: set[str] = field(default_factory=set)
+    tg_types: set[str] = field(default_factory=set)
+    tg_data: dict[str, set[str]] = field(default_factory=dict)
 
 
 class Rewriter:
@@ -88,6 +94,7 @@ class Rewriter:
         self.grid_objects: set[str] = set()
         self.nested_replace: dict[int, str] = {}
         self.helper_name = ""   # the helper being rewritten
+        self._tg_refs = False   # in a threadgroup member function: local references into its data are threadgroup
 
     # -- entry points ---------------------------------------------------------------------------
     def rewrite_function(self, text: str, helper: bool) -> tuple[str, str]:
@@ -212,6 +219,8 @@ class Rewriter:
                 self._apply(rule)
                 return rule.metal or ""
             return self._emit_children(node)
+        if t == "function_definition" and _in_class_body(node):
+            return self._emit_member(node)
         if t == "call_expression":
             return self._emit_call(node)
         if t in ("gnu_asm_expression", "asm_statement"):
@@ -395,6 +404,11 @@ class Rewriter:
             return self._emit_children(node, replace={fn.id: rule.metal or ""})
         # helper calls: pointer arguments to shared arrays decide the helper's parameter address space
         out = self._emit_children(node)
+        if fn is not None and fn.type == "field_expression":   # `obj.f(...)`, `this->f(...)`: a member function
+            field_node = fn.child_by_field_name("field")
+            if field_node is not None and field_node.type == "template_method":
+                field_node = field_node.child_by_field_name("name")
+            short = self._text(field_node).strip() if field_node is not None else ""
         attrs = list(self.ctx.helper_attrs.get(short, [])) + [a for _, a in self.ctx.helper_params.get(short, [])]
         if attrs and out.endswith(")"):
             inner = out[:-1]
@@ -440,7 +454,85 @@ class Rewriter:
         if is_shared:
             return self._emit_children(node)
         before = self._pointer_space_prefix(node, node.child_by_field_name("type"), node)
+        if before is None and self._tg_refs:
+            before = self._tg_reference_prefix(node)
         return self._emit_children(node, before=before)
+
+    def _tg_reference_prefix(self, node) -> dict | None:
+        """{type node id: 'threadgroup '} for a local reference bound to threadgroup memory (`T& c = data[i];` in
+        a member function of a class whose objects live there): MSL references carry their address space."""
+        type_node = node.child_by_field_name("type")
+        decls = node.children_by_field_name("declarator")
+        if type_node is None or not decls:
+            return None
+        refs = [d for d in decls if d.type == "reference_declarator" or (
+            d.type == "init_declarator" and getattr(d.child_by_field_name("declarator"), "type", "")
+            == "reference_declarator")]
+        if not refs:
+            return None
+        words = {self._text(c).strip() for c in node.children if c.type in ("type_qualifier", "storage_class_specifier")}
+        if words & _ADDRESS_SPACES or self._text(type_node) in _ADDRESS_SPACES:
+            return None
+        idents = set(re.findall(r"[A-Za-z_]\w*", " ".join(self._text(d) for d in refs)))
+        if not idents & self.ctx.shared_names:
+            return None
+        return {type_node.id: "threadgroup "}
+
+    def _emit_member(self, fn) -> str:
+        """A member function defined in a struct/class body, for Metal (classmembers.py): one that reads thread
+        attributes or uses arrays the kernel declares takes them as trailing parameters, like a helper; one of a class
+        whose objects live in threadgroup memory is declared `threadgroup` (a reference it returns is a threadgroup
+        one); reference and pointer parameters of such a class are threadgroup ones."""
+        ctx = self.ctx
+        if not (ctx.helper_attrs or ctx.helper_params or ctx.tg_classes or ctx.tg_types):
+            return self._emit_children(fn)
+        cls = fn.parent
+        while cls is not None and cls.type not in ("class_specifier", "struct_specifier", "union_specifier"):
+            cls = cls.parent
+        cname_node = cls.child_by_field_name("name") if cls is not None else None
+        cname = self._text(cname_node).split("::")[-1] if cname_node is not None else ""
+        d = fn.child_by_field_name("declarator")
+        fdecl = function_declarator(d)
+        if fdecl is None:
+            return self._emit_children(fn)
+        nnode = fdecl.child_by_field_name("declarator")
+        fname = self._text(nnode).split("::")[-1].strip() if nnode is not None and nnode.type in (
+            "identifier", "field_identifier") else ""
+        static = any(c.type == "storage_class_specifier" and self._text(c) == "static" for c in fn.children)
+        ctor = fname == cname or (nnode is not None and nnode.type == "destructor_name")
+        attrs = list(ctx.helper_attrs.get(fname, [])) if fname and not ctor else []
+        hparams = list(ctx.helper_params.get(fname, [])) if fname and not ctor else []
+        tg = cname in ctx.tg_classes and not static and not ctor
+        plist = fdecl.child_by_field_name("parameters")
+        before: dict = {}
+        if plist is not None and (attrs or hparams or ctx.tg_types):
+            from .classmembers import tg_reference_params
+            text = tg_reference_params(self._emit(plist), ctx.tg_types)
+            if attrs or hparams:
+                inner = text[:text.rfind(")")]
+                empty = inner.strip() in ("(", "(void")
+                inner = "(" if empty else inner
+                extra = ", ".join([f"{THREAD_ATTRIBUTES[a]} {a}" for a in attrs] + [x for x, _ in hparams])
+                text = inner + ("" if empty else ", ") + extra + ")"
+                self._apply_special("fn.helper_thread_attributes")
+            self.nested_replace[plist.id] = text
+        body = fn.child_by_field_name("body")
+        if tg and body is not None:
+            before[body.id] = "threadgroup "
+            tnode = fn.child_by_field_name("type")
+            words = {self._text(c).strip() for c in fn.children if c.type == "type_qualifier"}
+            if d is not None and d.type == "reference_declarator" and tnode is not None \
+                    and not words & _ADDRESS_SPACES and self._text(tnode) not in _ADDRESS_SPACES:
+                before[tnode.id] = "threadgroup "   # `T& operator[](int i)`: a reference into threadgroup memory
+        saved_name, saved_refs = self.helper_name, self._tg_refs
+        added = (ctx.tg_data.get(cname, set()) - ctx.shared_names) if tg else set()
+        ctx.shared_names |= added
+        self.helper_name, self._tg_refs = fname, tg
+        try:
+            return self._emit_children(fn, before=before or None)
+        finally:
+            ctx.shared_names -= added
+            self.helper_name, self._tg_refs = saved_name, saved_refs
 
     def _pointer_space_prefix(self, node, type_node, value_scope) -> dict | None:
         """{type node id: 'device '} when a declaration/type declares a pointer without an address space."""
@@ -535,15 +627,41 @@ class Rewriter:
                 self.nested_replace.update(replace)
                 replace = {}
                 text = self._emit(plist)
+                if self.ctx.tg_types:   # `Tile& t` of a class whose objects live in threadgroup memory
+                    from .classmembers import tg_reference_params
+                    text = tg_reference_params(text, self.ctx.tg_types)
                 inner = text[:text.rfind(")")]
                 empty = inner.strip() in ("(", "(void")
                 inner = "(" if empty else inner
                 extra = ", ".join([f"{THREAD_ATTRIBUTES[a]} {a}" for a in attrs or []] + [d for d, _ in hparams])
                 replace[plist.id] = inner + ("" if empty else ", ") + extra + ")"
                 self._apply_special("fn.helper_thread_attributes")
+            elif self.ctx.tg_types and plist is not None:
+                from .classmembers import tg_reference_params
+                self.nested_replace.update(replace)
+                replace = {}
+                replace[plist.id] = tg_reference_params(self._emit(plist), self.ctx.tg_types)
         top = {c.id for c in fn.children}
         self.nested_replace.update({i: v for i, v in replace.items() if i not in top})
         return self._emit_children(fn, replace={i: v for i, v in replace.items() if i in top})
+
+
+def function_declarator(d):
+    """The function_declarator under a function's declarator (through `*`, `&` and parentheses), or None."""
+    while d is not None and d.type != "function_declarator":
+        nxt = d.child_by_field_name("declarator")
+        if nxt is None and d.type in ("reference_declarator", "pointer_declarator", "parenthesized_declarator"):
+            nxt = next((c for c in reversed(d.named_children) if c.type.endswith("declarator")), None)
+        d = nxt
+    return d
+
+
+def _in_class_body(node) -> bool:
+    """Whether a function definition is a member function defined in a struct/class body."""
+    p = node.parent
+    if p is not None and p.type == "template_declaration":
+        p = p.parent
+    return p is not None and p.type == "field_declaration_list"
 
 
 def _depth(root) -> int:

@@ -257,9 +257,12 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         issues.append(Issue(construct=h.text.split("{")[0].strip(), line=h.range.start.line, severity="warning",
                             message=f"'{h.name}' on doubles is its float overload once both ports compute doubles "
                                     "as float: the ports keep the float one"))
+    # member functions of the classes it uses that read thread attributes or declare __shared__ storage take them
+    # like helpers; classes whose objects live in threadgroup memory get threadgroup member functions (classmembers.py)
+    cmembers, members = _class_members(k, helpers, parse_result, src_path)
     from .helpershared import helper_shared   # shared arrays helpers (or the file) declare: Metal declares them
     _type_rules = table.by_kind("type")       # in the kernel
-    hshared = helper_shared(k, helpers, lambda t: (_type_rules[" ".join(t.split())].metal
+    hshared = helper_shared(k, helpers + members, lambda t: (_type_rules[" ".join(t.split())].metal
                                                    if " ".join(t.split()) in _type_rules else t),
                             set(_identifiers(k.text)),
                             sum((_file_shared_cached(t) for t in _included_texts(parse_result.source, src_path)), ())
@@ -272,11 +275,16 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     ctx = RewriteContext(shared_names=shared_names, outputs={a.name for a in plan.arrays if a.output},
                          helper_pointer_spaces=analysis.helper_pointer_spaces(k, helpers, shared_names,
                                                                               hshared.tg_names))
+    if members:
+        from .classmembers import class_terms
+        hshared.params = class_terms(cmembers, hshared.params)
     ctx.helper_params, ctx.hoisted, ctx.dynamic_alias = hshared.params, hshared.hoisted, hshared.alias
     ctx.dynamic_shared.update(hshared.dynamic)
     atomic_callees = {r.callee for r in table.rules if r.requires == "atomic_outputs"}
     ctx.atomic = bool(atomic_callees & set(_identifiers(k.body)))
-    ctx.helper_attrs = _helper_attributes(table, helpers, shared_names)
+    ctx.helper_attrs = _helper_attributes(table, helpers + members, shared_names)
+    ctx.tg_classes, ctx.tg_data = set(cmembers.tg_classes), dict(cmembers.tg_data)
+    ctx.tg_types = {n for c in cmembers.tg_resident for n in cmembers.type_names(c)}
     from .wmma import fragment_aliases   # helpers' fragment references get `thread` in Metal (wmma.py)
     ctx.fragment_types = fragment_aliases(parse_result.source)
     rw = Rewriter(table, line_offset=line0, context=ctx)
@@ -287,10 +295,11 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                         + _instantiated_types(k, parse_result.source) + file_shared_decls)
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
         + preamble
-    issues += _class_problems(preamble, parse_result.source, src_path, line0)
-    from .classcheck import shared_object_calls   # member calls on a __shared__ class object (classcheck.py)
+    issues += _class_problems(cmembers, ctx, parse_result.source, src_path, line0)
+    from .classcheck import shared_object_calls   # member calls on a __shared__ object of a class whose objects
     issues += [Issue(construct=c, line=ln, severity="error", message=msg) for c, ln, msg in shared_object_calls(
-        preamble, [(k.text, line0)] + [(h.text, h.range.start.line) for h in helpers])]
+        preamble, [(k.text, line0)] + [(h.text, h.range.start.line) for h in helpers], cmembers.mixed)]   # also
+    # live in thread memory (classcheck.py)
     places = _helper_places(preamble, helpers, from_classes)
     pre = Rewriter(table, line_offset=0, context=ctx)
     helper_parts = []
@@ -378,7 +387,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                           helper_params={n: list(hshared.params.get(n, [])) + [(x.param("metal", metal_type), x.name)
                                                                               for x in hsyms.get(n, [])]
                                          for n in set(hshared.params) | set(hsyms)},
-                          hoisted=hshared.hoisted, dynamic_alias=hshared.alias)
+                          hoisted=hshared.hoisted, dynamic_alias=hshared.alias,
+                          tg_classes=ctx.tg_classes, tg_types=ctx.tg_types, tg_data=ctx.tg_data)
     lctx.fragment_types = ctx.fragment_types
     lctx.dynamic_shared.update(hshared.dynamic)
     lrw = Rewriter(table, line_offset=line0, context=lctx)
@@ -735,19 +745,41 @@ def _interleaved(preamble: list[str], render, helpers: list[KernelInfo], helper_
     return out + [p for h, p in zip(helpers, helper_parts) if h.name not in at]
 
 
-def _class_problems(preamble: list[str], source: str, src_path: str | None, line0: int) -> list[Issue]:
-    """Errors for the classes the kernel uses whose member functions the Metal port cannot carry (classcheck.py),
-    each at its line where the class is in the kernel's file, else at the kernel's line naming the header's."""
+def _class_members(k: KernelInfo, helpers: list[KernelInfo], parse_result: ParseResult, src_path: str | None):
+    """(what classmembers.py finds about the classes the kernel and its helpers use, their member functions as
+    helpers for helper_shared and the thread-attribute analysis)."""
+    from . import classmembers as cmod
+    texts = [k.text] + [h.text for h in helpers] + _instantiated_types(k, parse_result.source)
+    entries = analysis.needed_preamble(parse_result.preamble, texts)
+    if not any(re.search(r"\b(?:struct|class|union)\b", e) and "(" in e for e in entries):
+        return cmod.ClassMembers(), []
+    cm = cmod.read_classes(entries)
+    if not cm.classes:
+        return cm, []
+    bodies = [m.text for c in cm.classes.values() for m in c.members]
+    cmod.residency(cm, [k.text] + [h.text for h in helpers] + bodies)
+    cmod.template_bindings(cm, [k.text] + [h.text for h in helpers], {t.name for t in k.template_params})
+    return cm, cmod.pseudo_helpers(cm)
+
+
+def _class_problems(cm, ctx: RewriteContext, source: str, src_path: str | None, line0: int) -> list[Issue]:
+    """Errors for what the Metal port cannot carry of the member functions of the classes the kernel uses
+    (classmembers.py), each at its line where the class is in the kernel's file, else at the kernel's line naming
+    the header's."""
     import os
     from .classcheck import metal_class_problems
-    found = metal_class_problems(preamble, source, src_path)
+    from .classmembers import member_problems
+    raw = member_problems(cm, ctx.helper_attrs, ctx.helper_params)
+    if not raw:
+        return []
+    found = metal_class_problems(cm, raw, source, src_path)
     if any(not line for _, _, line, _ in found) and src_path and "#include" in source:
         from .headers import included_files
         try:
             headers = included_files(source, [os.path.dirname(os.path.abspath(src_path))])
         except Exception:   # a header that cannot be read: the class's file stays unnamed
             headers = []
-        found = metal_class_problems(preamble, source, src_path, headers)
+        found = metal_class_problems(cm, raw, source, src_path, headers)
     own = os.path.basename(src_path or "this file")
     return [Issue(construct=construct, line=line - 1 if fname == own and line else line0, severity="error",
                   message=message) for construct, fname, line, message in found]
@@ -860,7 +892,9 @@ def _metal_packed_fields(text: str) -> str:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         out.append(text[last:m.end()])
-        out.append(re.sub(_VEC3 + r"(?=\s+[A-Za-z_])", lambda v: f"packed_{v.group(1)}3", text[m.end():i]))
+        # (not the thread attributes member functions take as parameters: classmembers.py)
+        out.append(re.sub(_VEC3 + r"(?=\s+(?!(?:" + "|".join(THREAD_ATTRIBUTES) + r")\b)[A-Za-z_])",
+                          lambda v: f"packed_{v.group(1)}3", text[m.end():i]))
         last = i
     out.append(text[last:])
     return "".join(out)
