@@ -385,6 +385,18 @@ def _product_sites(sites: list[SizeSite], ev: Evidence) -> list[SizeSite]:
     return []
 
 
+def _roots(hit: list[SizeSite], sites: list[SizeSite]) -> list[SizeSite]:
+    """The literal sizes (sites of no other name) that the derived sites of `hit` are computed from."""
+    literal = {s.name: s for s in sites if s.kind in ("define", "var") and not s.idents}
+    out: dict[str, SizeSite] = {}
+    for s in hit:
+        if s.kind in ("define", "var") and s.idents:
+            for n in s.idents:
+                if n in literal and n != s.name:
+                    out.setdefault(n, literal[n])
+    return [s for s in sites if s.name in out and s.kind in ("define", "var") and not s.idents]
+
+
 def _pow2_ceil(x: float) -> int:
     return 1 << max(1, math.ceil(math.log2(max(x, 2.0))))
 
@@ -407,6 +419,13 @@ def plan(sites: list[SizeSite], evidence: list[Evidence], byte_budget: int,
             factors.update(id(s) for s in combo)
         if not hit:
             continue
+        # a derived size (`total = B * NH * T * T`) scales through the sizes it is made of: dividing it alone would
+        # change the grid and leave the buffers as big (and the program computing less than it asks for)
+        roots = _roots(hit, sites)
+        if roots:
+            hit = [s for s in hit if not set(s.idents) & {r.name for r in roots}] + roots
+            factors.update(id(r) for r in roots)
+            dims = max(dims, max(sum(s.idents.count(r.name) for r in roots) for s in hit + roots))
         kernels.append(ev.kernel)
         for s in hit:
             chosen[id(s)] = s

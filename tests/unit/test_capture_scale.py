@@ -368,3 +368,19 @@ def test_sizes_that_multiply_into_a_buffer_are_scaled_together(tmp_path):
     note = next(nt for nt in cap.notes if nt.kind == "scaled")
     assert "T from 1024 to" in note.message and "C from 384 to" in note.message, note.message
     np.testing.assert_array_equal(cap.load(ln.args[0].after), 2 * (np.arange(n) % 13).astype(np.float32))
+
+
+def test_a_derived_size_scales_through_the_sizes_it_is_computed_from():
+    """`int total = B * H * T * T;` names the grid (`total / block` blocks) and the score buffer's length exactly,
+    so it matches the launch best; dividing it alone would shrink the grid and leave the buffers as big. The plan
+    divides T, the literal size it is made of (twice a factor of the product)."""
+    T = cs.SizeSite("var", "T", 256, expr="256", local=True)
+    total = cs.SizeSite("var", "total", 8 * 12 * 256 * 256, expr="B * H * T * T", idents=["B", "H", "T", "T"],
+                        local=True)
+    n = 8 * 12 * 256 * 256
+    ev = cs.Evidence(kernel="scores", grid=(n // 256, 1, 1), block=(256, 1, 1), scalars={8, 256, 12},
+                     counts=[n, 8 * 256 * 3 * 384], need=4 * n + 4 * 8 * 256 * 3 * 384, seconds=None, why="oversize")
+    pl = cs.plan([T, total], [ev], 64 << 20)
+    assert [s.name for s, _new in pl.changes] == ["T"], pl.changes
+    (new,) = [v for _s, v in pl.changes]
+    assert 32 <= new < 256 and 4 * 8 * 12 * new * new < (64 << 20) // 4
