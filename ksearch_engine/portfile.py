@@ -798,8 +798,40 @@ def with_deduced_template_args(k, launches: list[LaunchRecord]) -> list[LaunchRe
             if p.pointer and a.dtype in CUDA_TYPES and any(tp.name == base and tp.kind == "typename"
                                                           for tp in k.template_params):
                 got.setdefault(base, CUDA_TYPES[a.dtype])
+            elif not p.pointer and a.kind == "struct" and a.arg_type:   # std::bool_constant<B>{}: B from its type
+                for n, v in _deduced_from_type(p.type, a.arg_type, {tp.name for tp in k.template_params}).items():
+                    got.setdefault(n, v)
         values = [got.get(tp.name, tp.default) for tp in k.template_params]
         out.append(ln.model_copy(update={"template_args": values}) if all(values) else ln)
+    return out
+
+
+def _type_args(t: str) -> tuple[str, list[str]] | None:
+    """`ns::Name<a, b<c>>` -> ("Name", ["a", "b<c>"]); std::bool_constant<X> as what it stands for,
+    integral_constant<bool, X>; None where `t` is no template-id."""
+    from .sim.preprocess import split_top
+
+    t = " ".join(re.sub(r"\b(?:const|volatile|struct|class)\b", " ", t).split())
+    m = re.fullmatch(r"(?:[\w:]*::)?\s*(\w+)\s*<(.*)>", t)
+    if not m:
+        return None
+    name, args = m.group(1), [x.strip() for x in split_top(m.group(2))]
+    if name == "bool_constant" and len(args) == 1:
+        return "integral_constant", ["bool", args[0]]
+    return name, args
+
+
+def _deduced_from_type(declared: str, actual: str, names: set[str]) -> dict[str, str]:
+    """Template parameters `names` that a by-value parameter of type `declared` (`std::bool_constant<Atomic>`,
+    `Tag<N>`) takes from the type of the argument passed (`std::integral_constant<bool, true>`): {name: value}."""
+    d, a = _type_args(declared), _type_args(actual)
+    if d is None or a is None or d[0] != a[0] or len(d[1]) != len(a[1]):
+        return {}
+    out = {}
+    for x, v in zip(d[1], a[1]):
+        if x in names:
+            v = re.sub(r"^\((?:unsigned |signed )?\w+(?: \w+)*\)\s*(-?\d+)$", r"\1", v)   # "(char)3" -> "3"
+            out[x] = v
     return out
 
 

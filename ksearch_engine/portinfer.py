@@ -60,8 +60,10 @@ def pointee(ctype: str, preamble: list[str] | None = None, subst: dict[str, str]
 
 def _struct_of(p, preamble, subst, defines, sources, k=None):
     """The StructLayout of a struct parameter's type (pointer or by value); InferError(final) where none."""
-    from .translate.layout import LayoutError, resolve_type, struct_layout
+    from .translate.layout import LayoutError, StructLayout, empty_tag, resolve_type, struct_layout
 
+    if not p.pointer and empty_tag(p.type, preamble):   # std::bool_constant<B>{}, an empty struct: one byte (C++'s
+        return StructLayout(name=p.type, dtype=np.dtype([("tag", "u1")]), align=1)   # sizeof), never read
     base = resolve_type(p.type, preamble, subst)
     template_names = {tp.name for tp in getattr(k, "template_params", [])}
     if base in template_names:

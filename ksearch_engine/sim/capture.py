@@ -191,6 +191,8 @@ def _to_record(d: dict, prog: Program, recorded: bool) -> LaunchRecord:
         if not recorded:
             kw.pop("before", None)
             kw.pop("after", None)
+        if a.get("kind") == "struct" and a.get("ctype"):   # (a tag's type decides a deduced template argument)
+            kw["arg_type"] = a["ctype"]
         args.append(ArgRecord(name=p.name if p else f"arg{i}", ctype=p.type if p else a["ctype"], **kw))
     syms = [SymbolRecord(**s) for s in d.get("symbols", [])] if recorded else []
     return LaunchRecord(index=d["index"], kernel=name, template_args=[t.strip() for t in _split(d["targs"])],

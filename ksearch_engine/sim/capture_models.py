@@ -23,6 +23,9 @@ class ArgRecord(BaseModel):
     # scalar: its value; struct (passed by value): its bytes as hex
     value: int | float | bool | None = None
     raw_hex: str | None = None
+    # struct: the argument's own type as the program passed it (`std::integral_constant<bool, true>` for a
+    # `std::bool_constant<B>` parameter): what decides template arguments deduced from it
+    arg_type: str | None = None
     # buffer: the allocation it points into, and where
     buffer: int | None = None                   # allocation id (stable within one capture)
     offset_bytes: int = 0                       # the pointer's offset into its allocation

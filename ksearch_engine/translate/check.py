@@ -260,7 +260,8 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
         raw = {p["name"]: v for p, v in zip(params, raw)}
     args = dict(raw)
     struct = [p["name"] for p in params if isinstance(args.get(p["name"]), (bytes, bytearray))
-              and not p.get("struct")]   # launch() takes a struct without pointers as its bytes
+              and not p.get("struct") and not p.get("tag")]   # launch() takes a struct without pointers as its bytes
+    # (and ignores an empty tag's byte)
     if struct:
         msg = f"'{struct[0]}' is a struct passed by value: launch() takes scalars and pointers only"
         for d in dialects:

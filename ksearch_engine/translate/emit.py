@@ -157,6 +157,8 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
     types = {n: v for n, v in tmpl if isinstance(v, mx.Dtype)}
     inputs, written = [], []
     for p, a in zip(PARAMS, args):
+        if p.get("tag"):   # an empty tag (std::bool_constant<B>{}): its value is a template argument, nothing to pass
+            continue
         if a is None and p.get("texture"):   # a texture the launch does not bind: an empty one (never fetched)
             a = None if p["pointer"] else (1 if p["name"].endswith(("__h", "__d")) else 0)
         elif a is None and not p["pointer"]:

@@ -152,6 +152,8 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
                         issues.append(Issue(construct=p.text or p.name, line=line0, severity="info",
                                             message=f"'{p.name}' points to {base}: launch() takes its bytes as a uint8 "
                                                     "array"))
+        elif _is_tag(p, preamble):   # an empty tag (std::bool_constant<B>): its value is its type, a template
+            entry["tag"] = True      # argument: launch() takes anything at its place and passes nothing
         else:
             entry["dtype"] = SCALAR.get(base) if base not in template_types else None
             entry["elem_bytes"] = POINTEE[base][1] if base in POINTEE else None
@@ -218,7 +220,65 @@ def pointer_prologue(k: KernelInfo, params: list[dict], dialect: str, metal_type
 
 def launch_input_names(k: KernelInfo, params: list[dict]) -> list[str]:
     return [p.name + ("_inout" if e["written"] else "_in") if p.pointer else p.name + "_arg"
-            for p, e in zip(k.params, params)]
+            for p, e in zip(k.params, params) if not e.get("tag")]
+
+
+def _is_tag(p, preamble: list[str]) -> bool:
+    from .layout import empty_tag
+    return not p.pointer and not p.reference and empty_tag(p.type, preamble)
+
+
+def tag_params(k: KernelInfo, preamble: list[str]) -> list[int]:
+    """Indexes of the kernel's empty tag parameters (`std::bool_constant<Atomic>`, an empty struct): no MLX input
+    stands for them."""
+    return [i for i, p in enumerate(k.params) if _is_tag(p, preamble)]
+
+
+# the CUDA-backend port's std-free integral constant (MLX compiles it with NVRTC, which has no <type_traits>)
+KS_CONSTANT = ("template <typename T, T V> struct ks_constant { static constexpr T value = V; typedef T value_type; "
+               "constexpr operator T() const { return V; } constexpr T operator()() const { return V; } };")
+
+
+def _std_constant(t: str) -> tuple[str, str] | None:
+    """(value type, value) of std::bool_constant<X> / integral_constant<T, V> / true_type / false_type, else None."""
+    t = re.sub(r"^(?:::)?(?:cuda\s*::\s*)?std\s*::\s*", "", t)
+    m = re.fullmatch(r"bool_constant\s*<(.*)>", t)
+    if m:
+        return "bool", m.group(1).strip()
+    m = re.fullmatch(r"integral_constant\s*<([^,]*),(.*)>", t)
+    if m:
+        return m.group(1).strip(), m.group(2).strip()
+    if t in ("true_type", "false_type"):
+        return "bool", t.split("_")[0]
+    return None
+
+
+def _used_tags(k: KernelInfo, preamble: list[str]) -> list[tuple[str, str]]:
+    """(name, type) of the tag parameters the kernel's body names."""
+    out = []
+    for i in tag_params(k, preamble):
+        p = k.params[i]
+        if p.name and re.search(rf"\b{re.escape(p.name)}\b", k.body or ""):
+            out.append((p.name, " ".join(re.sub(r"\b(?:const|volatile)\b", " ", p.type).split())))
+    return out
+
+
+def tag_declarations(k: KernelInfo, preamble: list[str], dialect: str) -> str:
+    """The tag parameters the body names, as local objects of their type (`tag.value`, `decltype(tag)::value`,
+    `if (tag)`): std's integral constants as Metal's type traits spell them, and as ks_constant (KS_CONSTANT) in the
+    CUDA-backend port; a file's empty struct as itself."""
+    out = []
+    for name, t in _used_tags(k, preamble):
+        c = _std_constant(t)
+        if c is not None:
+            t = f"metal::integral_constant<{c[0]}, ({c[1]})>" if dialect == "metal" else f"ks_constant<{c[0]}, ({c[1]})>"
+        out.append(f"    {t} {name} = {{}};   // a tag: its value is its type\n")
+    return "".join(out)
+
+
+def tag_support(k: KernelInfo, preamble: list[str]) -> str | None:
+    """KS_CONSTANT where the CUDA-backend port declares a std integral constant tag (tag_declarations)."""
+    return KS_CONSTANT if any(_std_constant(t) for _, t in _used_tags(k, preamble)) else None
 
 
 METAL_ATOMIC_OPS = {   # helper suffix -> Metal call on an atomic<T>* `a`

@@ -347,6 +347,30 @@ def struct_layout(name: str, preamble: list[str], defines: dict[str, int] | None
     return StructLayout(name=name, dtype=dt, align=align, fields=fields)
 
 
+_STD_TAG = re.compile(r"(?:::)?(?:cuda\s*::\s*)?(?:std\s*::\s*)?(?:bool_constant|integral_constant|true_type|false_type)"
+                      r"\s*(?:<.*>)?")
+
+
+def empty_tag(ctype: str, preamble: list[str]) -> bool:
+    """A parameter type that carries no data: `std::bool_constant<Atomic>`, `std::integral_constant<int, N>`,
+    `std::true_type`/`false_type`, or a struct/class of the file without data members, base classes or virtual
+    functions (a tag). Its value is its type, known from the template arguments: the ports take nothing for it."""
+    t = " ".join(re.sub(r"\b(?:const|volatile|__restrict__)\b", " ", ctype).split())
+    if not t or "*" in t or "&" in t:
+        return False
+    t = re.sub(r"^(?:struct|class)\s+", "", t)
+    if _STD_TAG.fullmatch(t):
+        return True
+    name = t.split("<")[0].strip()
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        return False
+    body = struct_body(name, preamble)
+    if body is None or any(re.search(rf"\b(?:struct|class)\s+{re.escape(name)}\s*(?:final\s*)?:(?!:)", e)
+                           for e in preamble):
+        return False   # unknown, or derived (its base may hold data)
+    return not _data_members(body) and not _virtual(body)
+
+
 def followed_pointer(name: str, preamble: list[str], texts: list[str], source=None,
                      _depth: int = 0) -> LayoutError | None:
     """The pointer field of struct `name` (or of a struct it holds) that the code in `texts` reads (`e->name[0]`,

@@ -97,6 +97,7 @@ class _Plan:
     grid: str = "_dim3(1)"
     block: str = "_dim3(256)"
     smem: str = "0"
+    tags: set[int] = field(default_factory=set)   # indexes of empty tag parameters (std::bool_constant<B>): no input
 
 
 def module_path_for(source_path: str | Path) -> Path:
@@ -203,6 +204,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
 
     written = analysis.written_pointers(k, analysis.called_helpers(k, _helper_pool(parse_result, src_path)))
     plan = _Plan()
+    from .launch import tag_params   # std::bool_constant<B>, std::true_type, an empty struct: nothing to pass
+    plan.tags = set(tag_params(k, parse_result.preamble))
     for p in k.params:
         if p.pointer:
             out = p.name in written and not p.is_const
@@ -215,6 +218,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                             "array, so its length counts scalars: check the shapes"))
             plan.order.append(("array", len(plan.arrays)))
             plan.arrays.append(_Array(p.name, p.type, _ctype_dtype(p.type, template_types), out))
+        elif any(k.params[i] is p for i in plan.tags):   # its value is a template argument, known at the launch
+            continue
         else:
             ctype = " ".join(p.type.split())
             if ctype not in analysis.C_TO_MX and ctype not in template_types:
@@ -346,6 +351,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                     "float64; Metal has no double)"))
     from .wmma import cuda_header_lines   # <mma.h> and the file's nvcuda namespace lines (wmma.py)
     cuda_header_parts += cuda_header_lines(parse_result.source, [k.text] + [h.text for h in helpers])
+    from .launch import tag_support   # a std integral constant tag the body reads: NVRTC has no <type_traits>
+    if tag_support(k, parse_result.preamble):
+        cuda_header_parts.append(tag_support(k, parse_result.preamble))
     from .curand import support as curand_support, uses_curand   # cuRAND's device API (curand.py)
     if uses_curand("\n".join([k.text] + [h.text for h in helpers] + preamble)):
         cuda_header_parts.append(curand_support("cuda"))
@@ -443,10 +451,11 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     # -- scalar prologue (same text for both dialects, Metal types translated) ---------------------
     prologue_cuda = "".join(f"    {s.ctype} {s.name} = {s.name}_arg[0];\n" for s in plan.scalars)
     prologue_metal = Rewriter(table).rewrite_snippet(prologue_cuda) + ("\n" if prologue_cuda else "")
+    tags_cuda, tags_metal = (lp.tag_declarations(k, parse_result.preamble, d) for d in ("cuda", "metal"))
     metal_source = (("    // scalar parameters arrive as 1-element arrays\n" + prologue_metal) if prologue_cuda else "") \
-        + _dedent_body(metal_body)
+        + tags_metal + _dedent_body(metal_body)
     cuda_source = (("    // scalar parameters arrive as 1-element arrays\n" + prologue_cuda) if prologue_cuda else "") \
-        + _dedent_body(k.body)
+        + tags_cuda + _dedent_body(k.body)
     note = "    // launch(): pointers arrive as flat arrays <name>_in / <name>_inout, scalars as 1-element arrays\n"
     structs = {e["name"]: e for e in params_table if e.get("struct")}
     if structs:   # by-value structs arrive as their bytes: the kernel reinterprets them
@@ -458,9 +467,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     else:
         l_cuda, l_metal = prologue_cuda, prologue_metal
     launch_metal_source = note + lp.pointer_prologue(k, params_table, "metal", metal_type) + sym_metal + l_metal \
-        + ("\n" if l_metal and not l_metal.endswith("\n") else "") + _dedent_body(launch_metal_body)
+        + ("\n" if l_metal and not l_metal.endswith("\n") else "") + tags_metal + _dedent_body(launch_metal_body)
     launch_cuda_source = note + lp.pointer_prologue(k, params_table, "cuda", metal_type) + sym_cuda + l_cuda \
-        + _dedent_body(launch_cuda_body)
+        + tags_cuda + _dedent_body(launch_cuda_body)
 
     # -- shared memory budget --------------------------------------------------------------------
     env = analysis.constants_env(parse_result.preamble, {n: _try_eval(v) for n, v in template_values.items()})
@@ -1042,7 +1051,7 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
             plan.smem = expr_to_py(launch.shared_mem, launch.line, fnames) if launch.shared_mem else "0"
         except HostExprError as e:
             issues.append(Issue(scope="launch_config", construct=f"<<<{launch.grid}, {launch.block}>>>", line=e.line, message=str(e)))
-        for s, arg in zip(plan.scalars, _kernel_args_for(k, launch)):
+        for s, arg in zip(plan.scalars, _kernel_args_for(k, launch, plan.tags)):
             try:
                 s.value = expr_to_py(arg, launch.line, fnames) if arg is not None else "0"
             except HostExprError as e:
@@ -1082,10 +1091,10 @@ def _rename_dims(expr: str, rename: dict[str, str]) -> str:
     return expr
 
 
-def _kernel_args_for(k: KernelInfo, launch) -> list[str | None]:
+def _kernel_args_for(k: KernelInfo, launch, tags=frozenset()) -> list[str | None]:
     out = []
     for i, p in enumerate(k.params):
-        if not p.pointer:
+        if not p.pointer and i not in tags:
             out.append(launch.args[i] if i < len(launch.args) else None)
     return out
 
