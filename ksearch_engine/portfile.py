@@ -566,17 +566,13 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
         if len(base) < idx - 1:
             continue   # the arguments before it are not known
         values = _launching_values([text] + others, var, values, missing)
-        for n in values:
-            if not missing or time.monotonic() - t0 > MODE_BUDGET_S:
-                break
-            line = base[:idx - 1] + [str(n)] + base[idx:]
-            if line == list(capture.argv) and not refused:
-                continue
-            tried_lines.add(" ".join(line))
-            say(f"running the program as `{prog.stem} {' '.join(line)}` ({var} = argv[{idx}]) for "
-                f"{', '.join(sorted(missing))}")
-            cap = _capture(p, line, defines, include_dirs, timeout, PortReport(file=str(p)), say)
-            tried.append(str(n))
+        lines = [base[:idx - 1] + [str(n)] + base[idx:] for n in values]
+        lines = [ln for ln in lines if not (ln == list(capture.argv) and not refused)]
+        tried_lines.update(" ".join(ln) for ln in lines)
+        for line, cap in _runs(p, lines, defines, include_dirs, timeout, lambda: missing, t0, lambda ln: say(
+                f"running the program as `{prog.stem} {' '.join(ln)}` ({var} = argv[{idx}]) for "
+                f"{', '.join(sorted(missing))}")):
+            tried.append(line[idx - 1])
             if cap is None or cap.status == "failed" and not cap.launches:
                 continue
             for name in sorted(missing):
@@ -609,14 +605,10 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
     # arguments are the program's modes (0 or 1, which solver); the other values launch the other kernels
     base = list(capture.argv)
     for pos in [i for i, a in enumerate(base) if re.fullmatch(r"\d", a)][-2:]:
-        for n in range(4):
-            if not missing or time.monotonic() - t0 > MODE_BUDGET_S:
-                return found
-            line = base[:pos] + [str(n)] + base[pos + 1:]
-            if str(n) == base[pos] or " ".join(line) in tried_lines:
-                continue
-            say(f"running the program as `{' '.join(line)}` for {', '.join(sorted(missing))}")
-            cap = _capture(p, line, defines, include_dirs, timeout, PortReport(file=str(p)), say)
+        lines = [base[:pos] + [str(n)] + base[pos + 1:] for n in range(4) if str(n) != base[pos]]
+        lines = [ln for ln in lines if " ".join(ln) not in tried_lines]
+        for line, cap in _runs(p, lines, defines, include_dirs, timeout, lambda: missing, t0, lambda ln: say(
+                f"running the program as `{' '.join(ln)}` for {', '.join(sorted(missing))}")):
             if cap is None or cap.status == "failed":
                 continue
             for name in sorted(missing):
@@ -624,19 +616,37 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
                     found[name] = (cap, " ".join(line))
                     missing.discard(name)
     for opt in opts[:2]:
-        for n in range(MODE_VALUES):
-            if not missing or time.monotonic() - t0 > MODE_BUDGET_S:
-                return found
-            flag = f"-{opt}={n}"
-            say(f"running the program with {flag} for {', '.join(sorted(missing))}")
-            cap = _capture(p, [flag], defines, include_dirs, timeout, PortReport(file=str(p)), say)
+        for line, cap in _runs(p, [[f"-{opt}={n}"] for n in range(MODE_VALUES)], defines, include_dirs, timeout,
+                               lambda: missing, t0, lambda ln: say(
+                                   f"running the program with {ln[0]} for {', '.join(sorted(missing))}")):
             if cap is None:
                 continue
             for name in sorted(missing):
                 if _launches_for(cap, name):
-                    found[name] = (cap, flag)
+                    found[name] = (cap, line[0])
                     missing.discard(name)
     return found
+
+
+def _runs(p: Path, lines: list[list[str]], defines, include_dirs, timeout, missing, t0: float, announce):
+    """(command line, its capture or None) for each of `lines` in order, while `missing()` names kernels and the
+    file's mode budget lasts: the runs go side by side, as many as the machine has cores (up to 4; each is one
+    program on the CPU), a batch at a time, so that no more are started once every kernel is found. `announce`
+    (a command line) says each run as it starts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    width = max(1, min(4, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=width) as pool:
+        for at in range(0, len(lines), width):
+            if not missing() or time.monotonic() - t0 > MODE_BUDGET_S:
+                return
+            batch = lines[at:at + width]
+            for line in batch:
+                announce(line)
+            futs = [pool.submit(_capture, p, line, defines, include_dirs, timeout, PortReport(file=str(p)),
+                                lambda _m: None) for line in batch]
+            for line, fut in zip(batch, futs):
+                yield line, fut.result()
 
 
 def capture_for(p: Path, argv=(), defines=None, include_dirs=(), timeout: float = 60.0,

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from .errors import SimError
@@ -33,6 +34,12 @@ def flags() -> list[str]:
     if os.environ.get("KSEARCH_SIM_UCONTEXT") == "1":
         extra = extra + ["-DKSIM_USE_UCONTEXT"]
     return FLAGS + extra
+
+
+def unique_suffix() -> str:
+    """A name part no other process or thread writing the same cache file uses at the same time (captures of one
+    program run side by side in threads)."""
+    return f"{os.getpid()}-{threading.get_ident()}"
 
 
 def cache_dir() -> Path:
@@ -86,7 +93,7 @@ def pch_dir(cxx: str, host: bool = False) -> Path | None:
         gch = d / f"ksim_{dialect}.h.gch"
         if gch.exists():
             continue
-        tmp = d / f"ksim_{dialect}.h.{os.getpid()}.tmp"
+        tmp = d / f"ksim_{dialect}.h.{unique_suffix()}.tmp"
         cmd = [cxx, *[f for f in flags() if f != "-shared"], "-x", "c++-header", str(HEADER.with_name(f"ksim_{dialect}.h")), "-o", str(tmp)]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
@@ -176,9 +183,9 @@ def build(code: str, what: str, user_files: set[str] | None = None, host: bool =
         except OSError:
             pass
         return so
-    src = d / f"k{key}.{os.getpid()}.cpp"
+    src = d / f"k{key}.{unique_suffix()}.cpp"
     src.write_text(code)
-    tmp = d / f"k{key}.{os.getpid()}.tmp.so"
+    tmp = d / f"k{key}.{unique_suffix()}.tmp.so"
     pch = pch_dir(cxx, host)
     cmd = [cxx, *flags(), *([f"-I{pch}"] if pch else []), f"-I{HEADER.parent}", str(src), "-o", str(tmp)]
     try:

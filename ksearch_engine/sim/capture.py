@@ -67,7 +67,7 @@ def _pch(cxx: str) -> Path | None:
     if gch.exists():
         return d
     d.mkdir(exist_ok=True)
-    tmp = d / f"ksim_host.h.{os.getpid()}.tmp"
+    tmp = d / f"ksim_host.h.{_build.unique_suffix()}.tmp"
     cmd = [cxx, *_flags(), "-x", "c++-header", str(_build.HEADER.with_name("ksim_host.h")), "-o", str(tmp)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -121,10 +121,10 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
         return exe
     srcs = []
     for i, t in enumerate(texts):
-        s = d / f"cap{key}.{i}.{os.getpid()}.cpp"
+        s = d / f"cap{key}.{i}.{_build.unique_suffix()}.cpp"
         s.write_text(t)
         srcs.append(s)
-    tmp = d / f"cap{key}.{os.getpid()}.tmp"
+    tmp = d / f"cap{key}.{_build.unique_suffix()}.tmp"
     pch = _pch(cxx)
     started = time.monotonic()
     # OpenMP host code (omp.h, #pragma omp): built with -fopenmp, as the program's Makefile would

@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from .build import cache_dir
+from .build import cache_dir, unique_suffix
 
 _EMPTY = [
     "cuda_runtime.h", "cuda_runtime_api.h", "device_launch_parameters.h", "cuda_fp16.h", "cuda_fp16.hpp",
@@ -760,7 +760,7 @@ def include_dir() -> Path:
     for name, text in FILES.items():
         p = d / name
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
+        tmp = p.with_name(p.name + f".{unique_suffix()}.tmp")
         tmp.write_text(text)
         os.replace(tmp, p)
     (d / ".complete").write_text("")

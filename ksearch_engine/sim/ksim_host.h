@@ -295,6 +295,9 @@ struct State {
   std::map<std::string, int> recorded_of, count_of;
   std::map<std::string, int> usable_of;  // launches recorded with their contents, per kernel
   std::set<std::string> signatures;
+  // launches run without being recorded (or too large to be) that took a while, by signature: a benchmark
+  // loop repeating one of them is fast-forwarded sooner
+  std::map<std::string, bool> slow_repeats;
   // a run that capture.py may repeat at smaller sizes (capture_scale.py): the first launch of a kernel that
   // is over the byte budget, or runs longer than slow_s, stops the program (stop_for_scaling)
   bool stop_oversize = false;
@@ -764,14 +767,19 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   std::vector<ArgInfo> infos = describe_all(args, std::make_index_sequence<std::tuple_size<Tup>::value>{});
   std::string sig = std::string(s.kernel) + "|" + s.targs + dim_json(c.grid) + dim_json(c.block);
   for (auto& a : infos) if (a.kind == "scalar") sig += "|" + a.value;
-  // a benchmark loop: once a kernel has run skip_after times and a quarter of the time budget is gone, its
-  // further launches are not run (counted only) unless they bring a geometry or scalars not seen yet and it
-  // has no launch recorded with contents: the program reaches its other kernels
-  if (S.skip_after > 0 && S.count_of[kname] >= S.skip_after && S.timeout_s > 0 && now_s() - S.t0 > 0.25 * S.timeout_s &&
+  // a benchmark loop: once a kernel has run skip_after times and the run has taken a few seconds (a quarter of
+  // the time budget at most), its further launches are not run (counted only) unless they bring a geometry or
+  // scalars not seen yet and it has no launch recorded with contents: the program reaches its other kernels, and
+  // a program run once per kernel-choosing option stays quick
+  auto slow = S.slow_repeats.find(sig);
+  bool slow_repeat = slow != S.slow_repeats.end() && slow->second && S.count_of[kname] >= 2;
+  if (S.skip_after > 0 && (S.count_of[kname] >= S.skip_after || slow_repeat) && S.timeout_s > 0 &&
+      now_s() - S.t0 > std::min(0.25 * S.timeout_s, 4.0) &&
       (S.usable_of[kname] >= 1 || nrec >= S.max_per_kernel || S.signatures.count(sig))) {
+    int ran = std::min(S.count_of[kname], S.skip_after);
     S.count_of[kname]++;
     S.skipped++;
-    note("skipped", "launches of " + kname + " after its first " + std::to_string(S.skip_after) +
+    note("skipped", "launches of " + kname + " after its first " + std::to_string(ran) +
          " were not run, to stay within the time budget (its recorded launches are kept); the program's own "
          "results after that point may be wrong", s.file, s.line);
     return;
@@ -844,6 +852,7 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   S.launch_stoppable = false;
   double seconds = cpu_s() - S.launch_t0;
   if (S.current) S.current[0] = 0;
+  if (!record || too_large) S.slow_repeats[sig] = seconds > 0.5;
   if (!record) return;
   for (size_t i = 0; i < infos.size(); i++) {
     ArgInfo& a = infos[i];

@@ -3,6 +3,7 @@ run without it, kernels in headers reached through an include chain whose includ
 up, and the capture cache under concurrent writers. All sources are written here."""
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -335,4 +336,5 @@ def test_the_case_that_reaches_the_wanted_kernel_is_run_first(tmp_path, monkeypa
     r = port_file(src, kernels=["squared"], write=False, progress=said.append)
     assert r.kernels[0].workload == "captured" and r.kernels[0].status == "verified", r.kernels[0].reason
     runs = [m for m in said if m.startswith("running the program as")]
-    assert len(runs) == 1 and "`variants 9`" in runs[0], runs
+    # the runs go side by side, as many at a time as the machine has cores (up to 4): the first is the one needed
+    assert "`variants 9`" in runs[0] and len(runs) <= max(1, min(4, os.cpu_count() or 1)), runs
