@@ -298,6 +298,7 @@ struct State {
   // launches run without being recorded (or too large to be) that took a while, by signature: a benchmark
   // loop repeating one of them is fast-forwarded sooner
   std::map<std::string, bool> slow_repeats;
+  std::map<std::string, int> ran_of;   // launches of a kernel run before its benchmark loop was fast-forwarded
   // a run that capture.py may repeat at smaller sizes (capture_scale.py): the first launch of a kernel that
   // is over the byte budget, or runs longer than slow_s, stops the program (stop_for_scaling)
   bool stop_oversize = false;
@@ -776,7 +777,7 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   if (S.skip_after > 0 && (S.count_of[kname] >= S.skip_after || slow_repeat) && S.timeout_s > 0 &&
       now_s() - S.t0 > std::min(0.25 * S.timeout_s, 4.0) &&
       (S.usable_of[kname] >= 1 || nrec >= S.max_per_kernel || S.signatures.count(sig))) {
-    int ran = std::min(S.count_of[kname], S.skip_after);
+    int ran = S.ran_of.emplace(kname, S.count_of[kname]).first->second;   // launches run before the first skip
     S.count_of[kname]++;
     S.skipped++;
     note("skipped", "launches of " + kname + " after its first " + std::to_string(ran) +

@@ -5,6 +5,7 @@ Every program here is written for these tests and runs on the CPU runtime for re
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -499,3 +500,36 @@ def test_virtual_memory_management_stops_the_capture_naming_the_call(tmp_path):
     assert cap.kernels() == ["fill"], (cap.status, cap.error)
     (note,) = [n for n in cap.notes if n.kind == "gpu_only"]
     assert "cuMemCreate" in note.message and note.line == line_of(VMM, "cuMemCreate"), note
+
+
+SLOW_LOOP = """
+#define N (1 << 16)
+__global__ void heavy(float* o) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < N) for (int k = 0; k < 20000; k++) o[i] = o[i] * 0.999f + 1.0f;
+}
+__global__ void light(float* o) { o[threadIdx.x] = 3; }
+int main() {
+  float *d, *e;
+  cudaMalloc(&d, N * sizeof(float));
+  cudaMalloc(&e, 32 * sizeof(float));
+  for (int it = 0; it < 20; it++) heavy<<<N / 256, 256>>>(d);
+  light<<<1, 32>>>(e);
+  return 0;
+}
+"""
+
+
+def test_a_loop_of_launches_too_big_to_record_is_fast_forwarded_after_two(tmp_path):
+    """Each `heavy` launch is over the byte budget (not recorded; its size is one the kernel's own code reads, so
+    no smaller run is made) and costs the simulator well over half a second:
+    once the run has taken a few seconds, its repeats are counted, not run, after the second one (a program run
+    once per kernel-choosing option stays quick); the kernel after the loop is still recorded."""
+    src = write(tmp_path, "slowloop.cu", SLOW_LOOP)
+    cap = capture_program(src, timeout_s=120, byte_budget=256 << 10)
+    assert cap.status == "ok", cap.error
+    assert cap.launch_counts["heavy"] == 20 and cap.launch_counts["light"] == 1
+    (note,) = [n for n in cap.notes if n.kind == "skipped"]
+    ran = int(re.search(r"after its first (\d+)", note.message).group(1))
+    assert 2 <= ran < 8, note.message
+    assert np.all(np.load(f"{cap.dir}/{cap.launches[-1].args[0].after}")[:32] == 3)
