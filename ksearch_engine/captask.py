@@ -140,7 +140,7 @@ def build_captured_task(module_text: str, source_text: str, kernel: str, launche
         missing = [p["name"] for p in params if p["name"] not in ln.args]
         if missing:
             raise CapturedTaskError(f"{kernel}: launch #{ln.index + 1} lacks arguments {', '.join(missing)}")
-        sizes = [int(np.asarray(ln.args[p["name"]]).size) for p in params if p["pointer"]]
+        sizes = [int(_flat_buffer(kernel, p, np.asarray(ln.args[p["name"]])).size) for p in params if p["pointer"]]
         ints = [int(ln.args[p["name"]]) for p in params if not p["pointer"] and _is_int(p)]
         k = _key(sizes, ints)
         if k in seen:
@@ -156,8 +156,10 @@ def build_captured_task(module_text: str, source_text: str, kernel: str, launche
     for p in params:
         if p["pointer"]:
             arr0 = np.asarray(bench[0][1].args[p["name"]])
+            # a buffer of structs travels as its bytes in the port's element type, exactly as captured: varied
+            # values would be made-up field contents (indices, flags) the kernel may not accept
             inputs.append(InputSpec(name=p["name"], shape=[f"{p['name']}_len"], dtype=_buffer_dtype(p, arr0),
-                                    init="captured", vary=True))
+                                    init="captured", vary=arr0.dtype.names is None))
         else:
             inputs.append(InputSpec(name=p["name"], shape=[1], dtype=_scalar_dtype(p), init="captured", vary=False))
 
@@ -166,7 +168,7 @@ def build_captured_task(module_text: str, source_text: str, kernel: str, launche
         for p in params:
             v = ln.args[p["name"]]
             if p["pointer"]:
-                a = np.ascontiguousarray(np.asarray(v)).reshape(-1)
+                a = _flat_buffer(kernel, p, np.asarray(v))
                 dims[f"{p['name']}_len"] = int(a.size)
                 data[p["name"]] = encode_array(a)
             else:
@@ -190,6 +192,23 @@ def build_captured_task(module_text: str, source_text: str, kernel: str, launche
         workloads=workloads, bench_workloads=bench_wls, cpu_bench_workloads=bench_wls,
         initial=root, source_file=str(Path(source_file).resolve()) if source_file else None, kernel_name=kernel)
     return CapturedTask(task=task, root=root, outputs=written, launches=[ln for _, ln in distinct], notes=notes)
+
+
+def _flat_buffer(kernel: str, p: dict, a: np.ndarray) -> np.ndarray:
+    """A buffer argument as the port's launch() takes it: flat, and a buffer of structs (a numpy structured array)
+    as its bytes read in the port's element type."""
+    a = np.ascontiguousarray(a).reshape(-1)
+    if a.dtype.names is None:
+        return a
+    if p.get("repack"):
+        raise CapturedTaskError(f"{kernel}: parameter '{p['name']}' ({p['ctype']}) points to structs holding doubles, "
+                                f"which the ports hold as floats: optimizing it needs a task file (the port itself "
+                                f"is checked; `ksearch port` writes it)")
+    dt = np.dtype(p.get("dtype") or "uint8")
+    raw = a.view(np.uint8)
+    if raw.size % dt.itemsize:
+        dt = np.dtype(np.uint8)
+    return raw.view(dt)
 
 
 def _is_int(p: dict) -> bool:

@@ -334,7 +334,12 @@ class Evaluator:
             raise RuntimeError(f"task '{self.task.name}': the reference worker failed ({type(e).__name__} {e}): "
                                f"{self._trusted.log_tail()}") from None
         if rep.get("status") != "ok":
-            raise RuntimeError(f"task '{self.task.name}': its {req.get('fn', 'reference')} failed to run: {rep.get('message', '')}")
+            # the task's own code (made by ksearch or written by the user in a task file): the error itself, not
+            # the worker's traceback
+            msg = [ln.strip() for ln in str(rep.get("message", "")).splitlines()
+                   if ln.strip() and not ln.startswith(("Traceback", "  File", "    "))]
+            raise RuntimeError(f"task '{self.task.name}': its {req.get('fn', 'reference')} failed to run: "
+                               f"{msg[-1] if msg else 'no message'}")
         return rep, data, rtt
 
     def _prepare(self) -> None:

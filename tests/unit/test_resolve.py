@@ -64,3 +64,34 @@ def test_a_family_name_and_an_unknown_target(tmp_path):
     assert resolve("softmax").task.name.startswith("softmax") or resolve("softmax").family is not None
     with pytest.raises(ResolveError, match="not a family name"):
         resolve(str(tmp_path / "nope.cu"))
+
+
+STRUCT_BUFFER = """
+typedef struct { float x, y; } Point;
+__global__ void dist_to(const Point* pts, float* out, int n, float px, float py) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    Point p = pts[i];
+    out[i] = sqrtf((p.x - px) * (p.x - px) + (p.y - py) * (p.y - py));
+  }
+}
+"""
+
+
+def test_a_kernel_reading_a_buffer_of_structs_becomes_a_task_its_root_passes(tmp_path):
+    """The workload holds the struct buffer as a numpy structured array; the task hands it to the port as its bytes
+    in the port's element type (as launch() takes it), unvaried, and the root (the port as is) passes against the
+    original's reference in the simulator."""
+    from ksearch_engine.evaluate import Evaluator
+
+    src = tmp_path / "points.cu"
+    src.write_text(STRUCT_BUFFER)
+    r = resolve(str(src), "dist_to")
+    assert r.task.origin == "captured" and r.task.outputs == ["out"]
+    pts = next(i for i in r.task.inputs if i.name == "pts")
+    assert pts.dtype == "float32" and not pts.vary
+    w = r.task.workloads[0]
+    assert w.dims["pts_len"] % 2 == 0     # two floats per Point
+    with Evaluator(r.task, backend="sim") as ev:
+        res = ev.evaluate(r.task.initial, timing=False)
+    assert res.status == "passed", res.message
