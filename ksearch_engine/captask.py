@@ -134,13 +134,21 @@ def build_captured_task(module_text: str, source_text: str, kernel: str, launche
     if not written:
         raise CapturedTaskError(f"{kernel} writes no buffer: there is no output to check")
     notes: list[str] = []
+    # a pointer the program passed NULL for (the kernel tests it): the task holds it as a buffer of no elements,
+    # which launch() and the original in the simulator get as a null pointer (KS_NULL)
+    null = [p["name"] for p in params if p["pointer"] and any(ln.args.get(p["name"], 0) is None for ln in launches)]
+
+    def buf(p: dict, v) -> np.ndarray:
+        if v is None:
+            return np.zeros(0, np.dtype(p.get("dtype") or "float32"))
+        return _flat_buffer(kernel, p, np.asarray(v))
     # distinct workloads, smallest first
     seen: dict[str, KernelLaunch] = {}
     for ln in sorted(launches, key=lambda x: (x.nbytes(), x.index)):
         missing = [p["name"] for p in params if p["name"] not in ln.args]
         if missing:
             raise CapturedTaskError(f"{kernel}: launch #{ln.index + 1} lacks arguments {', '.join(missing)}")
-        sizes = [int(_flat_buffer(kernel, p, np.asarray(ln.args[p["name"]])).size) for p in params if p["pointer"]]
+        sizes = [int(buf(p, ln.args[p["name"]]).size) for p in params if p["pointer"]]
         ints = [int(ln.args[p["name"]]) for p in params if not p["pointer"] and _is_int(p)]
         k = _key(sizes, ints)
         if k in seen:
@@ -155,11 +163,11 @@ def build_captured_task(module_text: str, source_text: str, kernel: str, launche
     inputs: list[InputSpec] = []
     for p in params:
         if p["pointer"]:
-            arr0 = np.asarray(bench[0][1].args[p["name"]])
+            arr0 = buf(p, bench[0][1].args[p["name"]])
             # a buffer of structs travels as its bytes in the port's element type, exactly as captured: varied
             # values would be made-up field contents (indices, flags) the kernel may not accept
             inputs.append(InputSpec(name=p["name"], shape=[f"{p['name']}_len"], dtype=_buffer_dtype(p, arr0),
-                                    init="captured", vary=arr0.dtype.names is None))
+                                    init="captured", vary=arr0.dtype.names is None and p["name"] not in null))
         else:
             inputs.append(InputSpec(name=p["name"], shape=[1], dtype=_scalar_dtype(p), init="captured", vary=False))
 
@@ -168,7 +176,7 @@ def build_captured_task(module_text: str, source_text: str, kernel: str, launche
         for p in params:
             v = ln.args[p["name"]]
             if p["pointer"]:
-                a = _flat_buffer(kernel, p, np.asarray(v))
+                a = buf(p, v)
                 dims[f"{p['name']}_len"] = int(a.size)
                 data[p["name"]] = encode_array(a)
             else:
@@ -180,8 +188,8 @@ def build_captured_task(module_text: str, source_text: str, kernel: str, launche
     geometry = {k: {"grid": list(ln.grid), "block": list(ln.block), "shared_mem": int(ln.shared_mem),
                     "template": list(ln.template_args)} for k, ln in distinct}
     name = Path(source_file).name if source_file else "kernel.cu"
-    reference = _reference_source(module_text, source_text, kernel, name, params, written, geometry)
-    root = adapter_module(module_text, params, written, geometry)
+    reference = _reference_source(module_text, source_text, kernel, name, params, written, geometry, null)
+    root = adapter_module(module_text, params, written, geometry, null)
     origin = launches[0].origin
     task = KernelTask(
         name=kernel, family="custom", entry="kernel", origin="captured",
@@ -227,11 +235,13 @@ def _ks_key(inputs):
 
 
 def _ks_args(inputs):
-    return [x.reshape(-1) if p["pointer"] else x.reshape(-1)[0].item() for p, x in zip(PARAMS, inputs)]
+    return [(None if p["name"] in KS_NULL and x.size == 0 else x.reshape(-1)) if p["pointer"]
+            else x.reshape(-1)[0].item() for p, x in zip(PARAMS, inputs)]
 '''
 
 
-def adapter_module(module_text: str, params: list[dict], written: list[str], geometry: dict) -> str:
+def adapter_module(module_text: str, params: list[dict], written: list[str], geometry: dict,
+                   null: list[str] = ()) -> str:
     """The port module with an entry `kernel(*inputs)` for the captured task: it looks up the captured
     geometry of the workload it is given and returns every written buffer, in the task's output order.
     `KS_BLOCK` (threads per block) and `KS_GRID_DIV` (blocks merged per block by a grid-stride loop) are
@@ -242,6 +252,7 @@ def adapter_module(module_text: str, params: list[dict], written: list[str], geo
 
 {ADAPTER_MARK} ------------------------------------------------------
 KS_OUTPUTS = {written!r}
+KS_NULL = {list(null)!r}   # pointers the program passed NULL for: an input of no elements is launched as None
 KS_GEOMETRY = {json.dumps(geometry, sort_keys=True)}
 KS_BLOCK = None      # threads per block (None: as the program launched it)
 KS_GRID_DIV = 1      # the grid shrinks by this factor (each thread covers more items in a grid-stride loop)
@@ -282,7 +293,7 @@ def kernel(*inputs):
 
 
 def _reference_source(module_text: str, source_text: str, kernel: str, filename: str, params: list[dict],
-                      written: list[str], geometry: dict) -> str:
+                      written: list[str], geometry: dict, null: list[str] = ()) -> str:
     """reference(*inputs): the original kernel in the CPU simulator where no GPU is; on a GPU its verified port."""
     return f'''"""Reference for {kernel}: the user's own kernel. No GPU: the original CUDA source in ksearch's CPU
 simulator. On a GPU: the port of the user's kernel, which was verified to match the original."""
@@ -293,6 +304,7 @@ ORIGINAL = {source_text!r}
 PORT = {module_text.split(ADAPTER_MARK)[0]!r}
 PARAMS = {params!r}
 KS_OUTPUTS = {written!r}
+KS_NULL = {list(null)!r}
 KS_GEOMETRY = {json.dumps(geometry, sort_keys=True)}
 {_KEY_FN}
 _port = {{}}
@@ -318,6 +330,9 @@ def reference(*inputs):
     args = {{}}
     for p, x in zip(PARAMS, inputs):
         a = np.array(x).reshape(-1)
+        if p["pointer"] and p["name"] in KS_NULL and a.size == 0:
+            args[p["name"]] = None       # the program passed NULL: the original sees a null pointer
+            continue
         args[p["name"]] = a.copy() if p["pointer"] else a[0].item()
     after = run_cuda_source(ORIGINAL, {kernel!r}, tuple(g["grid"]), tuple(g["block"]), args, g["shared_mem"],
                             template_args=g["template"] or None, filename={filename!r}, check_races=False,
