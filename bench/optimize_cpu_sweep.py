@@ -7,7 +7,7 @@ The sweep is the JSON that `python bench/port_corpus.py DIRS --json OUT` writes 
 status, ...}]}). A deterministic sample of up to N kernels whose port was "verified" is taken, spread over files (at
 most --per-file per file, files in an order fixed by a hash of their path). Each kernel's folder (and the include
 folders port_corpus gives it) is copied to a scratch folder, never written next to the corpus, and
-`ksearch optimize COPY --kernel K --budget B --backend sim --json --store SCRATCH/ks.db` runs in its own process with a
+`ksearch optimize COPY --kernel K --budget B --backend sim --max-seconds 0.7*TIMEOUT --json --store SCRATCH/ks.db` runs in its own process with a
 time limit. Collected per kernel: exit status, candidates that passed, whether a candidate other than the root (the
 user's kernel, ported) was offered, whether the offered best is a drop-in replacement of the root (same PARAMS and
 launch() parameters), the failure message, seconds. Printed: a table and the failure classes ranked.
@@ -145,7 +145,8 @@ def run_one(file: str, kernel: str, idx: int, scratch: Path, root: Path, budget:
         return row
     db = work / "ks.db"
     cmd = [sys.executable, "-m", "ksearch_engine.cli", "--json", "--store", str(db), "optimize", str(copy),
-           "--kernel", kernel, "--budget", str(budget), "--backend", "sim"]
+           "--kernel", kernel, "--budget", str(budget), "--backend", "sim",
+           "--max-seconds", str(max(10.0, timeout * 0.7))]   # the search's own time budget ends it before the kill
     for i in incs:
         cmd += ["-I", i]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))

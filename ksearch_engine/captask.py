@@ -73,6 +73,8 @@ def launches_from_capture(capture, kernel: str) -> list[KernelLaunch]:
                 ok = False
                 break
         if ok and not rec.symbols:
+            from .translate.textures import texture_args
+            texture_args(capture, rec, args)   # a texture the launch read: its texels and sizes, as the port takes them
             out.append(KernelLaunch(grid=tuple(rec.grid), block=tuple(rec.block), shared_mem=rec.shared_mem,
                                     template_args=list(rec.template_args), args=args, expected=expected,
                                     origin="captured", index=rec.index, changed=changed))
@@ -305,6 +307,7 @@ PORT = {module_text.split(ADAPTER_MARK)[0]!r}
 PARAMS = {params!r}
 KS_OUTPUTS = {written!r}
 KS_NULL = {list(null)!r}
+TEXTURES = {[p["name"] for p in params if p.get("texture") and p["pointer"]]!r}
 KS_GEOMETRY = {json.dumps(geometry, sort_keys=True)}
 {_KEY_FN}
 _port = {{}}
@@ -321,6 +324,15 @@ def reference(*inputs):
     key = _ks_key(inputs)
     g = KS_GEOMETRY[key]
     if _gpu():
+        if not _port:
+            exec(compile(PORT, "<port of {kernel}>", "exec"), _port)
+        outs = _port["launch"](*_ks_args(inputs), grid=tuple(g["grid"]), block=tuple(g["block"]),
+                               shared_mem=g["shared_mem"], template=g["template"] or None)
+        return tuple(outs[n] for n in KS_OUTPUTS)
+    if TEXTURES:   # the original reads textures, which only its program sets up: the reference is its port
+        # (checked against what the original wrote on these launches), run in ksearch's simulator (no GPU here)
+        from ksearch_engine.sim import install_mlx_shim
+        install_mlx_shim(check_races=False, strict_barriers=False)
         if not _port:
             exec(compile(PORT, "<port of {kernel}>", "exec"), _port)
         outs = _port["launch"](*_ks_args(inputs), grid=tuple(g["grid"]), block=tuple(g["block"]),
