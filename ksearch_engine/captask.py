@@ -73,8 +73,12 @@ def launches_from_capture(capture, kernel: str) -> list[KernelLaunch]:
                 ok = False
                 break
         if ok and not rec.symbols:
-            from .translate.textures import texture_args
+            from .translate.textures import surface_args, texture_args
             texture_args(capture, rec, args)   # a texture the launch read: its texels and sizes, as the port takes them
+            surfaces: dict = {}
+            if surface_args(capture, rec, args, surfaces):   # a surface: its array before (input) and after
+                expected.update(surfaces)
+                changed |= {n for n in surfaces if not np.array_equal(surfaces[n], args[n])}
             out.append(KernelLaunch(grid=tuple(rec.grid), block=tuple(rec.block), shared_mem=rec.shared_mem,
                                     template_args=list(rec.template_args), args=args, expected=expected,
                                     origin="captured", index=rec.index, changed=changed))

@@ -52,11 +52,13 @@ def _args_of(capture: Capture, rec: LaunchRecord, nullable=frozenset()) -> tuple
                              f"({a.kind.replace('_', ' ')})")
     for s in rec.symbols:
         args[s.name] = capture.load(s.before)
-    from .translate.textures import texture_args
-    if texture_args(capture, rec, args) and not expected:   # textures the launch read: the port takes them as
-        # buffers; a launch that changed nothing must leave its buffers as they were (the original cannot re-run
-        # without its program's textures)
+    from .translate.textures import surface_args, texture_args
+    surfaces: dict = {}
+    # textures the launch read (and surfaces it accessed): the port takes them as buffers; a launch that changed
+    # nothing must leave its buffers as they were (the original cannot re-run without its program's textures)
+    if (surface_args(capture, rec, args, surfaces) | texture_args(capture, rec, args)) and not expected:
         expected = {a.name: args[a.name].copy() for a in rec.args if a.kind == "buffer" and a.before}
+    expected.update(surfaces)   # what the launch left in its surfaces (captured after it)
     return args, expected
 
 

@@ -590,6 +590,47 @@ def _texture_plan(source: str, k, texts: list[str], grid, block, threads: int, r
     return specs, port
 
 
+def _surface_plan(source: str, k, grid, block, rng) -> tuple[dict, dict]:
+    """({surface name: run_cuda_source surface spec}, {name: the port's arguments for it}) for the surface object
+    parameters and file-scope surface references `k` accesses: arrays of the element type the port reads them as
+    (translate/textures.py), made up like buffers, their extents the grid's threads (x, y, then z or layers)."""
+    from .translate.textures import SURFACE_TYPES, TextureError, rewrite, surface_references
+
+    objs = [p.name for p in k.params
+            if not p.pointer and " ".join(p.type.replace("const", " ").split()) in SURFACE_TYPES]
+    refs = [n for n in surface_references(source) if re.search(rf"\b{re.escape(n)}\b", k.body)]
+    if not objs and not refs:
+        return {}, {}
+    try:
+        text, _names = rewrite(source, k)
+    except TextureError as e:
+        err = InferError(f"line {e.line + 1}: {e.message}")
+        err.final = True
+        raise err from None
+    specs, port = {}, {}
+    for name in objs + refs:
+        m = re.search(rf"(?:const\s+)?([\w ]+?)\s*\*\s*{re.escape(name)}\s*,\s*int\s+{re.escape(name)}__w", text)
+        r = " ".join(m.group(1).split()) if m else "float"
+        store = _texel_type(r)
+        if store is None:
+            err = InferError(f"surface '{name}' holds elements of a type a made-up workload does not make ({r})")
+            err.final = True
+            raise err
+        call = re.search(rf"\bsurf([123]D|[12]DLayered)(?:read|write)\b[^;]*?\b{re.escape(name)}\b", k.body)
+        kind = call.group(1) if call else "2D"
+        tx, ty, tz = (grid[i] * block[i] for i in range(3))
+        layers = max(grid[0], grid[1], grid[2], tz)   # (the layer often is a block index)
+        w, h, d = {"1D": (tx, 1, 1), "2D": (tx, ty, 1), "3D": (tx, ty, tz), "1DLayered": (tx, 1, max(layers, ty)),
+                   "2DLayered": (tx, ty, layers)}[kind]
+        dt, comps = store
+        n = w * h * d * comps
+        data = rng.uniform(0.0, 1.0, n).astype(dt) if np.dtype(dt).kind == "f" else rng.integers(0, 16, n).astype(dt)
+        specs[name] = {"surface": True, "data": data, "w": w, "h": h, "d": d, "comps": comps,
+                       "layered": kind.endswith("Layered")}
+        port.update({name: data.copy(), f"{name}__w": w, f"{name}__h": h, f"{name}__d": d})
+    return specs, port
+
+
 def _macro_ints(source: str, defines: dict[str, int]) -> dict[str, int]:
     """Object-like #defines of `source` whose values are integer expressions (`(12 * 2 + 1)`), over `defines`."""
     env = dict(defines)
@@ -678,6 +719,9 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
     rng = np.random.default_rng(0)
     texts = [source] + [t for _, t in sources or []]
     tex_specs, tex_port = _texture_plan(source, k, texts, grid, block, threads, rng)
+    surf_specs, surf_port = _surface_plan(source, k, grid, block, rng)   # (run and returned like textures)
+    tex_specs.update(surf_specs)
+    tex_port.update(surf_port)
     sizes: dict[str, int] = {}
     args: dict[str, object] = {}
     records: list[ArgRecord] = []

@@ -37,7 +37,7 @@ from .host_source import Program, build_program
 _TAIL = 8000
 SLOW_S = 2.0   # a launch running longer on the CPU is too slow to check six times over: the program is run smaller
 SCALE_BUILD_S = 60.0   # a program whose build took longer is not built a second time at smaller sizes
-_HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_wmma.h", "ksim_curand.h")
+_HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_wmma.h", "ksim_curand.h", "ksim_tex.h")
 
 
 class CaptureFailed(Exception):
@@ -583,8 +583,9 @@ def _merge_textures(src: Path, dst: Path, rel: str, remap: dict[int, int]) -> No
             continue
         if int(d.get("launch", -1)) in remap:
             d["launch"] = remap[int(d["launch"])]
-            if d.get("file"):
-                d["file"] = f"{rel}/{d['file']}"
+            for f in ("file", "after"):   # (a surface's contents after the launch: "after")
+                if d.get(f):
+                    d[f] = f"{rel}/{d[f]}"
             out.append(json.dumps(d))
     if out:
         with open(dst / "textures.jsonl", "a") as f:

@@ -146,12 +146,18 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
         body = f'#define NDEBUG 1\n#undef assert\n#define assert(e) ((void)0)\n#line 1 "{filename}"\n' + body
     targs = "<" + ", ".join(str(t) for t in template_args) + ">" if template_args else ""
     textures = dict(textures or {})
-    refs = [n for n in textures if n not in names]
+    refs = [n for n in textures if n not in names and not textures[n].get("surface")]
+    srefs = [n for n in textures if n not in names and textures[n].get("surface")]
     libs = library_headers(source)
-    so = _compile(body, info, targs, symbols, filename, what, True if textures or libs else host_api, refs, libs)
+    so = _compile(body, info, targs, symbols, filename, what, True if textures or libs else host_api, refs, libs,
+                  srefs)
+    surfaces = {n: t for n, t in textures.items() if t.get("surface")}
+    textures = {n: t for n, t in textures.items() if not t.get("surface")}
     keep = _make_textures(so, textures, args, names, what) if textures else []
+    extra = _make_surfaces(so, surfaces, args, names, what) if surfaces else []
     try:
-        return _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, check_races, strict_barriers)
+        return _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, check_races, strict_barriers,
+                       extra)
     finally:
         del keep
 
@@ -185,6 +191,57 @@ def _make_textures(so, textures: dict, args: dict, names: list[str], what: str) 
         if name in names:
             args[name] = int(handle)
     return keep
+
+
+def _make_surfaces(so, surfaces: dict, args: dict, names: list[str], what: str) -> list:
+    """Surface objects (for surface parameters: `args` gets their handles) and bound surface references, each over a
+    CUDA array holding the given elements (one channel's dtype; "w", "h", "d" in elements, "comps" channels,
+    "layered"), as cudaMallocArray + cudaCreateSurfaceObject / cudaBindSurfaceToArray would have. Returns
+    [(name, buffer, array)]: the launch writes the buffer and returns what the kernel left there under the name."""
+    lib = rt.load(so)
+    out = []
+    for name, t in surfaces.items():
+        data = np.ascontiguousarray(t["data"])
+        b = rt.Buffer(max(1, data.nbytes))
+        out.append((name, b, data))
+        b.write(data)
+        comps = int(t.get("comps", 1))
+        cfg = (ctypes.c_longlong * 8)(_KIND[data.dtype.kind], data.dtype.itemsize * 8, comps, int(t["w"]),
+                                      int(t.get("h", 1)), int(t.get("d", 1)), int(bool(t.get("layered"))), 0)
+        fn = lib.ksim_surf_make if name in names else getattr(lib, f"ksim_surf_bind_{name}", None)
+        if fn is None:
+            raise SimError(f"{what}: '{name}' is neither a parameter nor a surface reference of the file", kind="usage")
+        fn.restype = ctypes.c_ulonglong
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_longlong)]
+        handle = fn(ctypes.c_void_p(b.addr), cfg)
+        if name in names:
+            args[name] = int(handle)
+    return out
+
+
+# a surface over given elements: cfg = kind, bits, comps, w, h, d, layered (ksim_tex.h's cudaArray, not owned)
+_SURF_MAKE = r"""
+static cudaArray* ksim_surf_array(void* data, const long long* c) {
+  int b = (int)c[1], n = (int)c[2];
+  cudaChannelFormatDesc ch{b, n > 1 ? b : 0, n > 2 ? b : 0, n > 3 ? b : 0, (cudaChannelFormatKind)c[0]};
+  return new cudaArray{(char*)data, ch, (size_t)c[3], (size_t)c[4], (size_t)c[5], (size_t)(b / 8) * n,
+                       (unsigned)(cudaArraySurfaceLoadStore | (c[6] ? cudaArrayLayered : 0))};
+}
+KSIM_EXPORT unsigned long long ksim_surf_make(void* data, const long long* c) {
+  cudaResourceDesc r{};
+  r.resType = cudaResourceTypeArray;
+  r.res.array.array = ksim_surf_array(data, c);
+  cudaSurfaceObject_t h = 0;
+  cudaCreateSurfaceObject(&h, &r);
+  return h;
+}
+"""
+_SURF_BIND = r"""
+KSIM_EXPORT unsigned long long ksim_surf_bind_{n}(void* data, const long long* c) {{
+  cudaBindSurfaceToArray({n}, ksim_surf_array(data, c));
+  return 0;
+}}
+"""
 
 
 # a texture over given texels: cfg = kind, bits, comps, w, h, d, dims, addr x/y/z, linear, normalized, norm read,
@@ -238,7 +295,7 @@ def library_headers(source: str) -> list[str]:
 
 
 def _compile(body: str, info, targs: str, symbols, filename: str, what: str, host_api: bool | None, refs=(),
-             libs=()):
+             libs=(), srefs=()):
     """The kernel's library. The kernel-only entry (ksim_cuda.h) first; where the file's own host code (a timer
     class in a header, an allocation helper) needs the CUDA runtime's host API, the entry that declares it
     (ksim_cuda_host.h: ksim_host.h's runtime, nothing of the capture at load). `host_api=True`: that one only."""
@@ -256,7 +313,8 @@ def _compile(body: str, info, targs: str, symbols, filename: str, what: str, hos
             f'{{ ksim::param_info(&{info.qualified}{targs}, ksim_sizes, ksim_kinds); }}',
             *(f'KSIM_EXPORT void* ksim_sym_{n}() {{ return (void*)&{n}; }}\n'
               f'KSIM_EXPORT unsigned long ksim_symsize_{n}() {{ return sizeof({n}); }}' for n in symbols),
-            *((_TEX_MAKE, *(_TEX_BIND.format(n=n) for n in refs)) if entry == _build.HOST_ENTRY else ()),
+            *((_TEX_MAKE, *(_TEX_BIND.format(n=n) for n in refs), _SURF_MAKE,
+               *(_SURF_BIND.format(n=n) for n in srefs)) if entry == _build.HOST_ENTRY else ()),
             "KSIM_EXPORT_RUN(ksim_entry)", ""])
 
     if not host_api:
@@ -275,12 +333,13 @@ def _compile(body: str, info, targs: str, symbols, filename: str, what: str, hos
         raise (e if _UNDECLARED.search(first.message.split("\n")[0]) else first) from None
 
 
-def _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, check_races, strict_barriers):
+def _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, check_races, strict_barriers,
+            extra=()):
     names = [p.name for p in info.params]
-    symbols = {n: args[n] for n in args if n not in names}
+    symbols = {n: args[n] for n in args if n not in names and n not in {e[0] for e in extra}}
     _set_symbols(so, what, symbols)
     sizes, kinds = _param_info(so, len(info.params))
-    buffers: list[tuple[str, rt.Buffer, np.ndarray]] = []
+    buffers: list[tuple[str, rt.Buffer, np.ndarray]] = list(extra)   # (surfaces' arrays: results like buffers)
     scalars = rt.Scalars()
     pointers: list[int] = []
     try:

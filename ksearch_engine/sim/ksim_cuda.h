@@ -111,6 +111,16 @@ template <class T, class S, class... A> inline void surf1Dwrite(T, S, A...) { ks
 template <class T, class S, class... A> inline void surf2Dwrite(T, S, A...) { ksim::tex_in_kernel("surf2Dwrite"); }
 template <class T, class S, class... A> inline void surf3Dwrite(T, S, A...) { ksim::tex_in_kernel("surf3Dwrite"); }
 template <class T, class S, class... A> inline void surf2Dread(T*, S, A...) { ksim::tex_in_kernel("surf2Dread"); }
+// the other surface calls (a kernel file's surface kernels compile beside the one that runs; a surface given to a
+// kernel-only run goes through the host runtime's entry, ksim_tex.h)
+#define KSIM_SURF_FN(name) \
+  template <class T, class S, class... A> inline void name(T*, S, A...) { ksim::tex_in_kernel(#name); } \
+  template <class T, class... A> inline T name(A...) { ksim::tex_in_kernel(#name); }
+KSIM_SURF_FN(surf1Dread) KSIM_SURF_FN(surf3Dread) KSIM_SURF_FN(surf1DLayeredread) KSIM_SURF_FN(surf2DLayeredread)
+#undef KSIM_SURF_FN
+template <class T, class... A> inline T surf2Dread(A...) { ksim::tex_in_kernel("surf2Dread"); }
+template <class T, class S, class... A> inline void surf1DLayeredwrite(T, S, A...) { ksim::tex_in_kernel("surf1DLayeredwrite"); }
+template <class T, class S, class... A> inline void surf2DLayeredwrite(T, S, A...) { ksim::tex_in_kernel("surf2DLayeredwrite"); }
 #endif
 // the CUDA version a kernel file sees (as in ksim_host.h): `#if CUDART_VERSION < 3000` blocks are old-CUDA code
 #ifndef CUDART_VERSION

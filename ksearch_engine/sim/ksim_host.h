@@ -744,6 +744,9 @@ inline std::string launch_json(long long index, const Site& s, const Cfg& c, std
   return o + "]}";
 }
 
+// called after each launch's grid has run (ksim_tex.h: the surfaces the launch wrote), with the launch's index
+inline void (*&launch_end_hook())(long long) { static void (*h)(long long) = nullptr; return h; }
+
 template <class Tup, class Invoke>
 inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   State& S = st();
@@ -850,6 +853,7 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   this_thread_in_kernel = true;
   run_grid_here(c.grid, c.block, c.smem);
   this_thread_in_kernel = false;
+  if (launch_end_hook()) launch_end_hook()(index);
   S.launch_stoppable = false;
   double seconds = cpu_s() - S.launch_t0;
   if (S.current) S.current[0] = 0;

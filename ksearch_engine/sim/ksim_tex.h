@@ -512,3 +512,218 @@ inline typename read_t<T, M>::type ref_tex(const texture<T, D, M>& r, const char
 #define tex1D(r, ...) ksim_tex::ref_tex(r, #r, "tex1D", __VA_ARGS__)
 #define tex2D(r, ...) ksim_tex::ref_tex(r, #r, "tex2D", __VA_ARGS__)
 #define tex3D(r, ...) ksim_tex::ref_tex(r, #r, "tex3D", __VA_ARGS__)
+
+// ---- surfaces: surface objects and references over CUDA arrays ------------------------------------------
+// Host side: cudaCreateSurfaceObject over a cudaArray (cudaMallocArray / cudaMalloc3DArray, layered arrays
+// included), cudaBindSurfaceToArray for a `surface<void, dim>` reference. Device side: surf1D/2D/3D and
+// surf1DLayered/2DLayered read and write, with CUDA's byte-addressed x (surf2Dwrite(v, s, x * sizeof(v), y))
+// and boundary modes (cudaBoundaryModeTrap, the default, stops the kernel as a fault; Zero ignores a write and
+// reads zero; Clamp clamps each coordinate into the array). Cubemap surfaces stay GPU-only.
+// Capture: the first access to a surface in a launch writes the whole array (one channel's dtype, x fastest,
+// then y, then z / layer) before the launch, and the launch's end writes it after; one line in textures.jsonl
+// ({"launch", "key": "surf:<handle>" | "sref:<name>", "surface": 1, "file": before, "after", geometry}). The port
+// takes the array as a buffer (translate/textures.py: surface_args).
+#undef cudaCreateSurfaceObject
+#undef cudaDestroySurfaceObject
+#undef cudaBindSurfaceToArray
+#ifndef cudaSurfaceType1D
+#define cudaSurfaceType1D 0x01
+#define cudaSurfaceType2D 0x02
+#define cudaSurfaceType3D 0x03
+#define cudaSurfaceTypeCubemap 0x0C
+#define cudaSurfaceType1DLayered 0xF1
+#define cudaSurfaceType2DLayered 0xF2
+#define cudaSurfaceTypeCubemapLayered 0xFC
+#endif
+template <class T = void, int dim = 1> struct surface { cudaChannelFormatDesc channelDesc; };
+
+namespace ksim_surf {
+struct Surf {
+  cudaArray* a = nullptr;
+  bool bound = false;
+  long long touched = -1;   // the launch that accessed it last
+};
+inline std::vector<Surf>& objects() { static std::vector<Surf> v; return v; }
+inline std::map<const void*, Surf>& refs() { static std::map<const void*, Surf> m; return m; }
+struct Touched { cudaArray* a; std::string key, before; };
+inline std::vector<Touched>& touched() { static std::vector<Touched> v; return v; }
+
+inline const char* descr_of(const cudaChannelFormatDesc& c, size_t& item) {
+  int b = c.x;
+  bool same = (c.y == 0 || c.y == b) && (c.z == 0 || c.z == b) && (c.w == 0 || c.w == b);
+  item = 1;
+  if (!same || b % 8) return "|u1";
+  item = (size_t)b / 8;
+  if (c.f == cudaChannelFormatKindFloat) return b == 16 ? "<f2" : b == 64 ? "<f8" : "<f4";
+  bool s = c.f == cudaChannelFormatKindSigned;
+  return b == 8 ? (s ? "|i1" : "|u1") : b == 16 ? (s ? "<i2" : "<u2") : b == 64 ? (s ? "<i8" : "<u8") : (s ? "<i4" : "<u4");
+}
+inline int comps_of(const cudaChannelFormatDesc& c) { return (c.x > 0) + (c.y > 0) + (c.z > 0) + (c.w > 0); }
+
+inline void end_launch(long long launch) {
+  ksim_host::State& S = ksim_host::st();
+  for (auto& t : touched()) {
+    cudaArray* a = t.a;
+    size_t nbytes = a->w * a->h * a->d * a->elem, item;
+    const char* descr = descr_of(a->desc, item);
+    std::string safe;
+    for (char c : t.key) safe += isalnum((unsigned char)c) ? c : '_';
+    std::string f = "l" + std::to_string(launch) + "_surf_" + safe + "_after.npy";
+    if ((long long)nbytes > S.byte_budget - S.bytes_used) continue;   // the check says the surface is missing
+    ksim_host::write_npy(f, descr, item, a->data, nbytes);
+    S.bytes_used += (long long)nbytes;
+    char line[1024];
+    snprintf(line, sizeof line,
+             "{\"launch\":%lld,\"key\":%s,\"surface\":1,\"file\":\"%s\",\"after\":\"%s\",\"descr\":\"%s\",\"comps\":%d,"
+             "\"elem\":%zu,\"w\":%zu,\"h\":%zu,\"d\":%zu,\"layered\":%d}\n",
+             launch, ksim_host::jstr(t.key).c_str(), t.before.c_str(), f.c_str(), descr, comps_of(a->desc), a->elem,
+             a->w, a->h, a->d, (int)((a->flags & cudaArrayLayered) != 0));
+    FILE* o = fopen((S.dir + "/textures.jsonl").c_str(), "a");
+    if (o) { fputs(line, o); fclose(o); }
+  }
+  touched().clear();
+}
+
+// the first access of a launch: the array's contents before it
+template <class K> inline void touch(Surf& s, K key) {
+#ifdef KSIM_KERNEL_ONLY   // a kernel run without its program: no capture to write to
+  return;
+#endif
+  ksim_host::State& S = ksim_host::st();
+  long long launch = S.launches - 1;
+  if (s.touched == launch) return;
+  s.touched = launch;
+  if (S.dir.empty()) return;
+  std::string k = key();
+  if (++ksim_tex::dumps_of()[S.kernel_name + "|" + k] > 2 * S.max_per_kernel + 2) return;
+  cudaArray* a = s.a;
+  size_t nbytes = a->w * a->h * a->d * a->elem, item;
+  if (2 * (long long)nbytes > S.byte_budget - S.bytes_used) return;
+  const char* descr = descr_of(a->desc, item);
+  std::string safe;
+  for (char c : k) safe += isalnum((unsigned char)c) ? c : '_';
+  std::string f = "l" + std::to_string(launch) + "_surf_" + safe + "_before.npy";
+  ksim_host::write_npy(f, descr, item, a->data, nbytes);
+  S.bytes_used += (long long)nbytes;
+  touched().push_back({a, k, f});
+  ksim_host::launch_end_hook() = &end_launch;
+}
+
+inline Surf& object(cudaSurfaceObject_t h, const char* what) {
+  if (h == 0 || h > objects().size() || !objects()[h - 1].bound)
+    ksim::fail(9, "%s: surface object %llu was never created (cudaCreateSurfaceObject) or was destroyed", what, h);
+  return objects()[h - 1];
+}
+template <class S> inline Surf& find(const S& s, const char* name, const char* what) {
+  if constexpr (std::is_integral<S>::value) {
+    Surf& r = object((cudaSurfaceObject_t)s, what);
+    touch(r, [s] { return "surf:" + std::to_string((unsigned long long)s); });
+    return r;
+  } else {
+    auto it = refs().find((const void*)&s);
+    if (it == refs().end() || !it->second.bound)
+      ksim::fail(9, "%s: surface reference '%s' is not bound (cudaBindSurfaceToArray)", what, name);
+    touch(it->second, [name] { return std::string("sref:") + name; });
+    return it->second;
+  }
+}
+
+// the byte address of an access of `n` bytes at (byte x, y, z), after the boundary mode; nullptr: out of range
+// under cudaBoundaryModeZero
+inline char* address(cudaArray* a, const char* what, const char* name, size_t n, long c[4], int ncoord, bool layered,
+                     int mode) {
+  long xb = c[0], y = 0, z = 0;
+  int nd = ncoord - (layered ? 1 : 0);
+  if (nd >= 2) y = c[1];
+  if (nd >= 3) z = c[2];
+  if (layered) {
+    if (nd == 1) { y = 0; z = c[1]; } else z = c[2];
+  }
+  long wb = (long)(a->w * a->elem), H = (long)a->h, D = (long)a->d;
+  bool out = xb < 0 || xb + (long)n > wb || y < 0 || y >= H || z < 0 || z >= D;
+  if (out) {
+    if (mode == cudaBoundaryModeTrap)
+      ksim::fail(4, "%s out of range on surface '%s': byte x %ld (an access of %zu bytes; the row has %ld bytes), "
+                    "y %ld, z/layer %ld of a %zu x %zu x %zu array (cudaBoundaryModeTrap: the kernel fails)",
+                 what, name, xb, n, wb, y, z, a->w, a->h, a->d);
+    if (mode == cudaBoundaryModeZero) return nullptr;
+    xb = xb < 0 ? 0 : (xb + (long)n > wb ? wb - (long)n : xb);
+    y = y < 0 ? 0 : (y >= H ? H - 1 : y);
+    z = z < 0 ? 0 : (z >= D ? D - 1 : z);
+  }
+  return a->data + ((size_t)z * a->h + (size_t)y) * (size_t)wb + (size_t)xb;
+}
+
+template <class T, class S, class... A>
+inline void write_(T v, const S& s, const char* name, const char* what, int ncoord, bool layered, A... args) {
+  long c[5] = {0, 0, 0, 0, 0};
+  int k = 0;
+  ((c[k++] = (long)args), ...);
+  int mode = k > ncoord ? (int)c[ncoord] : cudaBoundaryModeTrap;
+  Surf& sf = find(s, name, what);
+  char* p = address(sf.a, what, name, sizeof(T), c, ncoord, layered, mode);
+  if (p) memcpy(p, &v, sizeof(T));
+}
+template <class T, class S, class... A>
+inline T read_(const S& s, const char* name, const char* what, int ncoord, bool layered, A... args) {
+  long c[5] = {0, 0, 0, 0, 0};
+  int k = 0;
+  ((c[k++] = (long)args), ...);
+  int mode = k > ncoord ? (int)c[ncoord] : cudaBoundaryModeTrap;
+  Surf& sf = find(s, name, what);
+  T r{};
+  const char* p = address(sf.a, what, name, sizeof(T), c, ncoord, layered, mode);
+  if (p) memcpy(&r, p, sizeof(T));
+  return r;
+}
+template <class T, class S, class... A>
+inline void read_to(T* out, const S& s, const char* name, const char* what, int ncoord, bool layered, A... args) {
+  *out = read_<T>(s, name, what, ncoord, layered, args...);
+}
+}  // namespace ksim_surf
+
+inline cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t* out, const cudaResourceDesc* r) {
+  if (r->resType != cudaResourceTypeArray)
+    ksim::fail(9, "cudaCreateSurfaceObject: the resource must be a CUDA array (cudaResourceTypeArray)");
+  if (r->res.array.array->flags & cudaArrayCubemap)
+    ksim_host::gpu_only("cubemap surfaces (cudaCreateSurfaceObject of a cubemap array)", __FILE__, __LINE__);
+  ksim_surf::Surf s;
+  s.a = r->res.array.array;
+  s.bound = true;
+  ksim_surf::objects().push_back(s);
+  *out = (cudaSurfaceObject_t)ksim_surf::objects().size();
+  return cudaSuccess;
+}
+inline cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t h) {
+  if (h && h <= ksim_surf::objects().size()) ksim_surf::objects()[h - 1].bound = false;
+  return cudaSuccess;
+}
+template <class T, int D>
+inline cudaError_t cudaBindSurfaceToArray(const surface<T, D>& r, cudaArray_const_t a, const cudaChannelFormatDesc& = {}) {
+  ksim_surf::Surf s;
+  s.a = const_cast<cudaArray*>(a);
+  s.bound = true;
+  ksim_surf::refs()[(const void*)&r] = s;
+  return cudaSuccess;
+}
+template <class T, int D>
+inline cudaError_t cudaBindSurfaceToArray(const surface<T, D>* r, cudaArray_const_t a, const cudaChannelFormatDesc* = nullptr) {
+  return cudaBindSurfaceToArray(*r, a);
+}
+// surfNDread<T>(object, ...) (the form that returns the value; declared before the macros below)
+#define KSIM_SURF_READ(fn, n, lay) \
+  template <class T, class... A> inline T fn(cudaSurfaceObject_t s, A... a) { return ksim_surf::read_<T>(s, "(object)", #fn, n, lay, a...); }
+KSIM_SURF_READ(surf1Dread, 1, false) KSIM_SURF_READ(surf2Dread, 2, false) KSIM_SURF_READ(surf3Dread, 3, false)
+KSIM_SURF_READ(surf1DLayeredread, 2, true) KSIM_SURF_READ(surf2DLayeredread, 3, true)
+#undef KSIM_SURF_READ
+// the surface's name goes with each call (the capture names the port's input after a reference)
+#define surf1Dwrite(v, s, ...) ksim_surf::write_(v, s, #s, "surf1Dwrite", 1, false, __VA_ARGS__)
+#define surf2Dwrite(v, s, ...) ksim_surf::write_(v, s, #s, "surf2Dwrite", 2, false, __VA_ARGS__)
+#define surf3Dwrite(v, s, ...) ksim_surf::write_(v, s, #s, "surf3Dwrite", 3, false, __VA_ARGS__)
+#define surf1DLayeredwrite(v, s, ...) ksim_surf::write_(v, s, #s, "surf1DLayeredwrite", 2, true, __VA_ARGS__)
+#define surf2DLayeredwrite(v, s, ...) ksim_surf::write_(v, s, #s, "surf2DLayeredwrite", 3, true, __VA_ARGS__)
+#define surf1Dread(p, s, ...) ksim_surf::read_to(p, s, #s, "surf1Dread", 1, false, __VA_ARGS__)
+#define surf2Dread(p, s, ...) ksim_surf::read_to(p, s, #s, "surf2Dread", 2, false, __VA_ARGS__)
+#define surf3Dread(p, s, ...) ksim_surf::read_to(p, s, #s, "surf3Dread", 3, false, __VA_ARGS__)
+#define surf1DLayeredread(p, s, ...) ksim_surf::read_to(p, s, #s, "surf1DLayeredread", 2, true, __VA_ARGS__)
+#define surf2DLayeredread(p, s, ...) ksim_surf::read_to(p, s, #s, "surf2DLayeredread", 3, true, __VA_ARGS__)

@@ -15,6 +15,14 @@ bits 0-1 / 2-3 / 4-5 the address mode of x / y / z (0 wrap, 1 clamp, 2 mirror, 3
 filtering, bit 7 normalized coordinates. The capture runtime (sim/ksim_tex.h) records exactly that per launch
 (``textures.jsonl``); :func:`texture_args` turns it into the port's arguments. The helpers here and ksim_tex.h's
 ``sample`` must do the same arithmetic in the same order.
+
+Surfaces (a ``cudaSurfaceObject_t`` parameter, or a ``surface<void, dim>`` reference) become a buffer of the
+array's elements, ``T* s, int s__w, int s__h, int s__d`` (``const`` where the kernel only reads it), T the type the
+kernel reads / writes (surf2Dread<T>, the written value's type); ``surf2Dwrite(v, s, xb, y)`` stores
+``s[(z * h + y) * w + xb / sizeof(T)]`` (x is in bytes, as in CUDA) after the boundary mode (zero: dropped / read as
+zero; clamp; trap: the original faults, the port drops the access). The capture records each surface's array
+before and after a launch (textures.jsonl, "surface": 1): :func:`surface_args` makes the port's input and the
+expected output of it. Cubemap surfaces are refused.
 """
 from __future__ import annotations
 
@@ -204,14 +212,17 @@ def rewrite(source: str, kernel) -> tuple[str, list[str]] | None:
     used_refs = [n for n in refs if re.search(r"\b" + re.escape(n) + r"\b", ktext[head_len:])]
     objs = [p.name for p in kernel.params if p.type in OBJECT_TYPES and not p.pointer]
     line0 = source[:len(data[:b0].decode(errors="replace"))].count("\n")
-    surf = SURFACE_CALLS.search(ktext)
-    surf_param = next((p for p in kernel.params if p.type in SURFACE_TYPES), None)
-    if surf or surf_param:
-        what = surf.group(1) if surf else f"{surf_param.type} {surf_param.name}"
-        line = line0 + (ktext[:surf.start()].count("\n") if surf else 0)
-        raise TextureError(what, line, "surface access: a surface is a writable CUDA array (surf2Dwrite/surf2Dread); "
-                                       "the port cannot write one yet: port by hand (a buffer of width x height "
-                                       "elements, written at y * width + x)")
+    srefs = surface_references(source)
+    used_srefs = [n for n in srefs if re.search(r"\b" + re.escape(n) + r"\b", ktext[head_len:])]
+    sobjs = [p.name for p in kernel.params if " ".join(p.type.replace("const", " ").split()) in SURFACE_TYPES
+             and not p.pointer]
+    if used_srefs or sobjs or SURFACE_CALLS.search(ktext):
+        # surfaces first (their calls become buffer accesses), then the textures of what is left
+        from ..source import find_kernels
+        text, snames = _rewrite_surfaces(source, kernel, ktext, head_len, line0, sobjs, used_srefs)
+        k2 = find_kernels(text, "surfaces.cu").kernel(kernel.name)
+        more = rewrite(text, k2) if k2 is not None else None
+        return (more[0], snames + more[1]) if more else (text, snames)
     if not used_refs and not objs:
         return None
     texr: dict[str, str] = {}          # texture name -> the texel type R
@@ -306,6 +317,208 @@ def rewrite(source: str, kernel) -> tuple[str, list[str]] | None:
     return blank(before) + new_kernel + blank(after) + "\n" + helpers, list(objs) + used_refs
 
 
+# ---- surfaces: a surface becomes a buffer of its array's elements -------------------------------------------
+_SDECL = re.compile(r"^[ \t]*(?:static\s+)?surface\s*<\s*[\w\s]+?\s*(?:,\s*([^,<>]+?)\s*)?>\s*([A-Za-z_]\w*)\s*;", re.M)
+_SURF = re.compile(r"\b(surf(?:[123]D|[12]DLayered)(?:read|write)|surfCubemap\w*)\s*(?:<\s*([^<>()]+?)\s*>)?\s*\(")
+_NCOORD = {"1D": 1, "2D": 2, "3D": 3, "1DLayered": 2, "2DLayered": 3}
+_MODES = {"cudaBoundaryModeZero": 0, "cudaBoundaryModeClamp": 1, "cudaBoundaryModeTrap": 2}
+_SIZES = {"float": 4, "int": 4, "unsigned int": 4, "unsigned": 4, "uint": 4, "short": 2, "unsigned short": 2,
+          "ushort": 2, "char": 1, "signed char": 1, "unsigned char": 1, "uchar": 1}
+_TYPE_WORDS = (r"(?:unsigned\s+(?:int|short|char)|signed\s+char|(?:u?char|u?short|u?int|float)[1-4]|float|int|short|char"
+               r"|uint|uchar|ushort|unsigned)")
+
+
+def surface_references(source: str) -> dict[str, int]:
+    """File-scope surface references (`surface<void, 2> name;`): {name: declared dimensions (1 when not given)}."""
+    out = {}
+    for m in _SDECL.finditer(source):
+        d = (m.group(1) or "1").strip()
+        out[m.group(2)] = int(d) if d.isdigit() else 1
+    return out
+
+
+def _size_of(t: str) -> int | None:
+    base, n = _comps(t)
+    return _SIZES.get(base, 0) * n or None
+
+
+def _value_type(expr: str, body: str, params) -> str | None:
+    """The C type of a value written to a surface, where the source tells it: a cast, make_<vector>(...), a float
+    literal, a variable declared in the kernel, a parameter, or an element of a pointer parameter / local array."""
+    e = expr.strip()
+    while e.startswith("(") and _match_paren(e, 0) == len(e) - 1:
+        e = e[1:-1].strip()
+    m = re.match(r"^\(\s*(?:const\s+)?(" + _TYPE_WORDS + r")\s*\)", e) or \
+        re.match(r"^static_cast\s*<\s*(?:const\s+)?(" + _TYPE_WORDS + r")\s*>", e) or \
+        re.match(r"^make_((?:u?char|u?short|u?int|float)[1-4])\s*\(", e)
+    if m:
+        return " ".join(m.group(1).split())
+    if re.fullmatch(r"[-+]?\d*\.\d*(?:e[-+]?\d+)?f|[-+]?\d+\.\d*f?", e, re.I):
+        return "float"
+    m = re.fullmatch(r"([A-Za-z_]\w*)\s*(\[.*\])?", e, re.S)
+    if not m:
+        return None
+    name, sub = m.group(1), m.group(2)
+    for p in params:
+        if p.name == name and (bool(p.pointer) == bool(sub)):
+            return " ".join(p.type.replace("const", " ").replace("*", " ").split())
+    d = re.search(r"\b(" + _TYPE_WORDS + r")\s+(?:[^;{}()]*?[,\s*])?" + re.escape(name)
+                  + r"\s*(\[[^\]]*\]\s*)?[=;,)\[]", body)
+    if d and bool(d.group(2)) == bool(sub):
+        return " ".join(d.group(1).split())
+    return None
+
+
+def _surf_helpers(r: str, size: int, reads: bool, writes: bool) -> str:
+    base, n = _comps(r)
+    rid = _ident(r)
+    zero = f"make_{r}({', '.join(['0'] * n)})" if n > 1 else f"({r})0"
+    out = []
+    if reads:
+        out.append(f"""
+__device__ {r} ks_surf_ld_{rid}(const {r}* s, int w, int h, int d, int xb, int y, int z, int mode) {{
+    int i = ks_surf_index(w, h, d, xb, y, z, mode, {size});
+    if (i < 0) return {zero};
+    return s[i];
+}}""")
+    if writes:
+        out.append(f"""
+__device__ void ks_surf_st_{rid}({r}* s, int w, int h, int d, int xb, int y, int z, int mode, {r} v) {{
+    int i = ks_surf_index(w, h, d, xb, y, z, mode, {size});
+    if (i >= 0) s[i] = v;
+}}""")
+    return "".join(out) + "\n"
+
+
+# x is in bytes (CUDA's surface addressing); out of range: zero mode drops a write and reads zero, clamp mode
+# clamps each coordinate; trap mode faults in the original (the port drops the access)
+_SURF_COMMON = """
+__device__ int ks_surf_index(int w, int h, int d, int xb, int y, int z, int mode, int n) {
+    int wb = w * n;
+    if (xb < 0 || xb + n > wb || y < 0 || y >= h || z < 0 || z >= d) {
+        if (mode != 1) return -1;
+        xb = xb < 0 ? 0 : (xb + n > wb ? wb - n : xb);
+        y = y < 0 ? 0 : (y >= h ? h - 1 : y);
+        z = z < 0 ? 0 : (z >= d ? d - 1 : z);
+    }
+    return (z * h + y) * w + xb / n;
+}
+"""
+
+
+def _rewrite_surfaces(source: str, kernel, ktext: str, head_len: int, line0: int, sobjs: list[str],
+                      srefs: list[str]) -> tuple[str, list[str]]:
+    """The source with the kernel's surface accesses as buffer accesses (see rewrite) and the surface names."""
+    data = source.encode()
+    b0, b1 = kernel.byte_range
+    body = ktext[head_len:]
+    body_line0 = line0 + ktext[:head_len].count("\n")
+    styp: dict[str, str] = {}          # surface -> element type
+    pending: list[tuple[int, int, str, str, str, int]] = []   # (start, end, surface, kind, template, line)
+    reads: set[str] = set()
+    writes: set[str] = set()
+    calls = []
+    for m in _SURF.finditer(body):
+        fn, targ = m.group(1), m.group(2)
+        line = body_line0 + body[:m.start()].count("\n")
+        if fn.startswith("surfCubemap"):
+            raise TextureError(fn, line, f"{fn}: cubemap surfaces are not ported (1-D, 2-D, 3-D and layered "
+                                         "surfaces are): port by hand")
+        p = m.end() - 1
+        q = _match_paren(body, p)
+        args = [a.strip() for a in _split_args(body[p + 1:q])]
+        dims = re.match(r"surf(\w+?)(read|write)$", fn)
+        nd, kind = _NCOORD[dims.group(1)], dims.group(2)
+        ptr_read = kind == "read" and not targ
+        lead = 1 if kind == "write" or ptr_read else 0
+        if len(args) < lead + 1 + nd:
+            raise TextureError(f"{fn}(...)", line, f"{fn} with {len(args)} arguments: port by hand")
+        name = args[lead]
+        if name not in sobjs and name not in srefs:
+            raise TextureError(f"{fn}({name}, ...)", line, f"{fn} accesses '{name}', which is neither a surface "
+                                                           "object parameter of the kernel nor a surface reference "
+                                                           "of this file: port by hand")
+        mode_txt = args[lead + 1 + nd] if len(args) > lead + 1 + nd else "cudaBoundaryModeTrap"
+        mode_txt = re.sub(r"^(?:::)?(?:cudaSurfaceBoundaryMode::)?", "", mode_txt.strip())
+        if mode_txt not in _MODES and not mode_txt.isdigit():
+            raise TextureError(f"{fn}(...)", line, f"{fn} with boundary mode '{mode_txt}': the port takes "
+                                                   "cudaBoundaryModeZero / Clamp / Trap written out")
+        mode = _MODES.get(mode_txt, int(mode_txt) if mode_txt.isdigit() else 2)
+        t = " ".join(targ.split()) if targ else None
+        if t is None and kind == "write":
+            t = _value_type(args[0], ktext, kernel.params)
+        elif t is None:
+            dest = args[0].strip()
+            t = _value_type(dest[1:], ktext, kernel.params) if dest.startswith("&") else None
+        if t is not None:
+            if _size_of(t) is None:
+                raise TextureError(f"{fn}<{t}>", line, f"surface elements of type {t}: the port takes float, "
+                                                       "integer and their 2- and 4-vectors")
+            if styp.setdefault(name, t) != t:
+                raise TextureError(f"{fn}<{t}>", line, f"surface '{name}' is accessed as {styp[name]} and as {t}: "
+                                                       "port by hand")
+        (writes if kind == "write" else reads).add(name)
+        calls.append((m.start(), q + 1, fn, kind, nd, dims.group(1).endswith("Layered"), args, lead, mode, name, line))
+    for (_s, _e, fn, kind, _nd, _l, args, _lead, _m, name, line) in calls:
+        if name not in styp:
+            raise TextureError(f"{fn}(...)", line, f"the type of the elements of surface '{name}' cannot be told "
+                                                   f"from the source ({fn}({', '.join(args)})): write "
+                                                   f"{fn}<T>(...) or pass a typed variable")
+    out, pos = [], 0
+    for (st, en, fn, kind, nd, layered, args, lead, mode, name, line) in calls:
+        r = styp[name]
+        rid = _ident(r)
+        c = [f"(int)({a})" for a in args[lead + 1:lead + 1 + nd]]
+        if layered:
+            xyz = [c[0], "0", c[1]] if nd == 2 else [c[0], c[1], c[2]]
+        else:
+            xyz = (c + ["0", "0"])[:3]
+        geo = f"{name}, {name}__w, {name}__h, {name}__d, {', '.join(xyz)}, {mode}"
+        if kind == "write":
+            rep = f"ks_surf_st_{rid}({geo}, ({r})({args[0]}))"
+        elif lead:
+            dest = args[0].strip()
+            lhs = dest[1:].strip() if dest.startswith("&") else f"*({dest})"
+            rep = f"({lhs} = ks_surf_ld_{rid}({geo}))"
+        else:
+            rep = f"ks_surf_ld_{rid}({geo})"
+        out.append(body[pos:st])
+        out.append(rep)
+        pos = en
+    out.append(body[pos:])
+    new_body = "".join(out)
+    for name in sobjs + srefs:
+        plain = re.sub(r"\(" + re.escape(name) + r", " + re.escape(name) + r"__w", "(", new_body)
+        hit = re.search(r"\b" + re.escape(name) + r"\b(?!__)", plain)
+        if hit:
+            line = body_line0 + plain[:hit.start()].count("\n")
+            raise TextureError(name, line, f"surface '{name}' is used other than in a surface read or write "
+                                           "(passed to a function or copied): port by hand")
+        styp.setdefault(name, "float")
+    def decl(n: str) -> str:
+        const = "" if n in writes else "const "
+        return f"{const}{styp[n]}* {n}, int {n}__w, int {n}__h, int {n}__d"
+    head = ktext[:head_len]
+    for name in sobjs:
+        head = re.sub(r"\b(?:const\s+)?(?:cudaSurfaceObject_t|CUsurfObject)\s+" + re.escape(name) + r"\b",
+                      decl(name), head, count=1)
+    if srefs:
+        close = head.rfind(")")
+        inner = head[:close].rstrip()
+        sep = "" if inner.endswith("(") else ", "
+        head = head[:close] + sep + ", ".join(decl(n) for n in srefs) + head[close:]
+    before = data[:b0].decode(errors="replace")
+    after = data[b1:].decode(errors="replace")
+
+    def blank(text: str) -> str:
+        return _SDECL.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    helpers = _SURF_COMMON
+    for r in dict.fromkeys(styp[n] for n in sobjs + srefs):
+        users = [n for n in sobjs + srefs if styp[n] == r]
+        helpers += _surf_helpers(r, _size_of(r), any(n in reads for n in users), any(n in writes for n in users))
+    return blank(before) + head + new_body + blank(after) + "\n" + helpers, sobjs + srefs
+
+
 def port_textures(parse_result, kernel_name: str):
     """(parse_result with the kernel reading its textures from buffers, texture names) — the same parse_result
     and [] when the kernel reads none. Raises TextureError."""
@@ -321,7 +534,7 @@ def port_textures(parse_result, kernel_name: str):
     new = find_kernels(text, parse_result.path)
     own = set(find_kernels(parse_result.source, parse_result.path).preamble)
     extra = [e for e in parse_result.preamble if e not in own]   # the program's and headers' preamble
-    new.preamble = [e for e in extra + new.preamble if not _DECL.search(e)]
+    new.preamble = [e for e in extra + new.preamble if not _DECL.search(e) and not _SDECL.search(e)]
     return new, names
 
 
@@ -365,7 +578,7 @@ def texture_args(capture, rec, args: dict) -> bool:
     with <name>__w/__h/__d/__m. True when the launch read a texture."""
     if not Path(capture.dir, "textures.jsonl").is_file():
         return False
-    recs = recorded(capture.dir).get(rec.index, {})
+    recs = {k: r for k, r in recorded(capture.dir).get(rec.index, {}).items() if not r.get("surface")}
     if not recs:
         return False
     for a in rec.args:
@@ -378,4 +591,28 @@ def texture_args(capture, rec, args: dict) -> bool:
     return True
 
 
-__all__ = ["TextureError", "port_textures", "rewrite", "texture_args", "references", "recorded", "mode_bits"]
+def surface_args(capture, rec, args: dict, expected: dict) -> bool:
+    """Adds to `args` the contents each surface the launch accessed had before it (a surface object parameter under
+    its name, a reference under the reference's name), with <name>__w/__h/__d, and to `expected` its contents
+    after the launch. True when the launch accessed a surface."""
+    recs = {k: r for k, r in recorded(capture.dir).get(rec.index, {}).items() if r.get("surface")}
+    if not recs:
+        return False
+
+    def put(name: str, r: dict) -> None:
+        d = Path(capture.dir)
+        args[name] = np.load(d / r["file"], allow_pickle=False).reshape(-1)
+        expected[name] = np.load(d / r["after"], allow_pickle=False).reshape(-1)
+        args.update({f"{name}__w": int(r["w"]), f"{name}__h": int(r["h"]), f"{name}__d": int(r["d"])})
+    for a in rec.args:
+        base = " ".join(a.ctype.replace("const", " ").split())
+        if base in SURFACE_TYPES and a.kind == "scalar" and f"surf:{a.value}" in recs:
+            put(a.name, recs[f"surf:{a.value}"])
+    for key, r in recs.items():
+        if key.startswith("sref:"):
+            put(key[5:], r)
+    return True
+
+
+__all__ = ["surface_args", "surface_references", "TextureError", "port_textures", "rewrite", "texture_args",
+           "references", "recorded", "mode_bits"]
