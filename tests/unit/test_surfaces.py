@@ -49,6 +49,12 @@ __global__ void ramp(int w, int h, float k) {
     surf2Dwrite(v, rampSurf, x * 4, y);
   }
 }
+__global__ void blur(cudaTextureObject_t tex, cudaSurfaceObject_t out, int w, int h) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x >= w || y >= h) return;
+  float v = 0.25f * (tex2D<float>(tex, x - 1, y) + 2.0f * tex2D<float>(tex, x, y) + tex2D<float>(tex, x + 1, y));
+  surf2Dwrite(v, out, x * 4, y);
+}
 int main() {
   const int w = 20, h = 6;
   float hin[w * h], hout[w * h];
@@ -74,6 +80,19 @@ int main() {
   cudaMallocArray(&arr2, &cd, 12, 5, cudaArraySurfaceLoadStore);
   cudaBindSurfaceToArray(rampSurf, arr2);
   ramp<<<dim3(2, 2), dim3(8, 4)>>>(12, 5, 0.25f);
+  // a texture read, a surface written: the texture over the first array, the surface over a second one
+  cudaArray_t arr3;
+  cudaMallocArray(&arr3, &cd, w, h, cudaArraySurfaceLoadStore);
+  cudaTextureDesc td = {};
+  td.addressMode[0] = cudaAddressModeClamp; td.addressMode[1] = cudaAddressModeClamp;
+  cudaTextureObject_t t;
+  cudaCreateTextureObject(&t, &rd, &td, 0);
+  cudaResourceDesc rd3 = {};
+  rd3.resType = cudaResourceTypeArray;
+  rd3.res.array.array = arr3;
+  cudaSurfaceObject_t s3;
+  cudaCreateSurfaceObject(&s3, &rd3);
+  blur<<<g, b>>>(t, s3, w, h);
   cudaDestroySurfaceObject(s);
   cudaFreeArray(arr);
   cudaFreeArray(arr2);
@@ -130,7 +149,7 @@ def _surface_records(cap) -> dict[int, dict]:
 def test_captured_surface_kernels_verified(program):
     rep, _ = program
     got = {k.kernel: (k.status, k.reason) for k in rep.kernels}
-    assert got == {k: ("verified", None) for k in ("put", "rescale", "diff", "ramp")}, got
+    assert got == {k: ("verified", None) for k in ("put", "rescale", "diff", "ramp", "blur")}, got
 
 
 def test_capture_records_the_array_before_and_after(program):
