@@ -225,6 +225,11 @@ def _captured(p: Path, text: str, parsed, k, fam_name, argv, defines, include_di
     except CapturedTaskError as e:
         raise ResolveError(str(e)) from None
     notes = list(ct.notes)
+    fixed = _inputs_with_invariants(ct.task)
+    if fixed:
+        notes.append(f"{k.name} faults on inputs redrawn within the captured ranges ({fixed}): its inputs carry "
+                     f"invariants (indices, intervals, counts), so every check uses the captured contents as they "
+                     f"are; a task file can say how to draw valid inputs")
     if origin == "inferred":
         notes.append("no program launched it (or capture is unavailable): the workload was found by running the "
                      "kernel on made-up inputs")
@@ -238,6 +243,36 @@ def _captured(p: Path, text: str, parsed, k, fam_name, argv, defines, include_di
     return Resolved(task=ct.task, family=family, source_file=str(p.resolve()), kernel=k.name,
                     how=f"{k.name} itself: its verified port on {len(ct.launches)} {origin} launch(es) "
                         f"({n_w} checked for correctness, {n_b} timed)", notes=notes)
+
+
+def _inputs_with_invariants(task: KernelTask) -> str | None:
+    """Run the task's reference (the user's original, in the simulator where there is no GPU) on the inputs of a
+    later seed (buffers redrawn within their captured ranges); where it fails there but not on the captured
+    contents, the task keeps every input as captured (vary=False) and the reason is returned. None: the redrawn
+    inputs are fine (or the task has none to redraw)."""
+    if len(task.seeds or []) < 2 or not any(i.init == "captured" and i.vary for i in task.inputs) \
+            or not task.workloads:
+        return None
+    import mlx.core as mx
+
+    ns: dict = {}
+    try:
+        exec(compile(task.reference, f"<reference of {task.name}>", "exec"), ns)
+        w = task.workloads[0]
+        ns["reference"](*[mx.array(a) for a in task.make_inputs(w, task.seeds[0])])
+    except Exception:  # noqa: BLE001 - the captured contents themselves fail: the evaluator says so, with its words
+        return None
+    try:
+        ns["reference"](*[mx.array(a) for a in task.make_inputs(w, task.seeds[1])])
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure of the original on redrawn inputs
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        why = re.sub(r"^(?:[\w.]+Error|SimError):\s*", "", why)
+        why = why if len(why) <= 300 else why[:300].rsplit(" ", 1)[0] + " ..."
+    for i in task.inputs:
+        if i.init == "captured":
+            i.vary = False
+    return why
 
 
 def optimizable(path: str | Path, kernel: str, language: str | None = None) -> tuple[bool, str | None]:

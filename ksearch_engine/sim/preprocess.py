@@ -440,7 +440,9 @@ def find_kernel(source: str, kernel: str) -> KernelInfo | None:
                 if body is not None:
                     visit(body, ns + ([src[nm.start_byte:nm.end_byte].decode()] if nm else []), templ)
             elif t in ("linkage_specification", "declaration_list", "preproc_if", "preproc_ifdef",
-                       "preproc_else", "preproc_elif"):
+                       "preproc_else", "preproc_elif", "ERROR"):
+                # ERROR: a stretch the grammar could not read whole (a long program text with host C++ it
+                # misreads) still holds the function definitions it did read
                 visit(c, ns, templ)
 
     visit(tree.root_node, [], False)

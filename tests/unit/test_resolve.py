@@ -79,9 +79,8 @@ __global__ void dist_to(const Point* pts, float* out, int n, float px, float py)
 
 
 def test_a_kernel_reading_a_buffer_of_structs_becomes_a_task_its_root_passes(tmp_path):
-    """The workload holds the struct buffer as a numpy structured array; the task hands it to the port as its bytes
-    in the port's element type (as launch() takes it), unvaried, and the root (the port as is) passes against the
-    original's reference in the simulator."""
+    """A buffer of structs reaches the task as the port's launch() takes it: its bytes in the port's element type;
+    the root (the port as is) passes against the original's reference in the simulator."""
     from ksearch_engine.evaluate import Evaluator
 
     src = tmp_path / "points.cu"
@@ -89,9 +88,53 @@ def test_a_kernel_reading_a_buffer_of_structs_becomes_a_task_its_root_passes(tmp
     r = resolve(str(src), "dist_to")
     assert r.task.origin == "captured" and r.task.outputs == ["out"]
     pts = next(i for i in r.task.inputs if i.name == "pts")
-    assert pts.dtype == "float32" and not pts.vary
+    assert pts.dtype == "float32"
     w = r.task.workloads[0]
     assert w.dims["pts_len"] % 2 == 0     # two floats per Point
+    with Evaluator(r.task, backend="sim") as ev:
+        res = ev.evaluate(r.task.initial, timing=False)
+    assert res.status == "passed", res.message
+
+
+INTERVALS = r"""
+#include <cassert>
+#include <cstdio>
+#include <cstdlib>
+__global__ void spread(const float* lo, const float* hi, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    assert(hi[i] - lo[i] <= 4.0f);          // the program's invariant: intervals of at most 4
+    int cnt = (int)(hi[i] - lo[i]);
+    for (int k = 0; k < 4; k++) out[i * 4 + k] = k < cnt ? lo[i] + k : 0.0f;
+  }
+}
+int main() {
+  const int n = 256;
+  float *lo = (float*)malloc(n * 4), *hi = (float*)malloc(n * 4);
+  for (int i = 0; i < n; i++) { lo[i] = (float)(rand() % 100); hi[i] = lo[i] + (float)(i % 5); }
+  float *dlo, *dhi, *dout;
+  cudaMalloc(&dlo, n * 4); cudaMalloc(&dhi, n * 4); cudaMalloc(&dout, n * 16);
+  cudaMemcpy(dlo, lo, n * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dhi, hi, n * 4, cudaMemcpyHostToDevice);
+  spread<<<n / 64, 64>>>(dlo, dhi, dout, n);
+  cudaDeviceSynchronize();
+  printf("done\n");
+  return 0;
+}
+"""
+
+
+def test_inputs_whose_redrawn_values_break_the_originals_invariant_stay_as_captured(tmp_path):
+    """Redrawn within their captured ranges, lo and hi no longer make intervals of at most 4 and the original's
+    assert fails: the task keeps the captured contents for every check (said in a note), and the root passes."""
+    from ksearch_engine.evaluate import Evaluator
+
+    src = tmp_path / "intervals.cu"
+    src.write_text(INTERVALS)
+    r = resolve(str(src), "spread")
+    assert r.task.origin == "captured"
+    assert not any(i.vary for i in r.task.inputs)
+    assert any("faults on inputs redrawn" in n and "spread" in n for n in r.notes), r.notes
     with Evaluator(r.task, backend="sim") as ev:
         res = ev.evaluate(r.task.initial, timing=False)
     assert res.status == "passed", res.message
