@@ -264,8 +264,13 @@ def show_run(store: Store, run_id: str, tree: bool, log: bool = True) -> None:
     offered = {c.id for c in offers}
     baseline = _baseline_name(r)
     t = Table(title=f"run {r.id} · {r.kind} · {r.task_name or r.kernel or ''} · {r.status} · {len(cands)} evals")
-    for c in ("#", "status", "what", "time @ workload", "vs original", f"vs {baseline}", "trials", "device"):
-        t.add_column(c, no_wrap=c != "what", overflow="fold", max_width=44 if c == "what" else None)
+    cols = ("#", "status", "what", "time @ workload", "vs original", f"vs {baseline}", "trials", "device")
+    for c in cols:
+        # the baseline's name can be long (a kernel's name, "as written ..."): its header wraps, and "what" keeps
+        # room for the candidate's description
+        wraps = c in ("what", cols[5])
+        t.add_column(c, no_wrap=not wraps, overflow="fold", max_width=44 if c == "what" else 22 if wraps else None,
+                     min_width=20 if c == "what" else None)
     for c in cands:
         res = c.result or {}
         tm = c.timing
