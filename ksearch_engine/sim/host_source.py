@@ -218,6 +218,12 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         m = opens.search(code, at)
         return (m.start(), m.end()) if m else (-1, -1)
 
+    # kernels that share their name with a host function (a launcher `void k(..., int block_size)` around the
+    # kernel `__global__ void k(...)`): `&k` names an overload set, so the launch goes the generic way, where the
+    # call's arguments pick the kernel as nvcc's overload resolution does
+    host_named = {n for n in kernels if re.search(
+        rf"(?m)^[ \t]*(?:(?:static|inline|extern|__host__)\s+)*(?!__global__\b)[A-Za-z_][\w:<>]*[\s*&]+{re.escape(n)}"
+        rf"\s*\([^;{{}}]*\)\s*\{{", code)}
     i, iend = find_open(0)
     while i >= 0:
         # the kernel expression before <<<: name, optional ::, optional <template args>
@@ -263,7 +269,8 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         kexpr = name + (f"<{targs}>" if targs else "")
         nparams = len(info.params) if info is not None else -1
         nargs = 0 if not args.strip() else len(split_top(args))
-        typed = info is not None and (not info.is_template or targs) and nparams == nargs
+        typed = info is not None and (not info.is_template or targs) and nparams == nargs \
+            and short not in host_named
         if info is not None and nparams == nargs and nargs:
             # a literal 0 / NULL for a pointer parameter: nullptr, so that it still converts once forwarded
             parts = split_top(args)

@@ -533,3 +533,35 @@ def test_a_loop_of_launches_too_big_to_record_is_fast_forwarded_after_two(tmp_pa
     ran = int(re.search(r"after its first (\d+)", note.message).group(1))
     assert 2 <= ran < 8, note.message
     assert np.all(np.load(f"{cap.dir}/{cap.launches[-1].args[0].after}")[:32] == 3)
+
+
+SAME_NAME = """
+#include <cstdio>
+__global__ void scale(float* x, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= a;
+}
+// the launcher has the kernel's name: an overload of it on the host
+void scale(float* x, float a, int n, int block_size) {
+  scale<<<(n + block_size - 1) / block_size, block_size>>>(x, a, n);
+}
+int main() {
+  float* d;
+  cudaMalloc(&d, 256 * sizeof(float));
+  cudaMemset(d, 0, 256 * sizeof(float));
+  scale(d, 2.0f, 256, 64);
+  cudaDeviceSynchronize();
+  printf("ok\\n");
+  return 0;
+}
+"""
+
+
+def test_a_kernel_launched_from_a_host_function_of_the_same_name(tmp_path):
+    """`scale<<<...>>>(x, a, n)` inside `void scale(x, a, n, block_size)`: the launch names an overload set, and the
+    call's arguments pick the kernel (it failed to compile: no match converting 'scale' to a kernel pointer)."""
+    cap = capture_program(write(tmp_path, "same_name.cu", SAME_NAME))
+    assert cap.status == "ok", cap.error
+    (ln,) = cap.launches
+    assert ln.kernel == "scale" and ln.grid == (4, 1, 1) and ln.block == (64, 1, 1)
+    assert [a.value for a in ln.args if a.kind == "scalar"] == [2.0, 256]
