@@ -62,6 +62,23 @@ def _args_of(capture: Capture, rec: LaunchRecord, nullable=frozenset()) -> tuple
     return args, expected
 
 
+def _defaults(k, source: str) -> dict:
+    """{parameter: value} of the kernel's scalar parameters with a default argument (`__global__ void spin(unsigned
+    long long clocks = 100000ULL)`): a launch that leaves them out passes these, as C++ does."""
+    out = {}
+    for p in k.params:
+        if p.pointer or "=" not in (p.text or ""):
+            continue
+        from .launchsites import EvalError, Unknown, build_scope, evaluate
+        try:
+            v, unk = evaluate(p.text.split("=", 1)[1].strip(), build_scope([source]), {})
+        except (EvalError, Unknown):
+            continue
+        if not unk and isinstance(v, (int, float)):
+            out[p.name] = v
+    return out
+
+
 def _run_checks(module_text: str, source: str, k, path: Path, launches: list[tuple[LaunchRecord, dict, dict]],
                 include_dirs) -> KernelCheck:
     from .translate.check import check_port
@@ -130,6 +147,7 @@ def check_captured(module_text: str, source: str, k, path: Path, capture: Captur
     for rec in launches:
         try:
             args, expected = _args_of(capture, rec, nullable)
+            args.update({n: v for n, v in _defaults(k, source).items() if n not in args})
         except (ValueError, OSError) as e:
             return KernelCheck(reason=f"launch #{rec.index + 1}: {e}")
         note = _aliased(rec, expected, port_writes)

@@ -565,3 +565,33 @@ def test_a_kernel_launched_from_a_host_function_of_the_same_name(tmp_path):
     (ln,) = cap.launches
     assert ln.kernel == "scale" and ln.grid == (4, 1, 1) and ln.block == (64, 1, 1)
     assert [a.value for a in ln.args if a.kind == "scalar"] == [2.0, 256]
+
+
+DEFAULT_ARGS = """
+#include <cstdio>
+__global__ void fill(float* o, int n = 48, float v = 1.5f) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) o[i] = v * i;
+}
+int main() {
+  float* d;
+  cudaMalloc(&d, 64 * sizeof(float));
+  cudaMemset(d, 0, 64 * sizeof(float));
+  fill<<<1, 64>>>(d);            // n and v from their defaults
+  cudaDeviceSynchronize();
+  printf("ok\\n");
+  return 0;
+}
+"""
+
+
+def test_a_launch_that_leaves_default_arguments_out_is_ported_and_verified(tmp_path, monkeypatch):
+    """`fill<<<1, 64>>>(d)` with `int n = 48, float v = 1.5f`: the check passes the defaults, as C++ does (it said
+    "takes (o, n, v); missing: n, v")."""
+    from ksearch_engine.portfile import port_file
+
+    monkeypatch.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
+    src = write(tmp_path, "defaults.cu", DEFAULT_ARGS)
+    r = port_file(src, kernels=["fill"], write=False)
+    (v,) = r.kernels
+    assert v.status == "verified" and v.workload == "captured", v.reason
