@@ -478,12 +478,18 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
     smaller: list[tuple[Capture, capture_scale.ScalePlan]] = []
     cur_texts, cur_argv, latest = texts, list(cap.argv), cap
     original: dict[str, tuple[int, str]] = {}
+    no_launch = not cap.launches and cap.status == "failed" and "time budget" in (cap.error or "")
     for attempt in (1, 2):
         evs = _evidence(latest, timeout_s)
-        if not evs:
-            break
         sites = capture_scale.host_sites(cur_texts, cur_argv)
-        pl = capture_scale.plan(sites, evs, byte_budget, SLOW_S / 4)
+        if evs:
+            pl = capture_scale.plan(sites, evs, byte_budget, SLOW_S / 4)
+        elif attempt == 1 and no_launch:
+            # the time ran out before the program's first launch (a CPU reference at the program's own sizes):
+            # no launch says which size matters, so the program's plain sizes shrink together
+            pl = capture_scale.before_first_launch(sites)
+        else:
+            break
         if pl is None:
             break
         # the same program run again (its kernel-choosing options, portfile._mode_captures) at the factor an
@@ -549,7 +555,7 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
         base_index += max([ln.index for ln in att.launches] + [0]) + 1
     if not added:
         return cap
-    if stop is not None:   # the smaller run ran the whole program: its ending is the capture's
+    if stop is not None or no_launch:   # the smaller run ran the whole program: its ending is the capture's
         last = smaller[-1][0]
         cap.status, cap.error, cap.exit_code = last.status, last.error, last.exit_code
         cap.stdout_tail, cap.launch_counts = last.stdout_tail, last.launch_counts

@@ -385,6 +385,23 @@ def _product_sites(sites: list[SizeSite], ev: Evidence) -> list[SizeSite]:
     return []
 
 
+def before_first_launch(sites: list[SizeSite], factor: int = 8) -> ScalePlan | None:
+    """A run whose time ran out before its first launch: the host's literal sizes (sites of no other name, at least
+    256) divided by `factor`, each kept at 32 or more. None where there is none."""
+    changes = []
+    for s in sites:
+        if s.kind in ("define", "var") and not s.idents and s.value >= 256:
+            new = max(32, s.value // factor)
+            p = math.gcd(s.value, 1024)
+            if s.value % factor and p > 1:
+                new = max(p, new // p * p)
+            if new < s.value:
+                changes.append((s, new))
+    if not changes:
+        return None
+    return ScalePlan(factor=factor, changes=changes, kernels=[], why="too slow to check")
+
+
 def _roots(hit: list[SizeSite], sites: list[SizeSite]) -> list[SizeSite]:
     """The literal sizes (sites of no other name) that the derived sites of `hit` are computed from."""
     literal = {s.name: s for s in sites if s.kind in ("define", "var") and not s.idents}

@@ -384,3 +384,41 @@ def test_a_derived_size_scales_through_the_sizes_it_is_computed_from():
     assert [s.name for s, _new in pl.changes] == ["T"], pl.changes
     (new,) = [v for _s, v in pl.changes]
     assert 32 <= new < 256 and 4 * 8 * 12 * new * new < (64 << 20) // 4
+
+
+SLOW_REFERENCE = """
+#include <cstdio>
+#include <cstdlib>
+__global__ void twice(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.0f * x[i];
+}
+int main() {
+  int N = 32768;
+  float* h = (float*)malloc(N * sizeof(float));
+  volatile float acc = 0.0f;
+  for (int i = 0; i < N; i++)          // a CPU reference quadratic in N: slow at the program's own size
+    for (int j = 0; j < N; j++) acc = acc + (float)((i ^ j) & 7);
+  for (int i = 0; i < N; i++) h[i] = (float)(i % 11);
+  float *dx, *dy;
+  cudaMalloc(&dx, N * sizeof(float));
+  cudaMalloc(&dy, N * sizeof(float));
+  cudaMemcpy(dx, h, N * sizeof(float), cudaMemcpyHostToDevice);
+  twice<<<(N + 255) / 256, 256>>>(dx, dy, N);
+  cudaDeviceSynchronize();
+  printf("acc %f\\n", (float)acc);
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_a_program_whose_time_runs_out_before_its_first_launch_is_run_again_smaller(tmp_path):
+    """No launch says which size matters: the host's plain sizes shrink together (N 32768 -> 4096) and the kernel
+    is recorded from that run, with a note naming the size."""
+    cap = capture_program(write(tmp_path, "slowref.cu", SLOW_REFERENCE), workdir=tmp_path / "cap", timeout_s=3)
+    assert cap.status == "ok", cap.error
+    (ln,) = cap.launches
+    assert ln.kernel == "twice" and ln.args[2].value == 4096
+    note = next(nt for nt in cap.notes if nt.kind == "scaled")
+    assert "N from 32768 to 4096" in note.message and "too slow" in note.message
