@@ -38,3 +38,21 @@ def assert_ported(res) -> None:
     """Both ports reproduce the original (which itself ran)."""
     assert res.original_error is None, res.original_error
     assert res.dialects == {"metal": "passed", "cuda": "passed"}, res.message
+
+
+def port_and_capture(folder: Path, name: str, text: str):
+    """(port report, capture) of the program `text` written as folder/name: every kernel ported (nothing written
+    next to it) and the program captured again into folder/cap, with a capture cache of its own."""
+    import pytest
+
+    from ksearch_engine.portfile import port_file
+    from ksearch_engine.sim.capture import capture_program
+
+    src = folder / name
+    src.write_text(text)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("KSEARCH_CAPTURE_CACHE", str(folder / "cache"))
+    try:
+        return port_file(src, write=False), capture_program(src, workdir=str(folder / "cap"))
+    finally:
+        mp.undo()

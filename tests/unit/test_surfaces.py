@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from ksearch_engine.portfile import port_file
-from ksearch_engine.sim.capture import capture_program
 from ksearch_engine.sim.cuda_source import run_cuda_source
 from ksearch_engine.sim.errors import SimError
 from ksearch_engine.source import find_kernels
 from ksearch_engine.translate import translate_kernel
 from ksearch_engine.translate.textures import TextureError, rewrite
+from tests.sources import port_and_capture
 
 PROGRAM = r"""
 #include <cstdio>
@@ -124,17 +124,7 @@ __global__ void shift_layers(cudaSurfaceObject_t s, int w) {
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
-    d = tmp_path_factory.mktemp("surf")
-    src = d / "surfprog.cu"
-    src.write_text(PROGRAM)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("KSEARCH_CAPTURE_CACHE", str(d / "cache"))
-    try:
-        rep = port_file(src, write=False)
-        cap = capture_program(src, workdir=str(d / "cap"))
-    finally:
-        mp.undo()
-    return rep, cap
+    return port_and_capture(tmp_path_factory.mktemp("surf"), "surfprog.cu", PROGRAM)
 
 
 def _surface_records(cap) -> dict[int, dict]:

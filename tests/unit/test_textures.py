@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ksearch_engine.portfile import port_file
-from ksearch_engine.sim.capture import capture_program
 from ksearch_engine.source import find_kernels
 from ksearch_engine.translate import translate_kernel
 from ksearch_engine.translate.textures import TextureError, rewrite
+from tests.sources import port_and_capture
 
 PROGRAM = r"""
 #include <cstdio>
@@ -84,17 +83,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def ported(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tex")
-    src = d / "texprog.cu"
-    src.write_text(PROGRAM)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("KSEARCH_CAPTURE_CACHE", str(d / "cache"))
-    try:
-        rep = port_file(src, write=False)
-        cap = capture_program(src, workdir=str(d / "cap"))
-    finally:
-        mp.undo()
-    return rep, cap
+    return port_and_capture(tmp_path_factory.mktemp("tex"), "texprog.cu", PROGRAM)
 
 
 def _after(cap, kernel):
