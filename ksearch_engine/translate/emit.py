@@ -146,6 +146,8 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
     the kernel uses (SYMBOLS; what cudaMemcpyToSymbol put there), each else its initializer or zeros; the
     __device__ ones come back with the pointers, as "symbol:<name>". The returned arrays have the shapes and dtypes given.
     """
+    if len(args) < len(PARAMS) and all("default" in p for p in PARAMS[len(args):]):
+        args = tuple(args) + tuple(p["default"] for p in PARAMS[len(args):])   # default arguments, as in C++
     if len(args) != len(PARAMS):
         raise TypeError(f"{NAME} takes {len(PARAMS)} arguments ({', '.join(p['name'] for p in PARAMS)}), "
                         f"got {len(args)}")

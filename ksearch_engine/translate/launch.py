@@ -98,6 +98,18 @@ def struct_prologue(name: str, ctype: str, dialect: str) -> str:
     return f"    {ctype} {name} = *(const {space}{ctype}*){name}_arg;\n"
 
 
+def _default_value(p, preamble: list[str]):
+    """The number a scalar parameter's default argument gives (`float v = 1.5f`), else None."""
+    if p.pointer or "=" not in _no_comments(p.text or ""):
+        return None
+    from ..launchsites import EvalError, Unknown, build_scope, evaluate
+    try:
+        v, unk = evaluate(_no_comments(p.text).split("=", 1)[1].strip(), build_scope(["\n".join(preamble)]), {})
+    except (EvalError, Unknown):
+        return None
+    return v if not unk and isinstance(v, (int, float)) else None
+
+
 def param_table(k: KernelInfo, written: set[str], template_types: set[str], preamble: list[str],
                 issues: list, texts: list[str] = (), sources=None) -> list[dict]:
     """PARAMS of the port module: one entry per CUDA parameter, in order. `texts`: the helpers' code, which may
@@ -111,6 +123,9 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
                        _no_comments(p.text) or p.type)
         entry = {"name": p.name, "ctype": " ".join(ctype.split()),
                  "pointer": p.pointer, "written": False, "dtype": None, "elem_bytes": None}
+        default = _default_value(p, preamble)
+        if default is not None:   # `int n = 48`: launch() passes it where the call leaves it out, as C++ does
+            entry["default"] = default
         if base in template_types:
             entry["template_type"] = base
         if p.pointer:

@@ -595,3 +595,16 @@ def test_a_launch_that_leaves_default_arguments_out_is_ported_and_verified(tmp_p
     r = port_file(src, kernels=["fill"], write=False)
     (v,) = r.kernels
     assert v.status == "verified" and v.workload == "captured", v.reason
+    # the port's launch() takes the call as CUDA does: the defaults fill what it leaves out
+    import mlx.core as mx
+    import numpy as np
+    from ksearch_engine.sim import install_mlx_shim, uninstall_mlx_shim
+
+    install_mlx_shim()
+    try:
+        ns: dict = {}
+        exec(compile(v.module_text, "fill_mlx.py", "exec"), ns)
+        out = ns["launch"](mx.zeros((64,)), grid=(1, 1, 1), block=(64, 1, 1))
+    finally:
+        uninstall_mlx_shim()
+    np.testing.assert_allclose(np.array(out["o"])[:48], 1.5 * np.arange(48))
