@@ -138,3 +138,46 @@ def test_inputs_whose_redrawn_values_break_the_originals_invariant_stay_as_captu
     with Evaluator(r.task, backend="sim") as ev:
         res = ev.evaluate(r.task.initial, timing=False)
     assert res.status == "passed", res.message
+
+
+DOUBLES = r"""
+#include <cstdio>
+#include <cstdlib>
+__global__ void axpyd(const double* x, double* y, double a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+int main() {
+  const int n = 1024;
+  double* h = (double*)malloc(n * sizeof(double));
+  for (int i = 0; i < n; i++) h[i] = 0.001 * i;
+  double *dx, *dy;
+  cudaMalloc(&dx, n * sizeof(double)); cudaMalloc(&dy, n * sizeof(double));
+  cudaMemcpy(dx, h, n * sizeof(double), cudaMemcpyHostToDevice);
+  cudaMemcpy(dy, h, n * sizeof(double), cudaMemcpyHostToDevice);
+  axpyd<<<n / 128, 128>>>(dx, dy, 1.5, n);
+  cudaMemcpy(h, dy, n * sizeof(double), cudaMemcpyDeviceToHost);
+  printf("%f\n", h[10]);
+  return 0;
+}
+"""
+
+
+def test_a_kernel_on_double_buffers_is_optimized_as_the_ports_compute_it(tmp_path):
+    """Both ports compute doubles as float: the task's buffers are float32, the reference is the original in double
+    (outputs compared as float), said in a note; the root passes and a candidate that drops a term fails (it said
+    'parameter x holds doubles: MLX kernels have no float64')."""
+    from ksearch_engine.evaluate import Evaluator
+
+    src = tmp_path / "axpyd.cu"
+    src.write_text(DOUBLES)
+    r = resolve(str(src), "axpyd")
+    assert {i.name: i.dtype for i in r.task.inputs}["x"] == "float32"
+    assert any("hold doubles" in n for n in r.notes), r.notes
+    wrong = r.task.initial.replace("a * x[i] + y[i]", "a * x[i]")
+    assert wrong != r.task.initial
+    with Evaluator(r.task, backend="sim") as ev:
+        ok = ev.evaluate(r.task.initial, timing=False)
+        bad = ev.evaluate(wrong, timing=False)
+    assert ok.status == "passed", ok.message
+    assert bad.status == "failed"
