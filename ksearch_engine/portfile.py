@@ -300,6 +300,32 @@ def _chain_prefix(prog: Path, target: Path, depth: int = 0, seen: tuple = ()) ->
     return None
 
 
+_INCLUDE_LINE = re.compile(r'^[ \t]*#\s*include\s*"([^"]+)"', re.M)
+
+
+def unit_chain(unit: Path, target: Path, depth: int = 0, seen: tuple = ()) -> tuple[str, list[Path]] | None:
+    """How a source unit of the program reaches `target` through local #includes in other folders (runner.cu
+    includes kernels.cuh, which includes kernels/11_x.cuh): the text each file on the way has before the #include
+    that leads on, outermost first, and those files' folders (where the includes that text names are found).
+    None where `unit` does not reach `target`."""
+    if depth > 4 or unit in seen:
+        return None
+    text = _read(unit)
+    for m in _INCLUDE_LINE.finditer(text):
+        inc = (unit.parent / m.group(1))
+        try:
+            inc = inc.resolve()
+        except OSError:
+            continue
+        if inc == target.resolve():
+            return text[:m.start()], [unit.parent]
+        if inc.is_file():
+            got = unit_chain(inc, target, depth + 1, seen + (unit,))
+            if got is not None:
+                return text[:m.start()] + f'\n#line 1 "{inc.name}"\n' + got[0], [unit.parent] + got[1]
+    return None
+
+
 def _close_linkage(text: str) -> str:
     """`text` (a program cut at its #include) without the `extern "C" {` it leaves open (a wrapper that wraps its
     includes in `#ifdef __cplusplus extern "C" { #endif`): the block's `}` is past the cut."""
@@ -375,13 +401,22 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     include_dirs = [str(p.parent)] + [str(d) for d in include_dirs if str(d) != str(p.parent)]
     capture = _capture(p, argv, defines or {}, include_dirs, capture_timeout, report, say)
     prefix = program_prefix(find_program(p), p)
+    chain_dirs: list[str] = []
+    if not prefix:   # a header a unit of the program reaches through headers in other folders (kernels.cuh)
+        for unit in find_program_and_sources(p)[1]:
+            got = unit_chain(unit, p)
+            if got is not None:
+                prefix = _close_linkage(got[0]) + "#endif\n" * _open_conditionals(got[0])
+                chain_dirs = [str(d) for d in got[1]]
+                break
     if prefix:   # a kernel file included by its program sees the program's #defines and types first
         parsed.preamble = find_kernels(prefix, str(p)).preamble + parsed.preamble
         from .translate.headers import prefix_helpers   # and its __device__ helpers (myocyte's solver_2)
         parsed.helpers = prefix_helpers(prefix, include_dirs, parsed.helpers)
-        source = with_program_prefix(p, source)
+        source = prefix + f'\n#line 1 "{p.name}"\n' + source
     from .translate.headers import header_preamble   # the local headers' macros and types reach both ports
-    parsed.preamble = [e for e in header_preamble(source, include_dirs) if e not in parsed.preamble] + parsed.preamble
+    parsed.preamble = [e for e in header_preamble(source, include_dirs + [d for d in chain_dirs if d not in include_dirs])
+                       if e not in parsed.preamble] + parsed.preamble
     define_ints = int_defines(parsed.preamble, defines or {})
     by_mode = _mode_captures(p, capture, chosen, argv, defines or {}, include_dirs, capture_timeout, say, report)
     for k in chosen:

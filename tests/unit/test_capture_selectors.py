@@ -338,3 +338,27 @@ def test_the_case_that_reaches_the_wanted_kernel_is_run_first(tmp_path, monkeypa
     runs = [m for m in said if m.startswith("running the program as")]
     # the runs go side by side, as many at a time as the machine has cores (up to 4): the first is the one needed
     assert "`variants 9`" in runs[0] and len(runs) <= max(1, min(4, os.cpu_count() or 1)), runs
+
+
+@needs_gxx
+def test_a_header_that_relies_on_a_macro_an_earlier_header_of_its_includer_defines(tmp_path, monkeypatch):
+    """lib/all.cuh includes kernels/tile.cuh (which defines TILE) before kernels/scale.cuh, which uses TILE without
+    including it: the port of scale.cuh sees TILE as the program's compiler does (the Metal port failed to compile:
+    'TILE was not declared in this scope')."""
+    monkeypatch.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "proj"
+    for name, text in LADDER.items():
+        if name == "lib/kernels/scale.cuh":
+            text = text.replace("template <const int TILE>\n", "")
+        elif name == "lib/all.cuh":
+            text = '#pragma once\n#include "kernels/tile.cuh"\n#include "kernels/scale.cuh"\n'
+        elif name == "lib/dispatch.cu":
+            text = text.replace("scale_tiles<tile><<<", "scale_tiles<<<")
+        write(root, name, text)
+    write(root, "lib/kernels/tile.cuh", "#pragma once\n#define TILE 64\n")
+    k = root / "lib/kernels/scale.cuh"
+    assert "#define TILE" not in k.read_text() and "#include" not in k.read_text()
+    r = port_file(k, write=False)
+    assert r.capture.status == "ok", r.capture.error
+    v = r.kernels[0]
+    assert v.status == "verified" and v.workload == "captured", v.reason
