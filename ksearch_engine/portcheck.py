@@ -64,19 +64,11 @@ def _args_of(capture: Capture, rec: LaunchRecord, nullable=frozenset()) -> tuple
 
 def _defaults(k, source: str) -> dict:
     """{parameter: value} of the kernel's scalar parameters with a default argument (`__global__ void spin(unsigned
-    long long clocks = 100000ULL)`): a launch that leaves them out passes these, as C++ does."""
-    out = {}
-    for p in k.params:
-        if p.pointer or "=" not in (p.text or ""):
-            continue
-        from .launchsites import EvalError, Unknown, build_scope, evaluate
-        try:
-            v, unk = evaluate(p.text.split("=", 1)[1].strip(), build_scope([source]), {})
-        except (EvalError, Unknown):
-            continue
-        if not unk and isinstance(v, (int, float)):
-            out[p.name] = v
-    return out
+    long long clocks = 100000ULL)`): a launch that leaves them out passes these, as C++ does (the values the port's
+    PARAMS carry, translate.launch.default_value)."""
+    from .translate.launch import default_value
+
+    return {p.name: v for p in k.params if (v := default_value(p, [source])) is not None}
 
 
 def _run_checks(module_text: str, source: str, k, path: Path, launches: list[tuple[LaunchRecord, dict, dict]],
@@ -144,10 +136,11 @@ def check_captured(module_text: str, source: str, k, path: Path, capture: Captur
     except (KeyError, SyntaxError, ValueError):
         nullable = set()
     prepared, notes = [], []
+    defaults = _defaults(k, source)
     for rec in launches:
         try:
             args, expected = _args_of(capture, rec, nullable)
-            args.update({n: v for n, v in _defaults(k, source).items() if n not in args})
+            args.update({n: v for n, v in defaults.items() if n not in args})
         except (ValueError, OSError) as e:
             return KernelCheck(reason=f"launch #{rec.index + 1}: {e}")
         note = _aliased(rec, expected, port_writes)

@@ -98,7 +98,7 @@ def struct_prologue(name: str, ctype: str, dialect: str) -> str:
     return f"    {ctype} {name} = *(const {space}{ctype}*){name}_arg;\n"
 
 
-def _default_value(p, preamble: list[str]):
+def default_value(p, preamble: list[str]):
     """The number a scalar parameter's default argument gives (`float v = 1.5f`), else None."""
     if p.pointer or "=" not in _no_comments(p.text or ""):
         return None
@@ -123,7 +123,7 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
                        _no_comments(p.text) or p.type)
         entry = {"name": p.name, "ctype": " ".join(ctype.split()),
                  "pointer": p.pointer, "written": False, "dtype": None, "elem_bytes": None}
-        default = _default_value(p, preamble)
+        default = default_value(p, preamble)
         if default is not None:   # `int n = 48`: launch() passes it where the call leaves it out, as C++ does
             entry["default"] = default
         if base in template_types:
