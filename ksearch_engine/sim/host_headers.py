@@ -3,8 +3,9 @@
 ``include_dir()`` writes them once into the simulator's cache (keyed by their text) and returns the folder,
 which capture.py puts first on g++'s include path. CUDA's runtime headers are empty (ksim_host.h, included at
 the top of every translation unit, is the runtime); cuBLAS, cuRAND and cuFFT get small stand-ins (GEMMs and
-FFTs computed on the host, the rest noted as ``CaptureNote(kind="stubbed")``); headers of things the CPU cannot
-do (Thrust, CUB, OpenGL, NVRTC, cuDNN, NCCL...) are not here: ``UNSUPPORTED`` names them and host_source.py turns their ``#include`` into a
+FFTs computed on the host, the rest noted as ``CaptureNote(kind="stubbed")``); MPI and NCCL run one rank (their
+collectives copy send to receive; a call that needs another rank stops the program by name); headers of things
+the CPU cannot do (Thrust, CUB, OpenGL, NVRTC, cuDNN...) are not here: ``UNSUPPORTED`` names them and host_source.py turns their ``#include`` into a
 compile-time ``#error`` that capture.py reports as a note.
 """
 
@@ -710,6 +711,322 @@ typedef struct cudaLibXtDesc_t { int version; cudaXtDesc* descriptor; int librar
 #define cufftXtExecDescriptorZ2D(...) KSIM_CUFFT_STOP("cufftXtExecDescriptorZ2D")
 """
 
+_ONE_RANK = """#pragma once
+// mpi.h and nccl.h: the capture runs one process, MPI rank 0 of 1 and one NCCL rank on its one device. A call that
+// needs another rank (point-to-point messages, more ranks than one) stops the program, naming the call.
+#include <cstring>
+#include <string>
+namespace ksim_host {
+[[noreturn]] inline void one_rank_stop(const std::string& call, const char* file, int line) {
+  stop("gpu_only", call + " is not emulated: the CPU capture runs one process (MPI rank 0 of 1, one NCCL rank)",
+       file, line);
+}
+// a collective of one rank: the receive buffer is a copy of the send buffer (nothing to copy when they are one)
+inline void one_rank_copy(void* recv, const void* send, size_t bytes) {
+  if (bytes && recv && send && recv != send) memmove(recv, send, bytes);
+}
+}  // namespace ksim_host
+"""
+
+_MPI = """#pragma once
+// MPI for one process: rank 0 of 1 on every communicator; collectives copy the send buffer to the receive buffer
+// (MPI_IN_PLACE: nothing to do); point-to-point calls and the v/nonblocking collectives stop the program by name.
+#include "ksim_one_rank.h"
+#define MPI_VERSION 3
+#define MPI_SUBVERSION 1
+typedef int MPI_Comm;
+typedef int MPI_Datatype;   // (kind << 8) | size in bytes
+typedef int MPI_Op;
+typedef int MPI_Request;
+typedef int MPI_Info;
+typedef int MPI_Errhandler;
+typedef long MPI_Aint;
+typedef long long MPI_Offset;
+typedef struct { int MPI_SOURCE, MPI_TAG, MPI_ERROR; int count; } MPI_Status;
+#define MPI_COMM_NULL ((MPI_Comm)0)
+#define MPI_COMM_WORLD ((MPI_Comm)1)
+#define MPI_COMM_SELF ((MPI_Comm)2)
+#define MPI_INFO_NULL ((MPI_Info)0)
+#define MPI_REQUEST_NULL ((MPI_Request)0)
+#define MPI_ERRORS_ARE_FATAL ((MPI_Errhandler)1)
+#define MPI_ERRORS_RETURN ((MPI_Errhandler)2)
+#define MPI_STATUS_IGNORE ((MPI_Status*)0)
+#define MPI_STATUSES_IGNORE ((MPI_Status*)0)
+#define MPI_IN_PLACE ((void*)1)
+#define MPI_ANY_SOURCE (-1)
+#define MPI_ANY_TAG (-1)
+#define MPI_PROC_NULL (-2)
+#define MPI_ROOT (-3)
+#define MPI_UNDEFINED (-32766)
+#define MPI_MAX_PROCESSOR_NAME 256
+#define MPI_MAX_ERROR_STRING 512
+#define MPI_MAX_LIBRARY_VERSION_STRING 256
+#define MPI_COMM_TYPE_SHARED 1
+enum { MPI_THREAD_SINGLE = 0, MPI_THREAD_FUNNELED = 1, MPI_THREAD_SERIALIZED = 2, MPI_THREAD_MULTIPLE = 3 };
+enum { MPI_SUCCESS = 0, MPI_ERR_BUFFER = 1, MPI_ERR_COUNT = 2, MPI_ERR_TYPE = 3, MPI_ERR_TAG = 4, MPI_ERR_COMM = 5,
+       MPI_ERR_RANK = 6, MPI_ERR_ROOT = 7, MPI_ERR_OP = 9, MPI_ERR_ARG = 12, MPI_ERR_OTHER = 16, MPI_ERR_INTERN = 17 };
+#define KSIM_MPI_TYPE(kind, size) ((MPI_Datatype)(((kind) << 8) | (size)))
+#define MPI_DATATYPE_NULL ((MPI_Datatype)0)
+#define MPI_CHAR KSIM_MPI_TYPE(1, 1)
+#define MPI_SIGNED_CHAR KSIM_MPI_TYPE(2, 1)
+#define MPI_UNSIGNED_CHAR KSIM_MPI_TYPE(3, 1)
+#define MPI_BYTE KSIM_MPI_TYPE(4, 1)
+#define MPI_SHORT KSIM_MPI_TYPE(5, 2)
+#define MPI_UNSIGNED_SHORT KSIM_MPI_TYPE(6, 2)
+#define MPI_INT KSIM_MPI_TYPE(7, 4)
+#define MPI_UNSIGNED KSIM_MPI_TYPE(8, 4)
+#define MPI_LONG KSIM_MPI_TYPE(9, sizeof(long))
+#define MPI_UNSIGNED_LONG KSIM_MPI_TYPE(10, sizeof(long))
+#define MPI_LONG_LONG KSIM_MPI_TYPE(11, 8)
+#define MPI_LONG_LONG_INT MPI_LONG_LONG
+#define MPI_UNSIGNED_LONG_LONG KSIM_MPI_TYPE(12, 8)
+#define MPI_FLOAT KSIM_MPI_TYPE(13, 4)
+#define MPI_DOUBLE KSIM_MPI_TYPE(14, 8)
+#define MPI_LONG_DOUBLE KSIM_MPI_TYPE(15, sizeof(long double))
+#define MPI_C_BOOL KSIM_MPI_TYPE(16, 1)
+#define MPI_CXX_BOOL KSIM_MPI_TYPE(17, sizeof(bool))
+#define MPI_INT8_T KSIM_MPI_TYPE(18, 1)
+#define MPI_INT16_T KSIM_MPI_TYPE(19, 2)
+#define MPI_INT32_T KSIM_MPI_TYPE(20, 4)
+#define MPI_INT64_T KSIM_MPI_TYPE(21, 8)
+#define MPI_UINT8_T KSIM_MPI_TYPE(22, 1)
+#define MPI_UINT16_T KSIM_MPI_TYPE(23, 2)
+#define MPI_UINT32_T KSIM_MPI_TYPE(24, 4)
+#define MPI_UINT64_T KSIM_MPI_TYPE(25, 8)
+#define MPI_AINT KSIM_MPI_TYPE(26, sizeof(MPI_Aint))
+#define MPI_OFFSET KSIM_MPI_TYPE(27, 8)
+#define MPI_2INT KSIM_MPI_TYPE(28, 8)
+#define MPI_FLOAT_INT KSIM_MPI_TYPE(29, 8)
+#define MPI_DOUBLE_INT KSIM_MPI_TYPE(30, 16)
+#define MPI_OP_NULL ((MPI_Op)0)
+#define MPI_MAX ((MPI_Op)1)
+#define MPI_MIN ((MPI_Op)2)
+#define MPI_SUM ((MPI_Op)3)
+#define MPI_PROD ((MPI_Op)4)
+#define MPI_LAND ((MPI_Op)5)
+#define MPI_BAND ((MPI_Op)6)
+#define MPI_LOR ((MPI_Op)7)
+#define MPI_BOR ((MPI_Op)8)
+#define MPI_LXOR ((MPI_Op)9)
+#define MPI_BXOR ((MPI_Op)10)
+#define MPI_MAXLOC ((MPI_Op)11)
+#define MPI_MINLOC ((MPI_Op)12)
+namespace ksim_host {
+inline bool mpi_comm_ok(MPI_Comm c) { return c != MPI_COMM_NULL; }
+inline size_t mpi_bytes(int count, MPI_Datatype t) { return count > 0 ? (size_t)count * (size_t)(t & 0xff) : 0; }
+inline int mpi_copy(const void* send, void* recv, int count, MPI_Datatype t, MPI_Comm c) {
+  if (!mpi_comm_ok(c)) return MPI_ERR_COMM;
+  if (count < 0) return MPI_ERR_COUNT;
+  if (send != MPI_IN_PLACE) one_rank_copy(recv, send, mpi_bytes(count, t));
+  return MPI_SUCCESS;
+}
+inline int& mpi_state() { static int s = 0; return s; }   // 0 not initialized, 1 initialized, 2 finalized
+inline int mpi_init() {
+  note("stubbed", "MPI runs as one process (rank 0 of 1): its collectives copy the send buffer to the receive buffer");
+  mpi_state() = 1;
+  return MPI_SUCCESS;
+}
+}  // namespace ksim_host
+inline int MPI_Init(int*, char***) { return ksim_host::mpi_init(); }
+inline int MPI_Init_thread(int*, char***, int required, int* provided) { if (provided) *provided = required; return ksim_host::mpi_init(); }
+inline int MPI_Initialized(int* f) { *f = ksim_host::mpi_state() >= 1; return MPI_SUCCESS; }
+inline int MPI_Finalize() { ksim_host::mpi_state() = 2; return MPI_SUCCESS; }
+inline int MPI_Finalized(int* f) { *f = ksim_host::mpi_state() == 2; return MPI_SUCCESS; }
+inline int MPI_Query_thread(int* p) { *p = MPI_THREAD_MULTIPLE; return MPI_SUCCESS; }
+inline int MPI_Abort(MPI_Comm, int code) {
+  ksim_host::note("program", "MPI_Abort called with error code " + std::to_string(code));
+  exit(code);
+}
+inline int MPI_Comm_rank(MPI_Comm c, int* r) { if (!ksim_host::mpi_comm_ok(c)) return MPI_ERR_COMM; *r = 0; return MPI_SUCCESS; }
+inline int MPI_Comm_size(MPI_Comm c, int* n) { if (!ksim_host::mpi_comm_ok(c)) return MPI_ERR_COMM; *n = 1; return MPI_SUCCESS; }
+inline int MPI_Comm_dup(MPI_Comm c, MPI_Comm* out) { if (!ksim_host::mpi_comm_ok(c)) return MPI_ERR_COMM; *out = c; return MPI_SUCCESS; }
+inline int MPI_Comm_split(MPI_Comm c, int color, int, MPI_Comm* out) {
+  if (!ksim_host::mpi_comm_ok(c)) return MPI_ERR_COMM;
+  *out = color == MPI_UNDEFINED ? MPI_COMM_NULL : MPI_COMM_SELF;
+  return MPI_SUCCESS;
+}
+inline int MPI_Comm_split_type(MPI_Comm c, int type, int key, MPI_Info, MPI_Comm* out) { return MPI_Comm_split(c, type, key, out); }
+inline int MPI_Comm_free(MPI_Comm* c) { *c = MPI_COMM_NULL; return MPI_SUCCESS; }
+inline int MPI_Comm_set_errhandler(MPI_Comm, MPI_Errhandler) { return MPI_SUCCESS; }
+inline int MPI_Barrier(MPI_Comm c) { return ksim_host::mpi_comm_ok(c) ? MPI_SUCCESS : MPI_ERR_COMM; }
+inline int MPI_Bcast(void*, int, MPI_Datatype, int root, MPI_Comm c) {
+  if (!ksim_host::mpi_comm_ok(c)) return MPI_ERR_COMM;
+  return root == 0 ? MPI_SUCCESS : MPI_ERR_ROOT;
+}
+inline int MPI_Allreduce(const void* s, void* r, int n, MPI_Datatype t, MPI_Op, MPI_Comm c) { return ksim_host::mpi_copy(s, r, n, t, c); }
+inline int MPI_Reduce(const void* s, void* r, int n, MPI_Datatype t, MPI_Op, int root, MPI_Comm c) {
+  return root == 0 ? ksim_host::mpi_copy(s, r, n, t, c) : MPI_ERR_ROOT;
+}
+inline int MPI_Allgather(const void* s, int sn, MPI_Datatype st, void* r, int, MPI_Datatype, MPI_Comm c) { return ksim_host::mpi_copy(s, r, sn, st, c); }
+inline int MPI_Gather(const void* s, int sn, MPI_Datatype st, void* r, int, MPI_Datatype, int root, MPI_Comm c) {
+  return root == 0 ? ksim_host::mpi_copy(s, r, sn, st, c) : MPI_ERR_ROOT;
+}
+inline int MPI_Scatter(const void* s, int, MPI_Datatype, void* r, int rn, MPI_Datatype rt, int root, MPI_Comm c) {
+  if (root != 0) return MPI_ERR_ROOT;
+  return r == MPI_IN_PLACE ? MPI_SUCCESS : ksim_host::mpi_copy(s, r, rn, rt, c);
+}
+inline int MPI_Alltoall(const void* s, int sn, MPI_Datatype st, void* r, int, MPI_Datatype, MPI_Comm c) { return ksim_host::mpi_copy(s, r, sn, st, c); }
+inline int MPI_Type_size(MPI_Datatype t, int* n) { *n = t & 0xff; return MPI_SUCCESS; }
+inline double MPI_Wtime() { return ksim_host::now_s(); }
+inline double MPI_Wtick() { return 1e-9; }
+inline int MPI_Get_processor_name(char* s, int* n) { *n = snprintf(s, MPI_MAX_PROCESSOR_NAME, "ksim-capture"); return MPI_SUCCESS; }
+inline int MPI_Get_version(int* v, int* sv) { *v = MPI_VERSION; *sv = MPI_SUBVERSION; return MPI_SUCCESS; }
+inline int MPI_Get_library_version(char* s, int* n) { *n = snprintf(s, MPI_MAX_LIBRARY_VERSION_STRING, "ksim one-process MPI"); return MPI_SUCCESS; }
+inline int MPI_Error_string(int e, char* s, int* n) { *n = snprintf(s, MPI_MAX_ERROR_STRING, "MPI error %d", e); return MPI_SUCCESS; }
+#define KSIM_MPI_STOP(name) (ksim_host::one_rank_stop(name, __FILE__, __LINE__), MPI_ERR_OTHER)
+#define MPI_Send(...) KSIM_MPI_STOP("MPI_Send")
+#define MPI_Ssend(...) KSIM_MPI_STOP("MPI_Ssend")
+#define MPI_Recv(...) KSIM_MPI_STOP("MPI_Recv")
+#define MPI_Isend(...) KSIM_MPI_STOP("MPI_Isend")
+#define MPI_Irecv(...) KSIM_MPI_STOP("MPI_Irecv")
+#define MPI_Sendrecv(...) KSIM_MPI_STOP("MPI_Sendrecv")
+#define MPI_Sendrecv_replace(...) KSIM_MPI_STOP("MPI_Sendrecv_replace")
+#define MPI_Probe(...) KSIM_MPI_STOP("MPI_Probe")
+#define MPI_Iprobe(...) KSIM_MPI_STOP("MPI_Iprobe")
+#define MPI_Wait(...) KSIM_MPI_STOP("MPI_Wait")
+#define MPI_Waitall(...) KSIM_MPI_STOP("MPI_Waitall")
+#define MPI_Test(...) KSIM_MPI_STOP("MPI_Test")
+#define MPI_Iallreduce(...) KSIM_MPI_STOP("MPI_Iallreduce")
+#define MPI_Ibcast(...) KSIM_MPI_STOP("MPI_Ibcast")
+#define MPI_Allgatherv(...) KSIM_MPI_STOP("MPI_Allgatherv")
+#define MPI_Gatherv(...) KSIM_MPI_STOP("MPI_Gatherv")
+#define MPI_Scatterv(...) KSIM_MPI_STOP("MPI_Scatterv")
+#define MPI_Alltoallv(...) KSIM_MPI_STOP("MPI_Alltoallv")
+#define MPI_Reduce_scatter(...) KSIM_MPI_STOP("MPI_Reduce_scatter")
+#define MPI_Scan(...) KSIM_MPI_STOP("MPI_Scan")
+#define MPI_Exscan(...) KSIM_MPI_STOP("MPI_Exscan")
+#define MPI_Win_create(...) KSIM_MPI_STOP("MPI_Win_create")
+#define MPI_Comm_spawn(...) KSIM_MPI_STOP("MPI_Comm_spawn")
+"""
+
+_NCCL = """#pragma once
+// NCCL with one rank on the capture's one device, on its CPU memory: all-reduce, reduce, broadcast, all-gather and
+// reduce-scatter of one rank copy the send buffer to the receive buffer (ncclAvg over one rank too). The stream
+// argument is taken as cudaMemcpyAsync takes it: the runtime runs every call in order, so the copy is done on
+// return. More than one rank, point-to-point and pre-multiplied sums stop the program, naming the call.
+#include "ksim_one_rank.h"
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 21
+#define NCCL_PATCH 5
+#define NCCL_SUFFIX ""
+#define NCCL_VERSION(X, Y, Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
+#define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
+#define NCCL_UNIQUE_ID_BYTES 128
+#define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define NCCL_CONFIG_UNDEF_PTR nullptr
+typedef enum { ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
+  ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7, ncclNumResults = 8 } ncclResult_t;
+typedef enum { ncclInt8 = 0, ncclChar = 0, ncclUint8 = 1, ncclInt32 = 2, ncclInt = 2, ncclUint32 = 3, ncclInt64 = 4,
+  ncclUint64 = 5, ncclFloat16 = 6, ncclHalf = 6, ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8,
+  ncclBfloat16 = 9, ncclFloat8e4m3 = 10, ncclFloat8e5m2 = 11, ncclNumTypes = 12 } ncclDataType_t;
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4, ncclNumOps = 5,
+  ncclMaxRedOp = 0x7fffffff } ncclRedOp_t;
+typedef enum { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 } ncclScalarResidence_t;
+typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
+struct ncclComm { int device; };
+typedef ncclComm* ncclComm_t;
+typedef struct { size_t size; unsigned int magic; unsigned int version; int blocking; int cgaClusterSize; int minCTAs;
+  int maxCTAs; const char* netName; int splitShare; } ncclConfig_t;
+#define NCCL_CONFIG_INITIALIZER { sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT, \\
+  NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT }
+namespace ksim_host {
+inline size_t nccl_size(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+inline ncclResult_t nccl_init(ncclComm_t* comm, int nranks, int rank, const char* call, const char* file, int line) {
+  if (!comm) return ncclInvalidArgument;
+  if (nranks != 1 || rank != 0)
+    one_rank_stop(std::string(call) + " with nranks=" + std::to_string(nranks) + ", rank=" + std::to_string(rank),
+                  file, line);
+  int dev = 0;
+  cudaGetDevice(&dev);
+  *comm = new ncclComm{dev};
+  return ncclSuccess;
+}
+// a collective of one rank: checks what NCCL checks, then the copy (`bytes` of the receive side)
+inline ncclResult_t nccl_copy(const char* call, const void* send, void* recv, size_t count, ncclDataType_t t,
+                              int op, int root, ncclComm_t comm, cudaStream_t, const char* file, int line) {
+  const char* bad = !comm ? "a null communicator" : !nccl_size(t) ? "an unknown data type"
+                  : (op < 0 || op >= ncclNumOps) ? "an unknown reduction" : root != 0 ? "a root other than rank 0"
+                  : (count && (!send || !recv)) ? "a null buffer" : nullptr;
+  if (bad) {
+    note("program", std::string(call) + " was given " + bad + " (ncclInvalidArgument)", file, line);
+    return ncclInvalidArgument;
+  }
+  note("stubbed", std::string(call) + " over one rank copied its send buffer (not recorded as a launch)", file, line);
+  one_rank_copy(recv, send, count * nccl_size(t));
+  return ncclSuccess;
+}
+}  // namespace ksim_host
+inline ncclResult_t ncclGetVersion(int* v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
+inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  if (!id) return ncclInvalidArgument;
+  memset(id, 0, sizeof *id);
+  snprintf(id->internal, sizeof id->internal, "ksim-one-rank");
+  return ncclSuccess;
+}
+#define ncclCommInitRank(comm, nranks, id, rank) ksim_host::nccl_init(comm, nranks, rank, "ncclCommInitRank", __FILE__, __LINE__)
+#define ncclCommInitRankConfig(comm, nranks, id, rank, config) ksim_host::nccl_init(comm, nranks, rank, "ncclCommInitRankConfig", __FILE__, __LINE__)
+#define ncclCommInitAll(comms, ndev, devlist) ksim_host::nccl_init(comms, ndev, 0, "ncclCommInitAll", __FILE__, __LINE__)
+inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int, ncclComm_t* out, ncclConfig_t*) {
+  if (!comm || !out) return ncclInvalidArgument;
+  *out = color == NCCL_SPLIT_NOCOLOR ? nullptr : new ncclComm{comm->device};
+  return ncclSuccess;
+}
+inline ncclResult_t ncclCommDestroy(ncclComm_t comm) { delete comm; return ncclSuccess; }
+inline ncclResult_t ncclCommAbort(ncclComm_t comm) { delete comm; return ncclSuccess; }
+inline ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm ? ncclSuccess : ncclInvalidArgument; }
+inline ncclResult_t ncclCommCount(const ncclComm_t comm, int* n) { if (!comm) return ncclInvalidArgument; *n = 1; return ncclSuccess; }
+inline ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* d) { if (!comm) return ncclInvalidArgument; *d = comm->device; return ncclSuccess; }
+inline ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* r) { if (!comm) return ncclInvalidArgument; *r = 0; return ncclSuccess; }
+inline ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) { if (!comm) return ncclInvalidArgument; *e = ncclSuccess; return ncclSuccess; }
+inline ncclResult_t ncclGroupStart() { return ncclSuccess; }
+inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+inline ncclResult_t ncclMemAlloc(void** p, size_t n) { return cudaMalloc(p, n) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError; }
+inline ncclResult_t ncclMemFree(void* p) { cudaFree(p); return ncclSuccess; }
+inline ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buf, size_t, void** handle) {
+  if (!comm || !handle) return ncclInvalidArgument; *handle = buf; return ncclSuccess; }
+inline ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) { return comm ? ncclSuccess : ncclInvalidArgument; }
+inline const char* ncclGetLastError(ncclComm_t) { return ""; }
+inline const char* ncclGetErrorString(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+#define ncclAllReduce(send, recv, count, type, op, comm, stream) \\
+  ksim_host::nccl_copy("ncclAllReduce", send, recv, count, type, op, 0, comm, stream, __FILE__, __LINE__)
+#define ncclReduce(send, recv, count, type, op, root, comm, stream) \\
+  ksim_host::nccl_copy("ncclReduce", send, recv, count, type, op, root, comm, stream, __FILE__, __LINE__)
+#define ncclBroadcast(send, recv, count, type, root, comm, stream) \\
+  ksim_host::nccl_copy("ncclBroadcast", send, recv, count, type, ncclSum, root, comm, stream, __FILE__, __LINE__)
+#define ncclBcast(buf, count, type, root, comm, stream) \\
+  ksim_host::nccl_copy("ncclBcast", buf, buf, count, type, ncclSum, root, comm, stream, __FILE__, __LINE__)
+#define ncclAllGather(send, recv, sendcount, type, comm, stream) \\
+  ksim_host::nccl_copy("ncclAllGather", send, recv, sendcount, type, ncclSum, 0, comm, stream, __FILE__, __LINE__)
+#define ncclReduceScatter(send, recv, recvcount, type, op, comm, stream) \\
+  ksim_host::nccl_copy("ncclReduceScatter", send, recv, recvcount, type, op, 0, comm, stream, __FILE__, __LINE__)
+#define KSIM_NCCL_STOP(name) (ksim_host::one_rank_stop(name, __FILE__, __LINE__), ncclInvalidUsage)
+#define ncclSend(...) KSIM_NCCL_STOP("ncclSend")
+#define ncclRecv(...) KSIM_NCCL_STOP("ncclRecv")
+#define ncclRedOpCreatePreMulSum(...) KSIM_NCCL_STOP("ncclRedOpCreatePreMulSum")
+#define ncclRedOpDestroy(...) KSIM_NCCL_STOP("ncclRedOpDestroy")
+"""
+
 FILES: dict[str, str] = {name: "#pragma once\n// ksim capture: provided by ksim_host.h\n" for name in _EMPTY}
 FILES.update({
     "math_constants.h": _MATH_CONSTANTS, "cuda.h": _CUDA_H, "nvToolsExt.h": _NVTX, "nvtx3/nvToolsExt.h": _NVTX,
@@ -720,6 +1037,7 @@ FILES.update({
     "curand_kernel.h": '#pragma once\n#include "curand.h"\n#include "ksim_curand.h"\n'
                        'typedef curandStateXORWOW curandStatePhilox4_32_10_t;\n', "cufft.h": _CUFFT,
     "cufftXt.h": _CUFFTXT,
+    "ksim_one_rank.h": _ONE_RANK, "mpi.h": _MPI, "nccl.h": _NCCL,
 })
 
 # headers whose library the capture cannot run: (pattern, what it is)
@@ -730,7 +1048,8 @@ UNSUPPORTED: list[tuple[re.Pattern, str]] = [
     (re.compile(r"^(cuda_d3d\d*_interop|d3d\w*|dxgi\w*|dynlink_d3d\d+)\.h$"), "Direct3D interop"),
     (re.compile(r"^vulkan/|^cuda_vk"), "Vulkan interop"),
     (re.compile(r"^nvrtc\.h$|^nvrtc_helper\.h$"), "runtime compilation (NVRTC)"),
-    (re.compile(r"^cudnn"), "cuDNN"), (re.compile(r"^nccl"), "NCCL"), (re.compile(r"^cusparse"), "cuSPARSE"),
+    (re.compile(r"^cudnn"), "cuDNN"), (re.compile(r"^nccl_"), "NCCL's plugin headers"),
+    (re.compile(r"^cusparse"), "cuSPARSE"),
     (re.compile(r"^cusolver"), "cuSOLVER"), (re.compile(r"^npp"), "NPP"), (re.compile(r"^nvjpeg"), "nvJPEG"),
     (re.compile(r"^cuda/annotated_ptr"), "cuda::annotated_ptr"),
     (re.compile(r"^cuda_fp8\.h$"), "FP8 types"), (re.compile(r"^cudla|^nvsci|^cufile"), "a device-only library"),
