@@ -8,8 +8,9 @@ up to `max_debug` repair attempts fed its error → the result is written on the
 → a snapshot goes to the store. A round ends after `req.stagnation` evaluations without a new best; each new
 round raises the difficulty gate by one.
 
-A new best must beat the previous one (the original, at first) in its own measured median latency, on the same
-backend and workload, by `MIN_GAIN` (`improves`, shared with the store's offers). The speedup over the baseline
+A new best must be clearly faster than the previous one (the original, at first) in its own measured latency, on
+the same backend and workload: its median plus half its spread, raised by `MIN_GAIN`, below the other's median less
+half its spread (`defaults.clearly_faster`, shared with the store's offers). The speedup over the baseline
 op is reported beside it but does not decide: the baseline's time drifts between evaluations (seen on the CPU: the
 trusted worker's first requests ran the baseline 3x slower than its later ones).
 
@@ -41,7 +42,7 @@ from .task import KernelTask, TaskError
 from .worldmodel import ROOT, PlanNode, PlanTree, render_tree
 
 ORIGINAL = "original"
-from .defaults import MIN_GAIN  # noqa: E402 - one place for defaults
+from .defaults import clearly_faster  # noqa: E402 - one place for defaults
 
 
 class SearchError(RuntimeError):
@@ -259,10 +260,10 @@ class _Run:
             self.log(f"candidate {cid}: {t.speedup:.1f}x stays flagged after re-measurement; not taken as best",
                      "warning")
             return False
-        if self.best is not None and not _beats(t.speedup, t.median_ms, self.best):
+        if self.best is not None and not _beats(t.median_ms, t.iqr_ms, self.best):
             return False
-        self.best = {"candidate_id": cid, "node_id": node_id, "median_ms": t.median_ms, "speedup": t.speedup,
-                     "vs_original": vs_orig, "source": source}
+        self.best = {"candidate_id": cid, "node_id": node_id, "median_ms": t.median_ms, "iqr_ms": t.iqr_ms,
+                     "speedup": t.speedup, "vs_original": vs_orig, "source": source}
         self.tree.set_best(node_id, t.speedup)
         self.store.update_run(self.run_id, best_candidate=cid)
         self.emit(BestEvent(candidate_id=cid, summary=_summary(res, vs_orig), median_ms=t.median_ms, speedup=t.speedup))
@@ -283,8 +284,8 @@ class _Run:
                          speedup_vs_original=1.0 if t else None)
         if res.passed and t is not None:
             self.original_ms = t.median_ms
-            self.best = {"candidate_id": cid, "node_id": ROOT, "median_ms": t.median_ms, "speedup": t.speedup,
-                         "vs_original": 1.0, "source": src}
+            self.best = {"candidate_id": cid, "node_id": ROOT, "median_ms": t.median_ms, "iqr_ms": t.iqr_ms,
+                         "speedup": t.speedup, "vs_original": 1.0, "source": src}
             self.tree.set_best(ROOT, t.speedup)
         elif not res.passed:
             self.log(f"the original ({what}) does not pass: {res.summary()}; speedups are reported vs the "
@@ -321,8 +322,9 @@ class _Run:
                                         message=(c.get("message") or "")[:300], median_ms=t and t["median_ms"],
                                         speedup=t and t["speedup"], speedup_vs_original=vs))
             if c["status"] == "passed" and (t and not t.get("suspect") or not self.timed and c["plan"] != ORIGINAL):
-                if self.best is None or (t and _beats(t["speedup"], t["median_ms"], self.best)):
+                if self.best is None or (t and _beats(t["median_ms"], t.get("iqr_ms", 0.0), self.best)):
                     self.best = {"candidate_id": c["id"], "node_id": c["node_id"], "median_ms": t and t["median_ms"],
+                                 "iqr_ms": t and t.get("iqr_ms", 0.0),
                                  "speedup": t and t["speedup"], "vs_original": vs, "source": c["source"]}
         self.log(f"resumed run {self.run_id}: {self.evals} evaluations so far, tree round {self.tree.round}"
                  + (f", reopened {', '.join(reopened)}" if reopened else ""))
@@ -441,17 +443,17 @@ class _Run:
             self.collect()
 
 
-def improves(median_ms: float, best_ms: float) -> bool:
-    """A candidate improves on one measured at `best_ms` when its own median is lower by MIN_GAIN (smaller gains
-    are within timing noise)."""
-    return median_ms * (1 + MIN_GAIN) < best_ms
+def improves(median_ms: float, best_ms: float, iqr_ms: float = 0.0, best_iqr_ms: float = 0.0) -> bool:
+    """A candidate improves on one measured at `best_ms` when it is clearly faster (defaults.clearly_faster: its
+    spread and the other's do not overlap, with MIN_GAIN between them; smaller gains are within timing noise)."""
+    return clearly_faster(median_ms, iqr_ms, best_ms, best_iqr_ms)
 
 
-def _beats(speedup: float, median_ms: float, best: dict) -> bool:
-    """A new best beats the old one in its own median latency by MIN_GAIN (see the module docstring)."""
+def _beats(median_ms: float, iqr_ms: float, best: dict) -> bool:
+    """A new best beats the old one in its own median latency and spread (see the module docstring)."""
     if best.get("median_ms") is None:
         return True
-    return improves(median_ms, best["median_ms"])
+    return improves(median_ms, best["median_ms"], iqr_ms or 0.0, best.get("iqr_ms") or 0.0)
 
 
 def _summary(res: EvalResult, vs_orig: float | None) -> str:

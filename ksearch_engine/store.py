@@ -24,7 +24,7 @@ from typing import Any, Iterator, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from .defaults import MIN_GAIN, UNTIMED_BACKENDS
+from .defaults import UNTIMED_BACKENDS, clearly_faster
 from .procs import pid_alive as _pid_alive
 
 SCHEMA = """
@@ -202,15 +202,15 @@ def vs_original(c: Candidate, original: Candidate | None) -> float | None:
 
 
 def beats(c: Candidate, original: Candidate | None) -> bool:
-    """The search's own rule for an improvement (search.improves): its own median below the original's by
-    MIN_GAIN, same backend and workload. Without a timed original (it failed, or nothing can be timed here) a
+    """The search's own rule for an improvement (defaults.clearly_faster): its own median and spread clearly
+    below the original's, same backend and workload. Without a timed original (it failed, or nothing can be timed here) a
     passing candidate counts when it is not flagged."""
     t, ot = c.timing, (original.timing if original is not None else None)
     if t is not None and t.get("suspect"):
         return False
     if t is None or ot is None:
         return True
-    return t["median_ms"] * (1 + MIN_GAIN) < ot["median_ms"]
+    return clearly_faster(t["median_ms"], t.get("iqr_ms") or 0.0, ot["median_ms"], ot.get("iqr_ms") or 0.0)
 
 
 def default_path(workspace: str | Path | None = None) -> Path:

@@ -61,3 +61,20 @@ def test_orphaned_running_run_is_marked_failed(tmp_path):
     assert s.mark_orphans_failed() == [rid]
     r = s.run(rid)
     assert r["status"] == "failed" and "re-run" in r["message"]
+
+
+def test_an_offer_is_clearly_faster_than_the_original_not_just_in_its_median(tmp_path):
+    """Medians 10% apart whose spreads overlap are noise: never offered. One whose whole spread is below the
+    original's is offered. (The same rule decides the search's best: defaults.clearly_faster.)"""
+    from ksearch_engine.store import ORIGINAL
+
+    def res(median, iqr):
+        return {**RESULT, "timing": {**RESULT["timing"], "median_ms": median, "iqr_ms": iqr}}
+    s = Store(tmp_path / "k.db")
+    rid = s.create_run("optimize", task_name="t", kernel="k")
+    s.add_candidate(rid, "original", plan=ORIGINAL, status="passed", result=res(2.0, 0.4))
+    noisy = s.add_candidate(rid, "noisy", status="passed", result=res(1.8, 0.4))
+    clear = s.add_candidate(rid, "clear", status="passed", result=res(1.2, 0.1))
+    s.update_run(rid, status="done")
+    assert [c.id for c in s.offers(rid)] == [clear]
+    assert noisy not in [c.id for c in s.offers(rid)]
