@@ -117,6 +117,31 @@ def write_manifest(out: Path) -> int:
     return len(manifest)
 
 
+def trim(out: Path, budget_mb: float) -> tuple[int, int]:
+    """What travels to the GPU machine is limited (the device tool's carry, shared with MLX's wheels): the
+    launches carried smallest first until `budget_mb` of argument files; the others' files are removed and their
+    entries say so (skipped, with the size). Returns (kept, skipped)."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    sized = []
+    for i, e in enumerate(manifest):
+        if e.get("skipped"):
+            continue
+        files = [out / a["npy"] for a in e.get("args", []) if a.get("kind") == "buffer"]
+        sized.append((sum(f.stat().st_size for f in files if f.exists()), i, files))
+    left, kept, skipped = budget_mb * (1 << 20), 0, 0
+    for size, i, files in sorted(sized):
+        if size <= left:
+            left -= size
+            kept += 1
+            continue
+        for f in files:
+            f.unlink(missing_ok=True)
+        manifest[i]["skipped"] = f"launch of {size >> 10} KB compressed: over what this run carries ({budget_mb:g} MB)"
+        skipped += 1
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return kept, skipped
+
+
 # ----------------------------------------------------------------------------------------------- run (GPU)
 def _scalar(ctype: str, value):
     """The kernel argument as nvcc's kernel takes it (C type sizes from translate.launch.POINTEE)."""
@@ -169,8 +194,14 @@ def run(root: Path, out_json: Path | None, jobs: int = 6, only: list[int] | None
             return {"file": manifest[i]["file"], "kernel": manifest[i]["kernel"], "status": "error",
                     "why": "over 120 s"}
 
+    from concurrent.futures import as_completed
+
+    rows = []
     with ThreadPoolExecutor(jobs) as pool:
-        rows = list(pool.map(one, idx))
+        for fut in as_completed([pool.submit(one, i) for i in idx]):
+            rows.append(fut.result())
+            if out_json:   # as it goes: a run stopped at its time limit still says what it checked
+                out_json.write_text(json.dumps({"device": "see gpu.txt", "partial": True, "rows": rows}, indent=1))
     for row in rows:
         print(f"{row['status']:<12} {row['kernel']:<32} {Path(row['file']).name}  {row.get('why') or ''}"[:220])
     counts: dict[str, int] = {}
@@ -271,6 +302,9 @@ def main(argv=None) -> int:
     r.add_argument("--json")
     r.add_argument("--jobs", type=int, default=6)
     r.add_argument("--only", help="comma-separated manifest indices")
+    t = sub.add_parser("trim", help="keep the smallest launches within a carry budget")
+    t.add_argument("root")
+    t.add_argument("--mb", type=float, default=24.0)
     o = sub.add_parser("run-one")
     o.add_argument("root")
     o.add_argument("index", type=int)
@@ -278,6 +312,10 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     if a.cmd == "run-one":
         run_one(Path(a.root), a.index)
+        return 0
+    if a.cmd == "trim":
+        kept, skipped = trim(Path(a.root), a.mb)
+        print(f"{kept} launches kept, {skipped} over {a.mb:g} MB skipped")
         return 0
     else:
         run(Path(a.root), Path(a.json) if a.json else None, a.jobs,
