@@ -2,7 +2,8 @@
 
 Used where a file has no `main()` (a header, a kernel-only file) or the program never reached a kernel. The
 launch geometry comes from the file's own launch site where its expressions evaluate (with the file's
-`#define`s), else from the kernel's use of 2-D indices. Scalar sizes start from the grid's thread count; every
+`#define`s), else from the kernel's use of 2-D indices, moved where the kernel's own checks on its block
+(`assert(blockDim.x == 64)`, blockneeds) reject it. Scalar sizes start from the grid's thread count; every
 buffer starts at a size that covers the grid and grows each time the simulator reports a fault past its end
 (its guard page names the array), so the extents come from the kernel's own accesses.
 
@@ -233,8 +234,10 @@ def _tile_block(k, defines: dict[str, int], template_args=None):
     return None
 
 
-def _geometry(k, defines: dict[str, int], source: str | None = None,
-              template_args=None) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+def _geometry(k, defines: dict[str, int], source: str | None = None, template_args=None, *, needs=None,
+              notes: list[str] | None = None) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(grid, block) made up for `k`; the block meets the kernel's own checks on it (`needs`, blockneeds: the block
+    nearest the made-up one that does, and a line in `notes` saying so) where some block can."""
     tree, _ = _kernel_tree(k, source)
     two_d = any(re.search(r"(threadIdx|blockIdx|blockDim)\s*\.\s*y", t) for t, _ in tree)
     block = None
@@ -252,8 +255,27 @@ def _geometry(k, defines: dict[str, int], source: str | None = None,
     block = tuple(list(block) + [1, 1])[:3]
     if block[0] * block[1] * block[2] > 1024:
         block = (16, 16, 1) if two_d else (128, 1, 1)
+    if needs:
+        from .blockneeds import fit_block
+        fitted = fit_block(block, needs)
+        if fitted is not None and fitted != block:
+            if notes is not None:
+                notes.append(f"the made-up block is {fitted} (not {block}), to meet the kernel's own check"
+                             f"{'s' if len(needs) > 1 else ''} on its block: {', '.join(n.where() for n in needs)}")
+            block = fitted
     grid = (2, 2, 1) if two_d or block[1] > 1 else (2, 1, 1)
     return grid, block
+
+
+def _needs(k, source, defines, targs, filename, sources):
+    """The kernel's checks on its block shape at template arguments `targs` (blockneeds); none where they cannot be
+    read."""
+    from .blockneeds import block_needs
+    try:
+        return block_needs(k, source or "", defines, targs, filename=filename,
+                           texts=[source] + [t for _, t in (sources or [])[1:]] if source else None)
+    except Exception:   # a reading this module does not follow: the block is made up as without the checks
+        return []
 
 
 # C types a template argument written at a launch site may name (anything else may be the caller's own parameter)
@@ -333,14 +355,18 @@ def static_shared_bytes(k, env: dict) -> int | None:
 
 def _fit_block_params(k, per: list[list[str]], defines: dict) -> list[list[str]]:
     """The representative values of block-size template parameters (128) halved until the kernel's static shared
-    arrays fit CUDA's 48 KB and a tile of P x P threads that a 1-D block covers (`threadIdx.x / P`,
-    `threadIdx.x % P`) fits 1024 threads. Values a launch or a default gave are kept."""
-    from .launchsites import _BLOCK_PARAM
+    arrays fit CUDA's 48 KB, a tile of P x P threads that a 1-D block covers (`threadIdx.x / P`,
+    `threadIdx.x % P`) fits 1024 threads and the kernel's `static_assert`s that read with them hold, else doubled
+    (up to 1024) until they do. Values a launch or a default gave are kept."""
+    from .blockneeds import static_checks
+    from .launchsites import _BLOCK_PARAM, EvalError, Unknown, build_scope, evaluate
     made = [i for i, (tp, o) in enumerate(zip(k.template_params, per))
             if tp.kind != "typename" and o == ["128"] and not tp.default and _BLOCK_PARAM.match(tp.name)]
     if not made:
         return per
     vals = {i: 128 for i in made}
+    checks = static_checks(k)
+    scope = build_scope([""]) if checks else None
 
     def fits() -> bool:
         env = dict(defines)
@@ -361,18 +387,38 @@ def _fit_block_params(k, per: list[list[str]], defines: dict) -> list[list[str]]
                 re.search(rf"threadIdx\s*\.\s*x\s*%\s*\(?\s*{name}\b", k.body)
             if tile and vals[i] * vals[i] > 1024:
                 return False
+        for c in checks:
+            try:
+                v, unk = evaluate(c, scope, env)
+            except (EvalError, Unknown):
+                continue      # a condition on something else (a type trait, a parameter without a value)
+            if not unk and not v:
+                return False
         return True
 
-    while not fits() and any(v > 1 for v in vals.values()):
-        for i in vals:
-            vals[i] = max(1, vals[i] // 2)
+    for v in (128, 64, 32, 16, 8, 4, 2, 1, 256, 512, 1024):
+        vals = {i: v for i in made}
+        if fits():
+            break
+    else:
+        vals = {i: 1 for i in made}
     return [[str(vals[i])] if i in vals else o for i, o in enumerate(per)]
 
 
-def _candidates(k, defines, geometries, template_args, template_choices=None, source=None):
-    """(grid, block, smem, template args, scalars, origin, from the source) to try, the source's first; the made-up
-    geometry at `template_args`, else at each of `template_choices` (representative instantiations)."""
+def _candidates(k, defines, geometries, template_args, template_choices=None, source=None, filename="",
+                sources=None):
+    """(grid, block, smem, template args, scalars, origin, from the source, grow smem, notes) to try, the source's
+    first; the made-up geometry at `template_args`, else at each of `template_choices` (representative
+    instantiations). A geometry whose block the kernel's own checks reject (`assert(blockDim.x == 64)`, blockneeds)
+    is left out where some block meets them; the made-up block meets them."""
     out = []
+    needs_at: dict = {}
+
+    def needs(targs):
+        key = tuple(str(t) for t in targs or ())
+        if key not in needs_at:
+            needs_at[key] = _needs(k, source, defines, targs, filename, sources)
+        return needs_at[key]
     dyn = any(sh.dynamic for sh in k.shared)
     two_d = re.search(r"(threadIdx|blockIdx|blockDim)\s*\.\s*y", k.body) is not None
     for g in geometries or []:
@@ -385,18 +431,24 @@ def _candidates(k, defines, geometries, template_args, template_choices=None, so
         targs = g.template_args if g.template_args is not None else template_args
         if k.template_params and (not targs or any(t is None for t in targs)):
             continue
-        out.append((grid, block, smem, targs, dict(g.scalars), g.origin, g.from_source, grow))
+        ns = needs(targs)
+        if ns and not all(n.holds(block) for n in ns):
+            from .blockneeds import fit_block
+            if fit_block(block, ns) is not None:
+                continue     # the kernel's own check rejects this block: it fails on every thread
+        out.append((grid, block, smem, targs, dict(g.scalars), g.origin, g.from_source, grow, []))
     choices = [template_args]
     if k.template_params and (not template_args or any(t is None for t in template_args)):
         choices = [c for c in template_choices or [] if c]
     for targs in choices:
-        grid, block = _geometry(k, defines, source, targs)
+        made: list[str] = []
+        grid, block = _geometry(k, defines, source, targs, needs=needs(targs), notes=made)
         smem, grow = 0, False
         if dyn:
             given = next((v for v in (_eval_int(s.shared_mem, defines) for s in k.launches) if v), None)
             grow = not given
             smem = given[0] if given else block[0] * block[1] * block[2] * DYN_SMEM_PER_THREAD
-        out.append((grid, block, smem, targs, {}, "", False, grow))
+        out.append((grid, block, smem, targs, {}, "", False, grow, made))
     return out
 
 
@@ -422,14 +474,14 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
     arguments hold them as the port takes them (texels and geometry) and `expected` (a dict) gets what the original
     left in memory, since the original cannot re-run on those.
     """
-    cands = _candidates(k, defines, geometries, template_args, template_choices, source)
+    cands = _candidates(k, defines, geometries, template_args, template_choices, source, filename, sources)
     if not cands:
         raise InferError("a template kernel that no launch instantiates, with a non-type template parameter that "
                          "neither a launch nor a default gives a value: run its program, or give the template "
                          "arguments in a task file")
     first_err: InferError | None = None
     raced: str | None = None
-    for i, (grid, block, smem, targs, scalars, origin, from_source, grow) in enumerate(cands):
+    for i, (grid, block, smem, targs, scalars, origin, from_source, grow, fit_notes) in enumerate(cands):
         if raced and not from_source:
             break            # the source's own geometry races: a made-up one would hide it
         more = i + 1 < len(cands) and (from_source or not raced)
@@ -452,7 +504,7 @@ def infer_launch(source: str, k, defines: dict[str, int], *, filename: str, temp
             first_err = first_err or InferError(f"{e}{where}" if where else str(e))
             continue
         if notes is not None:
-            notes.extend(made)
+            notes.extend(fit_notes + made)
         if origin:
             m = re.search(r"\bat (.+?):(\d+)(?: with |$)", origin)
             if m:

@@ -1080,6 +1080,19 @@ extern "C" __attribute__((visibility("hidden"))) inline void __assert_fail(const
   abort();
 }
 #endif
+// __trap() in a kernel stops the grid like a failed assert() (on a GPU: the launch fails, cudaErrorLaunchFailure)
+// and says where and in which thread.
+namespace ksim {
+[[noreturn]] inline void trap_at(const char* file, unsigned int line) {
+  if (cur)
+    fail(11, "__trap() reached at %s line %u in thread (%u,%u,%u) of threadgroup (%u,%u,%u)", file, line, cur->tid.x,
+         cur->tid.y, cur->tid.z, g.block.x, g.block.y, g.block.z);
+  fprintf(stderr, "%s:%u: __trap() reached\n", file, line);
+  fflush(stderr);
+  abort();
+}
+}  // namespace ksim
+#define __trap() ::ksim::trap_at(__FILE__, __LINE__)
 #ifndef KSIM_HOST  // ksim_host.h defines clock64 for host and kernel code alike
 inline long long clock64() { return ksim::clock_reading(); }
 #endif
