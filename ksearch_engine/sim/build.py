@@ -171,7 +171,7 @@ def prune(d: Path, keep: int = MAX_CACHED) -> None:
 def build(code: str, what: str, user_files: set[str] | None = None, host: bool = False) -> Path:
     """Compile `code` (a full C++ translation unit) to a cached ``.so``; raise SimError on errors. `host`: the code
     includes ksim_cuda_host.h (the host runtime API), whose headers are part of the cache key then."""
-    names = ("ksim.h", "ksim_metal.h", "ksim_cuda.h", "ksim_wmma.h") + (HOST_HEADERS if host else ())
+    names = ("ksim.h", "ksim_metal.h", "ksim_cuda.h", "ksim_wmma.h", "ksim_cub.h") + (HOST_HEADERS if host else ())
     header_text = b"".join(HEADER.with_name(n).read_bytes() for n in names)
     cxx = compiler()
     key = hashlib.sha256(code.encode() + header_text + " ".join([cxx] + flags()).encode()).hexdigest()[:24]

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from .build import cache_dir, unique_suffix
+from . import cub as _cub
 
 _EMPTY = [
     "cuda_runtime.h", "cuda_runtime_api.h", "device_launch_parameters.h", "cuda_fp16.h", "cuda_fp16.hpp",
@@ -1039,10 +1040,11 @@ FILES.update({
     "cufftXt.h": _CUFFTXT,
     "ksim_one_rank.h": _ONE_RANK, "mpi.h": _MPI, "nccl.h": _NCCL,
 })
+FILES.update({h: '#pragma once\n#include "ksim_cub.h"\n' for h in _cub.HEADERS})   # CUB's collectives (sim/cub.py)
 
 # headers whose library the capture cannot run: (pattern, what it is)
 UNSUPPORTED: list[tuple[re.Pattern, str]] = [
-    (re.compile(r"^thrust/"), "Thrust"), (re.compile(r"^cub/"), "CUB"),
+    (re.compile(r"^thrust/"), "Thrust"), (_cub.OTHER_HEADERS, "CUB"),
     (re.compile(r"^(GL|GLES\d?|GLFW|GLUT|EGL)/|^(cuda_gl_interop|cudaGL|cuda_egl_interop|helper_gl|glew)\.h$"),
      "OpenGL interop"),
     (re.compile(r"^(cuda_d3d\d*_interop|d3d\w*|dxgi\w*|dynlink_d3d\d+)\.h$"), "Direct3D interop"),

@@ -422,6 +422,12 @@ def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = Tr
                 out.append(f'#error "ksim-capture: {_escape(hname)} ({what}) cannot run in the CPU capture"')
                 continue
             if hname in host_headers.FILES:
+                from .cub import includes_cub, reason, unsupported_uses   # a part of CUB the stand-in lacks
+                bad = unsupported_uses(text) if hname.startswith("cub/") and includes_cub(text) else []
+                if bad:
+                    out.append(f'#error "ksim-capture: {_escape(bad[0][0])} (line {bad[0][1]}): '
+                               f'{_escape(reason(bad[0][0]))}"')
+                    continue
                 out.append(f"#include <{hname}>")
                 continue
             found, heur = _find(hname, quoted, p.parent, include_dirs, root)

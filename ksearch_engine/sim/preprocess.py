@@ -31,6 +31,8 @@ def strip_gpu_includes(text: str, dialect: str) -> str:
         path = m.group(1).strip()
         if dialect == "cuda" and path == "curand_kernel.h":   # cuRAND's device API: the simulator's (ksim_curand.h)
             return '#include "ksim_curand.h"'
+        if dialect == "cuda" and path.startswith("cub/"):   # CUB's block/warp collectives: our stand-in (ksim_cub.h)
+            return '#include "ksim_cub.h"'
         if dialect == "metal" or _GPU_HEADER.match(path):
             return _blank(m.group(0))
         return m.group(0)

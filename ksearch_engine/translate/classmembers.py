@@ -209,7 +209,7 @@ def residency(cm: ClassMembers, function_texts: list[str], more_texts: list[str]
         return
     tg: set[str] = set()
     th: set[str] = set()
-    shared = re.compile(r"\b__shared__\s+(?:(?:volatile|const|static)\s+)*((?:::)?(?:[A-Za-z_]\w*::)*(?:" + names
+    shared = re.compile(r"\b__shared__\s+(?:(?:volatile|const|static|typename)\s+)*((?:::)?(?:[A-Za-z_]\w*::)*(?:" + names
                         + r"))\b\s*" + _TARGS + r"?\s*[A-Za-z_]\w*")
     decl = re.compile(r"(?<![\w:.>])((?:[A-Za-z_]\w*::)*(?:" + names + r"))\s*(" + _TARGS
                       + r")?\s*(?:(\s[A-Za-z_]\w*)\s*(?=[;=\[({,)])|(?=\())")

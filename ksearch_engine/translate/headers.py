@@ -9,6 +9,16 @@ import re
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 
+# CUB's block- and warp-level collectives: our stand-in (sim/ksim_cub.h), read like a local header, so both ports carry
+# its class templates translated as a user's own (the simulator's original includes the same file)
+_CUB_STAND_IN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sim", "ksim_cub.h")
+
+
+def library_stand_in(path: str) -> str | None:
+    """The file that stands in for a library header the ports carry as code (`cub/...`), or None."""
+    return _CUB_STAND_IN if re.match(r"cub/", path) else None
+
+
 # an include guard after leading comments; possessive, so a header without one fails in linear time (a lazy
 # `/\*.*?\*/` under re.S let a header of many comments and no guard backtrack for minutes)
 _GUARD = re.compile(r"(?:\s++|//[^\n]*+|/\*(?:[^*]|\*(?!/))*+\*/)*+#[ \t]*ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]*\n")
@@ -37,9 +47,11 @@ def header_preamble(text: str, include_dirs, _seen: set | None = None, _depth: i
         except Exception:
             here = {**entry, **from_headers}
         path = m.group(1).strip()
-        if _GPU_HEADER.match(path):
+        found = library_stand_in(path)
+        if found is None and _GPU_HEADER.match(path):
             continue
-        found = next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))), None)
+        found = found or next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))),
+                              None)
         if found is None:
             continue
         real = os.path.realpath(found)
@@ -166,9 +178,11 @@ def header_helpers(text: str, include_dirs, _seen: set | None = None, _depth: in
         return out
     for m in _INCLUDE.finditer(text):
         path = m.group(1).strip()
-        if _GPU_HEADER.match(path):
+        found = library_stand_in(path)
+        if found is None and _GPU_HEADER.match(path):
             continue
-        found = next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))), None)
+        found = found or next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))),
+                              None)
         if found is None:
             continue
         real = os.path.realpath(found)
@@ -219,9 +233,11 @@ def included_files(text: str, include_dirs, _seen: set | None = None, _depth: in
         return out
     for m in _INCLUDE.finditer(text):
         path = m.group(1).strip()
-        if _GPU_HEADER.match(path):
+        found = library_stand_in(path)
+        if found is None and _GPU_HEADER.match(path):
             continue
-        found = next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))), None)
+        found = found or next((os.path.join(d, path) for d in include_dirs if os.path.isfile(os.path.join(d, path))),
+                              None)
         if found is None or os.path.realpath(found) in seen:
             continue
         real = os.path.realpath(found)

@@ -74,6 +74,9 @@ class RewriteContext:
     tg_classes: set[str] = field(default_factory=set)
     tg_types: set[str] = field(default_factory=set)
     tg_data: dict[str, set[str]] = field(default_factory=dict)
+    # the names of the structs and classes the kernel uses (classmembers.py): `cub::Sum()` builds an object, it calls
+    # no member function of that name (none takes the thread attributes there)
+    class_names: set[str] = field(default_factory=set)
 
 
 class Rewriter:
@@ -230,6 +233,8 @@ class Rewriter:
             return self._text(node)
         if t == "declaration":
             return self._emit_declaration(node)
+        if t == "field_declaration" and self.ctx.tg_types:
+            return self._emit_field(node)
         if t == "type_descriptor":
             return self._emit_type_descriptor(node)
         if t == "assignment_expression" and self.ctx.atomic:
@@ -410,6 +415,8 @@ class Rewriter:
                 field_node = field_node.child_by_field_name("name")
             short = self._text(field_node).strip() if field_node is not None else ""
         attrs = list(self.ctx.helper_attrs.get(short, [])) + [a for _, a in self.ctx.helper_params.get(short, [])]
+        if short in self.ctx.class_names and (fn is None or fn.type != "field_expression"):
+            attrs = []   # a constructor call (a functor such as cub::Sum()): no member function of that name
         if attrs and out.endswith(")"):
             inner = out[:-1]
             sep = "" if inner.rstrip().endswith("(") else ", "
@@ -477,6 +484,21 @@ class Rewriter:
         if not idents & self.ctx.shared_names:
             return None
         return {type_node.id: "threadgroup "}
+
+    def _emit_field(self, node) -> str:
+        """Metal: a data member pointing or referring to a class whose objects all live in threadgroup memory
+        (`TempStorage* temp;`, classmembers.py) is a threadgroup pointer / reference."""
+        tnode = node.child_by_field_name("type")
+        decls = node.children_by_field_name("declarator")
+        if tnode is None or not decls or not all(d.type in ("pointer_declarator", "reference_declarator")
+                                                 for d in decls):
+            return self._emit_children(node)
+        words = {self._text(c).strip() for c in node.children if c.type == "type_qualifier"}
+        bare = re.sub(r"\s*<.*$", "", self._text(tnode)).split("::")[-1].strip()
+        if words & _ADDRESS_SPACES or bare not in self.ctx.tg_types:
+            return self._emit_children(node)
+        first = next(c for c in node.children if c.type != "comment")
+        return self._emit_children(node, before={first.id: "threadgroup "})
 
     def _emit_member(self, fn) -> str:
         """A member function defined in a struct/class body, for Metal (classmembers.py): one that reads thread

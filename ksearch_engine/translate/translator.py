@@ -159,6 +159,11 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     resolve_param_types(k, type_aliases(parse_result.preamble))   # `fp d_lambda` with #define fp float
     line0 = k.range.start.line
     source_bytes = parse_result.source.encode()
+    from ..sim.cub import includes_cub, reason as cub_reason, unsupported_uses   # CUB: only what sim/ksim_cub.h has
+    if includes_cub(parse_result.source):
+        for h in [k] + [h for h in parse_result.helpers if re.search(rf"\b{re.escape(h.name)}\s*\(", k.text)]:
+            for name, line in unsupported_uses(h.text, h.range.start.line):
+                issues.append(Issue(construct=name, line=line, severity="error", message=cub_reason(name) + "; port that part by hand"))
 
     # -- parameters ----------------------------------------------------------------------------
     launch = k.launches[0] if k.launches else None
@@ -290,6 +295,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     ctx.helper_attrs = _helper_attributes(table, helpers + members, shared_names)
     ctx.tg_classes, ctx.tg_data = set(cmembers.tg_classes), dict(cmembers.tg_data)
     ctx.tg_types = {n for c in cmembers.tg_resident for n in cmembers.type_names(c)}
+    ctx.class_names = set(cmembers.classes)
     from .wmma import fragment_aliases   # helpers' fragment references get `thread` in Metal (wmma.py)
     ctx.fragment_types = fragment_aliases(parse_result.source)
     rw = Rewriter(table, line_offset=line0, context=ctx)
@@ -397,7 +403,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                          for n in set(hshared.params) | set(hsyms)},
                           hoisted=hshared.hoisted, dynamic_alias=hshared.alias,
                           tg_classes=ctx.tg_classes, tg_types=ctx.tg_types, tg_data=ctx.tg_data)
-    lctx.fragment_types = ctx.fragment_types
+    lctx.fragment_types, lctx.class_names = ctx.fragment_types, ctx.class_names
     lctx.dynamic_shared.update(hshared.dynamic)
     lrw = Rewriter(table, line_offset=line0, context=lctx)
     _, launch_metal_body = lrw.rewrite_function(k.text, helper=False)
