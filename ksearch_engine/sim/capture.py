@@ -37,8 +37,7 @@ from .host_source import Program, build_program
 _TAIL = 8000
 SLOW_S = 2.0   # a launch running longer on the CPU is too slow to check six times over: the program is run smaller
 SCALE_BUILD_S = 60.0   # a program whose build took longer is not built a second time at smaller sizes
-_HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_wmma.h", "ksim_curand.h", "ksim_tex.h",
-                 "ksim_cub.h")
+_HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_wmma.h", "ksim_curand.h", "ksim_tex.h")
 
 
 class CaptureFailed(Exception):
@@ -94,6 +93,17 @@ def _explain_compile(stderr: str, prog: Program) -> tuple[str, list[CaptureNote]
         f, l = (prog.display.get(os.path.basename(ln.group(1)), ln.group(1)), int(ln.group(2))) if ln else (shown, line)
         note = CaptureNote(kind="gpu_only", message=what, file=f, line=l)
         return f"{f}:{l}: {what} — the program needs it; port its kernels by hand or remove that part", [note]
+    # a Thrust name the stand-in (host_thrust.py) does not declare
+    m = re.search(r"^([^:\n]+):(\d+):\d*:? *error: [‘'`](?:thrust::)?(\w+)[’'] (?:is not a member of [‘'`]thrust"
+                  r"|in namespace [‘'`]thrust[’'] does not name)", stderr, re.M)
+    if not m:   # `using namespace thrust::placeholders;`
+        m = re.search(r"^([^:\n]+):(\d+):\d*:? *error: [‘'`](\w+)[’'] is not a namespace-name", stderr, re.M)
+        m = m if m and re.search(rf"\bthrust\s*::\s*{m.group(3)}\b", prog.text) else None
+    if m:
+        f, l = prog.display.get(os.path.basename(m.group(1)), m.group(1)), int(m.group(2))
+        what = f"thrust::{m.group(3)} is not in the capture's Thrust stand-in (vectors, device_ptr and basic algorithms)"
+        return (f"{f}:{l}: {what} — port its kernels by hand or capture a version without it",
+                [CaptureNote(kind="gpu_only", message=what, file=f, line=l)])
     m = re.search(r"fatal error: ([^:\n]+): No such file or directory", stderr)
     if m:
         return (f"{shown}:{line}: header {m.group(1)} not found — pass its folder in include_dirs "

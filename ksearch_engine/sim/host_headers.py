@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from .build import cache_dir, unique_suffix
-from . import cub as _cub
+from . import host_thrust
 
 _EMPTY = [
     "cuda_runtime.h", "cuda_runtime_api.h", "device_launch_parameters.h", "cuda_fp16.h", "cuda_fp16.hpp",
@@ -1040,11 +1040,12 @@ FILES.update({
     "cufftXt.h": _CUFFTXT,
     "ksim_one_rank.h": _ONE_RANK, "mpi.h": _MPI, "nccl.h": _NCCL,
 })
-FILES.update({h: '#pragma once\n#include "ksim_cub.h"\n' for h in _cub.HEADERS})   # CUB's collectives (sim/cub.py)
+# Thrust's vectors and basic algorithms on the host (host_thrust.py); its other headers stay UNSUPPORTED
+FILES.update(host_thrust.FILES)
 
 # headers whose library the capture cannot run: (pattern, what it is)
 UNSUPPORTED: list[tuple[re.Pattern, str]] = [
-    (re.compile(r"^thrust/"), "Thrust"), (_cub.OTHER_HEADERS, "CUB"),
+    (re.compile(r"^thrust/"), "Thrust"), (re.compile(r"^cub/"), "CUB"),
     (re.compile(r"^(GL|GLES\d?|GLFW|GLUT|EGL)/|^(cuda_gl_interop|cudaGL|cuda_egl_interop|helper_gl|glew)\.h$"),
      "OpenGL interop"),
     (re.compile(r"^(cuda_d3d\d*_interop|d3d\w*|dxgi\w*|dynlink_d3d\d+)\.h$"), "Direct3D interop"),
@@ -1066,9 +1067,11 @@ def stand_in(header: str) -> bool:
 
 
 def unsupported(header: str) -> str | None:
+    if header in FILES:   # a stand-in wins over its library's pattern (Thrust's provided headers)
+        return None
     for pat, what in UNSUPPORTED:
         if pat.search(header):
-            return what
+            return host_thrust.UNPROVIDED if what == "Thrust" else what
     return None
 
 
