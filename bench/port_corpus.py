@@ -68,11 +68,15 @@ def _port_one(args: tuple[str, float, str | None, list[str]]) -> dict:
         rep = port_file(path, include_dirs=include_dirs_for(Path(path)), write=False,
                         capture_timeout=min(60.0, timeout / 3))
         d = rep.model_dump(mode="json")
-        if gpu_out:   # the verified ports, ready to be checked against nvcc's originals (bench/ports_vs_nvcc.py)
-            from bench.ports_vs_nvcc import package
-            package(Path(path), rep, Path(gpu_out), nvcc_includes)
     except Exception as e:  # a crash of the tool itself is a finding, recorded as such
         d = {"file": path, "kernels": [], "error": f"CRASH {type(e).__name__}: {e}", "capture": {}}
+        rep = None
+    if gpu_out and rep is not None:   # the verified ports, ready to be checked against nvcc's originals
+        try:                          # (bench/ports_vs_nvcc.py); a packaging failure is this bench's, not the port's
+            from bench.ports_vs_nvcc import package
+            package(Path(path), rep, Path(gpu_out), nvcc_includes)
+        except Exception as e:  # noqa: BLE001
+            d["gpu_package_error"] = f"{type(e).__name__}: {e}"
     d["seconds"] = time.monotonic() - t0
     return d
 

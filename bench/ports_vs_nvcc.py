@@ -93,6 +93,16 @@ def package(f: Path, rep, out: Path, extra_includes: list[str] = ()) -> list[dic
         (out / entry["module"]).write_text(v.module_text)
         arg_meta = []
         for p in k.params:
+            if p.name not in args:
+                # a parameter the launch left to its default (`int* partial = NULL`): nvcc's kernel gets the default
+                # (a null pointer, or the number), the port's launch() None or the same number
+                val = _default_of(p)
+                if val is _NO_DEFAULT:
+                    entry["skipped"] = f"argument {p.name} not recorded and without a default"
+                    break
+                arg_meta.append({"name": p.name, "kind": "null" if p.pointer else "scalar", "value": val,
+                                 "ctype": ctypes.get(p.name, p.type)})
+                continue
             val = args[p.name]
             if isinstance(val, np.ndarray):
                 name = f"{slug}/{v.kernel}.{p.name}.npz"
@@ -102,10 +112,28 @@ def package(f: Path, rep, out: Path, extra_includes: list[str] = ()) -> list[dic
                 arg_meta.append({"name": p.name, "kind": "struct", "hex": val.hex(), "ctype": ctypes.get(p.name)})
             else:
                 arg_meta.append({"name": p.name, "kind": "scalar", "value": val, "ctype": ctypes.get(p.name, p.type)})
+        if entry.get("skipped"):
+            continue
         entry.update(grid=list(rec.grid), block=list(rec.block), shared_mem=rec.shared_mem,
                      template_args=list(rec.template_args or []), args=arg_meta)
     (out / slug / "entries.json").write_text(json.dumps(entries, indent=1))
     return entries
+
+
+_NO_DEFAULT = object()
+
+
+def _default_of(p):
+    """A parameter's default argument as a launch passes it: None for a null pointer, the number for a scalar
+    (translate.launch.default_value), else _NO_DEFAULT."""
+    text = (p.text or "").split("//")[0]
+    if "=" not in text:
+        return _NO_DEFAULT
+    if p.pointer:
+        return None if re.fullmatch(r"\s*(NULL|nullptr|0)\s*", text.split("=", 1)[1]) else _NO_DEFAULT
+    from ksearch_engine.translate.launch import default_value
+    v = default_value(p, [])
+    return _NO_DEFAULT if v is None else v
 
 
 def write_manifest(out: Path) -> int:
@@ -249,6 +277,8 @@ def run_one(root: Path, index: int) -> dict:
                     cargs.append(dev[a["name"]])
                 elif a["kind"] == "scalar":
                     cargs.append(_scalar(a["ctype"], a["value"]))
+                elif a["kind"] == "null":
+                    cargs.append(np.uint64(0))   # a null device pointer
                 else:
                     row.update(status="skipped", why="struct passed by value")
                     break
@@ -263,7 +293,8 @@ def run_one(root: Path, index: int) -> dict:
             exec(compile((root / e["module"]).read_text(), e["module"], "exec"), ns)
             margs = []
             for a in e["args"]:
-                margs.append(mx.array(host[a["name"]]) if a["kind"] == "buffer" else a["value"])
+                margs.append(mx.array(host[a["name"]]) if a["kind"] == "buffer" else None if a["kind"] == "null"
+                             else a["value"])
             got = ns["launch"](*margs, grid=tuple(e["grid"]), block=tuple(e["block"]),
                                shared_mem=int(e["shared_mem"]), template=e["template_args"] or None)
             mx.eval(list(got.values()))
