@@ -37,7 +37,8 @@ from .host_source import Program, build_program
 _TAIL = 8000
 SLOW_S = 2.0   # a launch running longer on the CPU is too slow to check six times over: the program is run smaller
 SCALE_BUILD_S = 60.0   # a program whose build took longer is not built a second time at smaller sizes
-_HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_wmma.h", "ksim_curand.h", "ksim_tex.h")
+_HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_wmma.h", "ksim_curand.h", "ksim_tex.h",
+                 "ksim_cub.h")
 
 
 class CaptureFailed(Exception):

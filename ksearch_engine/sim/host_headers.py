@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .build import cache_dir, unique_suffix
 from . import host_thrust
+from . import cub as _cub
 
 _EMPTY = [
     "cuda_runtime.h", "cuda_runtime_api.h", "device_launch_parameters.h", "cuda_fp16.h", "cuda_fp16.hpp",
@@ -1042,10 +1043,11 @@ FILES.update({
 })
 # Thrust's vectors and basic algorithms on the host (host_thrust.py); its other headers stay UNSUPPORTED
 FILES.update(host_thrust.FILES)
+FILES.update({h: '#pragma once\n#include "ksim_cub.h"\n' for h in _cub.HEADERS})   # CUB's collectives (sim/cub.py)
 
 # headers whose library the capture cannot run: (pattern, what it is)
 UNSUPPORTED: list[tuple[re.Pattern, str]] = [
-    (re.compile(r"^thrust/"), "Thrust"), (re.compile(r"^cub/"), "CUB"),
+    (re.compile(r"^thrust/"), "Thrust"), (_cub.OTHER_HEADERS, "CUB"),
     (re.compile(r"^(GL|GLES\d?|GLFW|GLUT|EGL)/|^(cuda_gl_interop|cudaGL|cuda_egl_interop|helper_gl|glew)\.h$"),
      "OpenGL interop"),
     (re.compile(r"^(cuda_d3d\d*_interop|d3d\w*|dxgi\w*|dynlink_d3d\d+)\.h$"), "Direct3D interop"),
