@@ -539,10 +539,12 @@ def _brace_end(code: str, open_at: int) -> int:
     return len(code)
 
 
-def _launching_values(texts: list[str], var: str, values: list[int], kernels: set[str]) -> list[int]:
+def _launching_values(texts: list[str], var: str, values: list[int], kernels: set[str], *,
+                      switch_vars: set[str] | None = None, only_hits: bool = False) -> list[int]:
     """`values` with those first whose `case N:` branch (of a switch on `var` or a parameter named alike) reaches one
     of `kernels`: names it, or calls a function whose body does (two calls deep), so that a ladder of a dozen
-    kernels runs the program once for the one wanted rather than once for each kernel before it."""
+    kernels runs the program once for the one wanted rather than once for each kernel before it. `switch_vars`:
+    only switches on a variable whose name contains one of these; `only_hits`: the reaching values alone."""
     from .sim.preprocess import mask_comments
 
     codes = [mask_comments(t) for t in texts]
@@ -559,13 +561,38 @@ def _launching_values(texts: list[str], var: str, values: list[int], kernels: se
                                  if f in bodies)
     hits: list[int] = []
     for c in codes:
-        for m in re.finditer(r"\bswitch\s*\(\s*[A-Za-z_]\w*\s*\)\s*\{", c):
+        for m in re.finditer(r"\bswitch\s*\(\s*([A-Za-z_]\w*)\s*\)\s*\{", c):
+            if switch_vars is not None and not any(v.lower() in m.group(1).lower() for v in switch_vars):
+                continue
             block = c[m.end():_brace_end(c, m.end() - 1)]
-            cases = list(re.finditer(r"\bcase\s+\(?\s*(-?\d+)\s*\)?\s*:", block))
+            # this switch's own labels: a nested switch's (`case 9: switch (threads) { case 1024: ...`) stay in
+            # the branch they belong to
+            cases = [cm for cm in re.finditer(r"\bcase\s+\(?\s*(-?\d+)\s*\)?\s*:", block)
+                     if block.count("{", 0, cm.start()) == block.count("}", 0, cm.start())]
             for i, cm in enumerate(cases):
                 branch = block[cm.end():cases[i + 1].start() if i + 1 < len(cases) else len(block)]
                 if int(cm.group(1)) in values and int(cm.group(1)) not in hits and reaches(branch, 2):
                     hits.append(int(cm.group(1)))
+    return hits if only_hits else hits + [v for v in values if v not in hits]
+
+
+def _option_values(texts: list[str], opt: str, missing: set[str]) -> list[int]:
+    """The values of a numeric option (`-kernel=N`) to run the program with for `missing` kernels: those whose
+    `case N:` of a switch on the option's variable (the one assigned from the option's read, or one named like the
+    option: `whichKernel` for -kernel) reaches a missing kernel, first; the other values of 0..MODE_VALUES-1 only
+    where some missing kernel is reached by no case (each run is the whole program on the CPU)."""
+    from .sim.preprocess import mask_comments
+
+    names = {opt}
+    for t in texts:
+        for m in re.finditer(r"\b([A-Za-z_]\w*)\s*=\s*getCmdLineArgument\w*\s*\([^;]*\"" + re.escape(opt) + r"\"",
+                             mask_comments(t)):
+            names.add(m.group(1))
+    values = list(range(MODE_VALUES))
+    per = {k: _launching_values(texts, opt, values, {k}, switch_vars=names, only_hits=True) for k in missing}
+    hits = list(dict.fromkeys(v for k in sorted(per) for v in per[k]))
+    if all(per.values()):
+        return hits
     return hits + [v for v in values if v not in hits]
 
 
@@ -628,10 +655,13 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
     if refused:
         return found
     opts = []
+    # an option read as a word (-type=float) anywhere: N = 0, 1, ... means nothing to it, also where its usage text
+    # ("-type=<T>") is what names it
+    words = {m.group(2) for m in _OPTION_READ.finditer(text) if m.group(1) == "String"}
     for m in _OPTION_READ.finditer(text):
         name = m.group(2) or m.group(3)
-        if m.group(1) == "String":
-            continue   # read as a word (-type=float): N = 0, 1, ... means nothing to it
+        if m.group(1) == "String" or name in words:
+            continue
         if _MODE_WORD.match(name) and name not in opts:
             opts.append(name)
     # a kernel-choosing name first: it names what is wanted (-kernel= before -type=)
@@ -651,7 +681,10 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
                     found[name] = (cap, " ".join(line))
                     missing.discard(name)
     for opt in opts[:2]:
-        for line, cap in _runs(p, [[f"-{opt}={n}"] for n in range(MODE_VALUES)], defines, include_dirs, timeout,
+        if not missing:
+            break
+        values = _option_values([text] + others, opt, missing)
+        for line, cap in _runs(p, [[f"-{opt}={n}"] for n in values], defines, include_dirs, timeout,
                                lambda: missing, t0, lambda ln: say(
                                    f"running the program with {ln[0]} for {', '.join(sorted(missing))}")):
             if cap is None:

@@ -362,3 +362,80 @@ def test_a_header_that_relies_on_a_macro_an_earlier_header_of_its_includer_defin
     assert r.capture.status == "ok", r.capture.error
     v = r.kernels[0]
     assert v.status == "verified" and v.workload == "captured", v.reason
+
+
+# a -kernel=N option read into whichKernel, a dispatcher's switch on it with a nested switch on the block size, and a
+# -type option that takes words (its usage text spells it "-type=<T>")
+OPTION_LADDER = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cuda_runtime.h>
+static int intOption(int argc, char** argv, const char* name, int dflt) {
+  for (int i = 1; i < argc; i++)
+    if (argv[i][0] == '-' && !strncmp(argv[i] + 1, name, strlen(name)) && argv[i][1 + strlen(name)] == '=')
+      return atoi(argv[i] + 2 + strlen(name));
+  return dflt;
+}
+static const char* wordOption(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; i++)
+    if (argv[i][0] == '-' && !strncmp(argv[i] + 1, name, strlen(name))) return argv[i] + 2 + strlen(name);
+  return 0;
+}
+#define getCmdLineArgumentInt(c, v, n) intOption(c, v, n, 3)
+#define getCmdLineArgumentString(c, v, n, out) (*(out) = wordOption(c, v, n))
+__global__ void plus_one(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] + 1.0f; }
+__global__ void times_two(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }
+template <int B> __global__ void tiled(float* y, const float* x, int n) {
+  int i = blockIdx.x * B + threadIdx.x; if (i < n) y[i] = x[i] - 3.0f; }
+__global__ void fallback(float* y, const float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = -x[i]; }
+void run(int whichKernel, int threads, float* y, const float* x, int n) {
+  switch (whichKernel) {
+    case 0: plus_one<<<(n + threads - 1) / threads, threads>>>(y, x, n); break;
+    case 1: times_two<<<(n + threads - 1) / threads, threads>>>(y, x, n); break;
+    case 2:
+      switch (threads) {
+        case 1: tiled<1><<<n, 1>>>(y, x, n); break;
+        case 128: tiled<128><<<(n + 127) / 128, 128>>>(y, x, n); break;
+      }
+      break;
+    default: fallback<<<(n + threads - 1) / threads, threads>>>(y, x, n); break;
+  }
+}
+int main(int argc, char** argv) {
+  printf("usage: ladder [options]\n");
+  printf("%s\n", "-kernel=<N>   which kernel");
+  printf("%s\n", "-type=<T>     float or half");
+  const char* type = 0;
+  getCmdLineArgumentString(argc, argv, "type", &type);
+  int whichKernel = getCmdLineArgumentInt(argc, argv, "kernel");
+  int n = 1000;
+  float* h = (float*)malloc(n * sizeof(float));
+  for (int i = 0; i < n; i++) h[i] = 0.5f * (i % 7);
+  float *dx, *dy;
+  cudaMalloc(&dx, n * sizeof(float));
+  cudaMalloc(&dy, n * sizeof(float));
+  cudaMemcpy(dx, h, n * sizeof(float), cudaMemcpyHostToDevice);
+  run(whichKernel, 128, dy, dx, n);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_an_option_ladder_runs_only_the_values_whose_case_launches_a_missing_kernel(tmp_path, monkeypatch):
+    """-kernel=0, 1 and 2 (the last through a nested switch on the block size) are the only runs: no value whose case
+    reaches nothing (3 is the bare run's, 4..11 reach no kernel) and no -type=N (the option takes words)."""
+    monkeypatch.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
+    src = write(tmp_path, "ladder.cu", OPTION_LADDER)
+    said: list[str] = []
+    r = port_file(src, write=False, progress=said.append)
+    by = {k.kernel: k for k in r.kernels}
+    for name in ("plus_one", "times_two", "tiled", "fallback"):
+        assert by[name].status == "verified" and by[name].workload == "captured", (name, by[name].reason)
+    runs = sorted(m.split("with ", 1)[1].split(" ")[0] for m in said if m.startswith("running the program with"))
+    assert runs == ["-kernel=0", "-kernel=1", "-kernel=2"], said
