@@ -156,13 +156,15 @@ class OfflineProposer:
         prefix = _chain(tree, parent) if parent != ROOT else []
         used = {tid for tid, _ in prefix}
         specs: list[NodeSpec] = []
+        # what the predictions read besides the analysis: the threads per block the program launched with
+        seen = dict(analysis or {}, captured_blocks=sorted(transforms.captured_blocks(source)[0]))
         for t, values in transforms.applicable(source):
             if t.id in used:
                 continue
             for v in values:
                 if frozenset(map(tuple, prefix + [(t.id, v)])) in done:
                     continue
-                impact, factor = t.predict(analysis, v)
+                impact, factor = t.predict(seen, v)
                 specs.append(NodeSpec(
                     decision=t.decision, choice=t.describe(v), template=XFORM + t.id, knobs={t.knob: v}, kind=kind,
                     impact=impact, difficulty=t.difficulty, confidence=0.45,

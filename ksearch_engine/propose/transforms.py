@@ -236,7 +236,7 @@ def _apply_block(text: str, v) -> Change:
     return Change(set_const(text, "KS_BLOCK", int(v)), f"{v} threads per block, grid resized to cover the same threads")
 
 
-def _captured_blocks(text: str) -> tuple[set[int], int]:
+def captured_blocks(text: str) -> tuple[set[int], int]:
     """Threads per block the program launched with, and the most blocks of one captured launch."""
     geo = get_const(text, "KS_GEOMETRY") if _assign(text, "KS_GEOMETRY") else None
     sizes, most = set(), 0
@@ -255,7 +255,7 @@ def _block_options(text: str, values: list[int]) -> list[int]:
     grid has fewer blocks than a large GPU has compute units to fill twice (few blocks: each idle unit is lost),
     larger first otherwise."""
     cur = get_const(text, "KS_BLOCK") if _assign(text, "KS_BLOCK") else None
-    used, blocks = _captured_blocks(text)
+    used, blocks = captured_blocks(text)
     if cur:
         used = {int(cur)}
     opts = [v for v in sorted(set(values) | {32}) if v not in used]
@@ -283,7 +283,45 @@ def _largest_gpu_units() -> int:
     return _UNITS[0]
 
 
+_RESIDENT: list[tuple[int, int]] = []
+
+
+def _resident_limits() -> tuple[int, int]:
+    """(resident threads, resident blocks) per compute unit, the smallest blocks limit any hardware spec lists
+    (specs/hardware/*.yaml: NVIDIA's 2048 threads and 32 blocks per SM); (0, 0) where none says."""
+    if not _RESIDENT:
+        best = (0, 0)
+        try:
+            from ..specs import load_specs
+            for hw in load_specs().hardware_files.values():
+                lim = {x.name: x.value for x in getattr(hw, "limits", None) or []}
+                t, b = lim.get("resident threads per SM"), lim.get("resident blocks per SM")
+                if isinstance(t, int) and isinstance(b, int) and (best == (0, 0) or b < best[1]):
+                    best = (t, b)
+        except Exception:  # noqa: BLE001 - a prior only: without specs every block size is predicted alike
+            pass
+        _RESIDENT.append(best)
+    return _RESIDENT[0]
+
+
+def _occupancy(block: int) -> float:
+    """The share of a compute unit's thread slots blocks of `block` threads can fill when the resident-blocks limit
+    binds first (registers and shared memory aside): 32-thread blocks fill half an SM of 2048 threads and 32 blocks."""
+    threads, blocks = _resident_limits()
+    if not threads or not blocks or block <= 0:
+        return 1.0
+    return min(1.0, blocks * block / threads)
+
+
 def _predict_block(a: dict, v) -> tuple[Impact, float]:
+    cur = min(a.get("captured_blocks") or [256])
+    gain = _occupancy(int(v)) / _occupancy(int(cur))
+    if gain > 1.0:   # the program's blocks are too small to fill the GPU's thread slots: this size fills more
+        factor = min(1.5, 1.0 + 0.6 * (gain - 1.0))
+        return Impact(memory_traffic="low", occupancy="high", compute_fit="low",
+                      notes=f"occupancy: {cur}-thread blocks fill {_occupancy(int(cur)):.0%} of a compute unit's "
+                            f"thread slots (resident-block limit), {v} fill {_occupancy(int(v)):.0%}; bytes moved "
+                            f"unchanged"), round(factor, 3)
     occ = "high" if v in (128, 256) else "medium"
     return Impact(memory_traffic="low", occupancy=occ, compute_fit="low",
                   notes=f"occupancy: {v} threads per block changes blocks per SM and tail effects; bytes moved unchanged"), 1.03

@@ -113,3 +113,17 @@ def test_warp_reduce_refuses_what_is_not_one_warp_and_a_wrong_rewrite_fails():
         "ks_o = 16; ks_o > 0", "ks_o = 8; ks_o > 0"))   # drops the upper 16 partials
     with Evaluator(task.task, backend="sim") as ev:
         assert ev.evaluate(wrong, timing=False).status == "failed"
+
+
+def test_blocks_too_small_to_fill_the_gpu_put_the_block_size_plan_first(saxpy):
+    """A program launching 32-thread blocks fills half an SM's thread slots (NVIDIA: 2048 threads, 32 blocks per
+    SM, specs/hardware/nvidia.yaml): larger blocks are predicted above every other edit; at 256 threads they are
+    not."""
+    geo = T.get_const(saxpy.root, "KS_GEOMETRY")
+    small = T.set_const(saxpy.root, "KS_GEOMETRY", {k: {**g, "block": [32, 1, 1]} for k, g in geo.items()})
+    assert T.captured_blocks(small)[0] == {32}
+    blk = T.get("block_size")
+    factor = blk.predict({"captured_blocks": [32]}, 256)[1]
+    others = [t.predict({"captured_blocks": [32]}, vals[0])[1] for t, vals in T.applicable(small) if t.id != "block_size"]
+    assert factor > max(others) and factor > 1.3
+    assert blk.predict({"captured_blocks": [256]}, 128)[1] <= max(others)
