@@ -3,6 +3,7 @@
 #   A: `ksearch optimize` on softmax, layernorm, decode, scan (24 evaluations each, GPU time) + the README command
 #   C: three families (52 s each), the README command and three corpus kernels, in one call
 #   B: bench/families.py's sweep on the same four families (the reference figures) + optimize on corpus kernels
+#   D: corpus kernels only (PICK names them; BUDGET evaluations, MAXS seconds each)
 # Corpus files travel in .corpus14/ (copies from ../shared/corpus, ignored by git; list: bench/optimize_corpus_kernels.txt):
 #   S=../shared/corpus/cuda-samples; mkdir -p .corpus14/cuda-samples && cp -r $S/Common $S/LICENSE .corpus14/cuda-samples/
 #   for d in 0_Introduction/matrixMul 2_Concepts_and_Techniques/scalarProd 0_Introduction/simpleOccupancy; do
@@ -44,6 +45,13 @@ elif [ "$phase" = C ]; then   # one call: three families, the README command, th
   opt readme 100 examples/mamba/selective_scan.cu --budget 12
   head -3 bench/optimize_corpus_kernels.txt | while read -r f k; do
     opt "corpus_$k" 48 "$f" --kernel "$k" --budget 12 --max-seconds 38
+  done
+elif [ "$phase" = D ]; then   # corpus kernels only, more evaluations each: PICK="square vectorAdd" chooses them
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+  for k in ${PICK:-square vectorAdd scalarProdGPU}; do   # in PICK's order
+    f=$(awk -v k="$k" '$2 == k {print $1}' bench/optimize_corpus_kernels.txt)
+    [ -f "$f" ] || { echo "missing $k ($f)"; continue; }
+    opt "corpus_$k" "${LIM:-115}" "$f" --kernel "$k" --budget "${BUDGET:-8}" --max-seconds "${MAXS:-100}"
   done
 else
   timeout 330 python3 bench/families.py --families softmax,layernorm,decode,scan --budget-s 300 \

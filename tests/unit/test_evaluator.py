@@ -336,3 +336,44 @@ def test_large_inputs_are_drawn_on_the_device_reproducibly():
     assert a[0].dtype == np.float16 and a[0].shape == (1 << 21,) and -2 <= a[0].min() and a[0].max() <= 3
     assert a[1].dtype == np.int32 and set(np.unique(a[1])) == set(range(7))
     assert sorted(a[2].tolist()) == list(range(64))
+
+
+def test_the_original_is_held_to_its_own_overheads_as_every_later_candidate_is(tmp_path):
+    """A run's first evaluation (the user's kernel, first_is_reference) whose worker prepares inputs and dispatches
+    slower than the trusted worker's built-in op is not charged for it: later candidates are held to the original's
+    costs, so charging the original alone made equal candidates look faster (8.9x on cuda-samples' vectorAdd on the
+    H200, all of it charges). A later candidate with the same costs times the same; one spending more is charged."""
+    from ksearch_engine.task import InputSpec, KernelTask, Workload
+
+    task = KernelTask(name="t", inputs=[InputSpec(name="x", shape=["n"])], workloads=[Workload(name="w", sizes={"n": 8})],
+                      reference="def reference(x):\n    return x\n", baseline="def baseline(x):\n    return x\n")
+    ev = Evaluator(task, "mlx-cpu", first_is_reference=True, workdir=tmp_path)
+    # (seeds, slot, baseline rtt s, baseline ms, candidate rtt s, candidate ms, baseline gpu, candidate gpu)
+    rows = [([1], 0, 0.0010, 1.0, 0.0010, 1.0, None, None)] * 8
+
+    def timed(prep_c: float):
+        return ev._timing("w", rows, 0.0, 1, [0.0005] * 8, [prep_c] * 8, [], [], small=True, checked=True)
+    original = timed(0.0030)          # 2.5 ms more than the trusted worker's preparation
+    same = timed(0.0030)
+    slower = timed(0.0080)
+    assert "charged" not in original.method and original.median_ms == pytest.approx(1.0, rel=0.01)
+    assert same.median_ms == pytest.approx(original.median_ms, rel=0.01)
+    assert "charged for work outside the timed call" in slower.method and slower.median_ms > original.median_ms + 4
+
+
+def test_preparation_noise_is_not_charged_but_a_steady_excess_is(tmp_path):
+    """Large inputs copied to the GPU take milliseconds that vary from request to request: a candidate whose
+    preparation median moves by less than that spread is not charged; one steadily slower by more than it is."""
+    from ksearch_engine.task import InputSpec, KernelTask, Workload
+
+    task = KernelTask(name="t", inputs=[InputSpec(name="x", shape=["n"])], workloads=[Workload(name="w", sizes={"n": 8})],
+                      reference="def reference(x):\n    return x\n", baseline="def baseline(x):\n    return x\n")
+    ev = Evaluator(task, "mlx-cpu", workdir=tmp_path)
+    rows = [([1], 0, 0.0010, 1.0, 0.0010, 1.0, None, None)] * 8
+    trusted = [0.040, 0.050, 0.060, 0.045, 0.055, 0.042, 0.058, 0.050]     # 50 ms, spread ~12 ms
+    noisy = [t + 0.006 for t in trusted]                                     # +6 ms: within 10% and the spread
+    steady = [t + 0.030 for t in trusted]                                    # +30 ms on every request
+    quiet = ev._timing("w", rows, 0.0, 1, trusted, noisy, [], [], small=True, checked=True)
+    loud = ev._timing("w", rows, 0.0, 1, trusted, steady, [], [], small=True, checked=True)
+    assert "charged" not in quiet.method
+    assert "charged for work outside the timed call" in loud.method and loud.median_ms > 10
