@@ -409,6 +409,8 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
                 prefix = _close_linkage(got[0]) + "#endif\n" * _open_conditionals(got[0])
                 chain_dirs = [str(d) for d in got[1]]
                 break
+    if defines:   # -D NAME=VALUE: the program was built with them, and so is the kernel the ports are checked against
+        prefix = "".join(f"#define {n} {v}\n" for n, v in defines.items()) + (prefix or "")
     if prefix:   # a kernel file included by its program sees the program's #defines and types first
         parsed.preamble = find_kernels(prefix, str(p)).preamble + parsed.preamble
         from .translate.headers import prefix_helpers   # and its __device__ helpers (myocyte's solver_2)
@@ -419,10 +421,18 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
                        if e not in parsed.preamble] + parsed.preamble
     define_ints = int_defines(parsed.preamble, defines or {})
     by_mode = _mode_captures(p, capture, chosen, argv, defines or {}, include_dirs, capture_timeout, say, report)
+    own = p.read_text(errors="replace")
     for k in chosen:
         say(f"{k.name}: translating")
         v = KernelVerdict(kernel=k.name, line=k.range.start.line + 1, status="not_ported")
         report.kernels.append(v)
+        out = _compiled_out(own, k, prefix, defines or {})
+        if out and not any(o.name == k.name and o is not k and not _compiled_out(own, o, prefix, defines or {})
+                           for o in cuda):
+            v.reason = (f"{k.name} is not compiled as {p.name} is built: its definition sits in a branch the "
+                        f"preprocessor does not take ({out}); change that condition, or the #define it tests (or pass "
+                        f"-D NAME=VALUE), to port it")
+            continue
         try:
             tr = translate_kernel(parsed, k.name, str(p))
         except TranslateError as e:
@@ -773,6 +783,35 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
     report.capture.seconds = cap.seconds
     report.capture.notes = (report.capture.notes + [n.message for n in cap.notes])[:20]
     return cap
+
+
+def _compiled_out(text: str, k, prefix: str, defines: dict) -> str | None:
+    """Where a kernel's definition is left out by a preprocessor branch the build does not take (`#ifndef X` where
+    the file defines X), as `line N: #ifndef X`; None where it is compiled, or where that cannot be decided here
+    (a macro only a header or a -D flag could set)."""
+    from .source.conditionals import PREDEFINED, has_conditionals, known_macros, resolve_conditionals
+
+    if not has_conditionals(text):
+        return None
+    macros = known_macros([prefix]) if prefix else dict(PREDEFINED)
+    macros.update({n: str(v) for n, v in defines.items()})
+    kept = resolve_conditionals(text, macros)[0].split("\n")
+    orig = text.split("\n")
+    line = k.range.start.line
+    if line >= len(orig) or line >= len(kept) or not orig[line].strip() or kept[line].strip():
+        return None
+    depth = 0
+    for i in range(line - 1, -1, -1):   # the innermost conditional around the definition
+        m = re.match(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)", orig[i])
+        if not m:
+            continue
+        if m.group(1) == "endif":
+            depth += 1
+        elif depth == 0:
+            return f"line {i + 1}: #{m.group(1)}{' '.join(m.group(2).split()) and ' ' + ' '.join(m.group(2).split())}"
+        elif m.group(1) in ("if", "ifdef", "ifndef"):
+            depth -= 1
+    return None
 
 
 def _shown(f: Path, prog: Path) -> str:
