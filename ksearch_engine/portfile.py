@@ -426,8 +426,9 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
         say(f"{k.name}: translating")
         v = KernelVerdict(kernel=k.name, line=k.range.start.line + 1, status="not_ported")
         report.kernels.append(v)
-        out = _compiled_out(own, k, prefix, defines or {})
-        if out and not any(o.name == k.name and o is not k and not _compiled_out(own, o, prefix, defines or {})
+        before = [prefix or ""] + [e for e in parsed.preamble if e.lstrip().startswith("#")]
+        out = _compiled_out(own, k, before, defines or {})
+        if out and not any(o.name == k.name and o is not k and not _compiled_out(own, o, before, defines or {})
                            for o in cuda):
             v.reason = (f"{k.name} is not compiled as {p.name} is built: its definition sits in a branch the "
                         f"preprocessor does not take ({out}); change that condition, or the #define it tests (or pass "
@@ -785,18 +786,19 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
     return cap
 
 
-def _compiled_out(text: str, k, prefix: str, defines: dict) -> str | None:
+def _compiled_out(text: str, k, before: list[str], defines: dict) -> str | None:
     """Where a kernel's definition is left out by a preprocessor branch the build does not take (`#ifndef X` where
-    the file defines X), as `line N: #ifndef X`; None where it is compiled, or where that cannot be decided here
-    (a macro only a header or a -D flag could set)."""
+    the file defines X, `#if 0`), as `line N: #ifndef X`; None where it is compiled, or where that cannot be decided
+    here: the condition names a macro nothing visible defines (a -D flag or a header not read here could). `before`:
+    the texts the file is compiled after (its program's prefix, its local headers' directives)."""
     from .source.conditionals import PREDEFINED, has_conditionals, known_macros, resolve_conditionals
 
     if not has_conditionals(text):
         return None
-    macros = known_macros([prefix]) if prefix else dict(PREDEFINED)
+    macros = known_macros([t for t in before if t], dict(PREDEFINED))
     macros.update({n: str(v) for n, v in defines.items()})
-    kept = resolve_conditionals(text, macros)[0].split("\n")
-    orig = text.split("\n")
+    resolved, after = resolve_conditionals(text, macros)
+    kept, orig = resolved.split("\n"), text.split("\n")
     line = k.range.start.line
     if line >= len(orig) or line >= len(kept) or not orig[line].strip() or kept[line].strip():
         return None
@@ -808,7 +810,11 @@ def _compiled_out(text: str, k, prefix: str, defines: dict) -> str | None:
         if m.group(1) == "endif":
             depth += 1
         elif depth == 0:
-            return f"line {i + 1}: #{m.group(1)}{' '.join(m.group(2).split()) and ' ' + ' '.join(m.group(2).split())}"
+            cond = " ".join(m.group(2).split("//")[0].split())
+            names = set(re.findall(r"[A-Za-z_]\w*", cond)) - {"defined"}
+            if any(n not in macros and n not in after for n in names):
+                return None   # a macro defined nowhere visible: decided by flags or headers not read here
+            return f"line {i + 1}: #{m.group(1)}{' ' + cond if cond else ''}"
         elif m.group(1) in ("if", "ifdef", "ifndef"):
             depth -= 1
     return None
