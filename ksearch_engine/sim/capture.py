@@ -105,6 +105,16 @@ def _explain_compile(stderr: str, prog: Program) -> tuple[str, list[CaptureNote]
         what = f"thrust::{m.group(3)} is not in the capture's Thrust stand-in (vectors, device_ptr and basic algorithms)"
         return (f"{f}:{l}: {what} — port its kernels by hand or capture a version without it",
                 [CaptureNote(kind="gpu_only", message=what, file=f, line=l)])
+    # a name of the CUDA samples' helper headers that our stand-ins (host_helpers.py) lack
+    m = re.search(r"^([^:\n]+):(\d+):\d*:? *error: [‘'`](\w+)[’'] (?:was not declared|does not name a type"
+                  r"|has not been declared)", stderr, re.M)
+    heads = ", ".join(dict.fromkeys(h for p in [prog, *prog.linked] for h in p.helper_stand_ins))
+    if m and heads:
+        f, l = prog.display.get(os.path.basename(m.group(1)), m.group(1)), int(m.group(2))
+        what = (f"{m.group(3)} is not declared: neither the capture's CUDA runtime nor its stand-ins for the CUDA "
+                f"samples' {heads} (not found on the include path) have it")
+        return (f"{f}:{l}: {what} — pass the folder of the real headers (the samples' Common/) in include_dirs",
+                [CaptureNote(kind="include", message=what, file=f, line=l)])
     m = re.search(r"fatal error: ([^:\n]+): No such file or directory", stderr)
     if m:
         return (f"{shown}:{line}: header {m.group(1)} not found — pass its folder in include_dirs "

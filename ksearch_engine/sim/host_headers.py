@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from .build import cache_dir, unique_suffix
-from . import host_thrust
+from . import host_helpers, host_thrust
 from . import cub as _cub
 
 _EMPTY = [
@@ -1045,6 +1045,10 @@ FILES.update({
 FILES.update(host_thrust.FILES)
 FILES.update({h: '#pragma once\n#include "ksim_cub.h"\n' for h in _cub.HEADERS})   # CUB's collectives (sim/cub.py)
 
+# NVIDIA samples' helper headers (helper_cuda.h, ...; host_helpers.py): used only where the program's include path
+# has none of that name (host_source.build_program), unlike FILES, which win over any file of the program
+FALLBACK: dict[str, str] = dict(host_helpers.FILES)
+
 # headers whose library the capture cannot run: (pattern, what it is)
 UNSUPPORTED: list[tuple[re.Pattern, str]] = [
     (re.compile(r"^thrust/"), "Thrust"), (_cub.OTHER_HEADERS, "CUB"),
@@ -1079,11 +1083,12 @@ def unsupported(header: str) -> str | None:
 
 def include_dir() -> Path:
     """The folder of stand-in headers (written once per version of their text)."""
-    key = hashlib.sha256(repr(sorted(FILES.items())).encode()).hexdigest()[:12]
+    files = {**FILES, **FALLBACK}
+    key = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:12]
     d = cache_dir() / f"host-include-{key}"
     if (d / ".complete").exists():
         return d
-    for name, text in FILES.items():
+    for name, text in files.items():
         p = d / name
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(p.name + f".{unique_suffix()}.tmp")

@@ -5,7 +5,8 @@
   folders, then (a heuristic for sample trees such as cuda-samples' ``Common/``) the ancestor folders of the
   main file and their ``Common/``, ``common/``, ``include/``, ``inc/`` subfolders. CUDA's own headers and
   stubbed libraries come from host_headers.py; a library the CPU cannot run becomes an ``#error`` that
-  names it.
+  names it. The CUDA samples' helper headers (helper_cuda.h, helper_functions.h, ...: host_helpers.py) are
+  stood in for only where that search finds no file of their name.
 * ``k<<<g, b, smem, stream>>>(args)`` (template arguments and several lines allowed) becomes a call of
   ksim_host::launch, which runs the grid with ksim.h's scheduler and records it.
 * ``__shared__`` declarations get ksim's rewrites (preprocess.py); file-scope ``__device__`` /
@@ -39,6 +40,7 @@ class Program:
     display: dict[str, str] = field(default_factory=dict)  # name used in #line -> path shown to users
     left_out: list[str] = field(default_factory=list)      # unsupported headers left out (leave_out_unsupported)
     linked: list["Program"] = field(default_factory=list)  # the program's other translation units (capture.py)
+    helper_stand_ins: list[str] = field(default_factory=list)  # CUDA samples' helper headers ours stand in for
 
 
 @functools.lru_cache(maxsize=1)
@@ -431,6 +433,14 @@ def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = Tr
                 out.append(f"#include <{hname}>")
                 continue
             found, heur = _find(hname, quoted, p.parent, include_dirs, root)
+            if found is None and hname in host_headers.FALLBACK:   # NVIDIA samples' helper_cuda.h, ...: ours
+                if hname not in prog.helper_stand_ins:
+                    prog.helper_stand_ins.append(hname)
+                    prog.notes.append(dict(kind="include", file=name, line=line,
+                                           message=f"{hname} not found: the capture's stand-in for the CUDA samples' "
+                                                   f"header is used (pass its folder in include_dirs to use the real one)"))
+                out.append(f"#include <{hname}>")
+                continue
             if found is None:
                 out.append(m.group(0))
                 continue
