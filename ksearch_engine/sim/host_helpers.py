@@ -48,19 +48,17 @@ HELPER_STRING = r"""#pragma once
 #define EXIT_WAIVED 2
 #endif
 
-// the argument without its leading delimiters ("--n=4" -> "n=4")
-inline int stringRemoveDelimiter(char delimiter, const char* string) {
+// how many leading `delimiter` characters `arg` starts with ("--n=4" -> 2)
+inline int stringRemoveDelimiter(char delimiter, const char* arg) {
   int k = 0;
-  while (string[k] == delimiter) k++;
-  if (k >= (int)strlen(string) - 1) return 0;
-  return k;
+  while (arg[k] != '\0' && arg[k] == delimiter) ++k;
+  return arg[k] == '\0' ? 0 : k;
 }
-inline int getFileExtension(char* filename, char** extension) {
-  int n = (int)strlen(filename);
-  while (n > 0 && filename[n - 1] != '.') n--;
-  if (n == 0) { *extension = NULL; return 0; }
-  *extension = &filename[n];
-  return n;
+// the part of `path` after its last dot, and where it starts (0 and NULL without a dot)
+inline int getFileExtension(char* path, char** ext) {
+  char* dot = strrchr(path, '.');
+  *ext = dot ? dot + 1 : NULL;
+  return dot ? (int)(dot - path) + 1 : 0;
 }
 namespace ksim_helpers {
 // the argument `arg` (delimiters removed) names `ref`: its name (up to '=') equals ref, without case
@@ -73,39 +71,39 @@ inline const char* named(const char* arg, const char* ref) {
   return eq ? eq + 1 : a + an;
 }
 }  // namespace ksim_helpers
-inline bool checkCmdLineFlag(const int argc, const char** argv, const char* string_ref) {
+inline bool checkCmdLineFlag(const int argc, const char** argv, const char* name) {
   for (int i = 1; i < argc; i++)
-    if (argv[i] && argv[i][0] == '-' && ksim_helpers::named(argv[i], string_ref)) return true;
+    if (argv[i] && argv[i][0] == '-' && ksim_helpers::named(argv[i], name)) return true;
   return false;
 }
 template <class T>
-inline bool getCmdLineArgumentValue(const int argc, const char** argv, const char* string_ref, T* value) {
+inline bool getCmdLineArgumentValue(const int argc, const char** argv, const char* name, T* value) {
   for (int i = 1; i < argc; i++) {
-    const char* v = argv[i] && argv[i][0] == '-' ? ksim_helpers::named(argv[i], string_ref) : NULL;
+    const char* v = argv[i] && argv[i][0] == '-' ? ksim_helpers::named(argv[i], name) : NULL;
     if (v) { *value = (T)atof(v); return true; }
   }
   return false;
 }
-inline int getCmdLineArgumentInt(const int argc, const char** argv, const char* string_ref) {
+inline int getCmdLineArgumentInt(const int argc, const char** argv, const char* name) {
   for (int i = 1; i < argc; i++) {
-    const char* v = argv[i] && argv[i][0] == '-' ? ksim_helpers::named(argv[i], string_ref) : NULL;
+    const char* v = argv[i] && argv[i][0] == '-' ? ksim_helpers::named(argv[i], name) : NULL;
     if (v) return atoi(v);
   }
   return 0;
 }
-inline float getCmdLineArgumentFloat(const int argc, const char** argv, const char* string_ref) {
+inline float getCmdLineArgumentFloat(const int argc, const char** argv, const char* name) {
   for (int i = 1; i < argc; i++) {
-    const char* v = argv[i] && argv[i][0] == '-' ? ksim_helpers::named(argv[i], string_ref) : NULL;
+    const char* v = argv[i] && argv[i][0] == '-' ? ksim_helpers::named(argv[i], name) : NULL;
     if (v) return (float)atof(v);
   }
   return 0.0f;
 }
-inline bool getCmdLineArgumentString(const int argc, const char** argv, const char* string_ref, char** string_retval) {
+inline bool getCmdLineArgumentString(const int argc, const char** argv, const char* name, char** out) {
   for (int i = 1; i < argc; i++) {
-    const char* v = argv[i] && argv[i][0] == '-' ? ksim_helpers::named(argv[i], string_ref) : NULL;
-    if (v && *v) { *string_retval = (char*)v; return true; }
+    const char* v = argv[i] && argv[i][0] == '-' ? ksim_helpers::named(argv[i], name) : NULL;
+    if (v && *v) { *out = (char*)v; return true; }
   }
-  *string_retval = NULL;
+  *out = NULL;
   return false;
 }
 // a path to an existing file `filename` (in the working folder, the executable's folder, their data/ folders and
@@ -331,7 +329,8 @@ HELPER_FUNCTIONS = r"""#pragma once
 """
 
 HELPER_CUDA = r"""#pragma once
-// ksim capture: stand-in for the CUDA samples' helper_cuda.h (the real one was not on the include path)
+// ksim capture: stand-in for the CUDA samples' helper_cuda.h, used because none is on the include path. The names and
+// signatures are the ones programs call; the bodies and every message are ksearch's own (a capture has one device).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -340,161 +339,118 @@ HELPER_CUDA = r"""#pragma once
 #define EXIT_WAIVED 2
 #endif
 #ifndef MAX
-#define MAX(a, b) (a > b ? a : b)
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
 #endif
 #ifndef MIN
-#define MIN(a, b) (a < b ? a : b)
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
 #endif
 #ifndef DEVICE_RESET
 #define DEVICE_RESET cudaDeviceReset();
 #endif
-template <class T> inline const char* _cudaGetErrorEnum(T) { return "<unknown error>"; }
-inline const char* _cudaGetErrorEnum(cudaError_t e) { return cudaGetErrorName(e); }
-// a failed call: its name, file and line, and the program ends (as the samples' check() does)
-template <class T> void check(T result, char const* const func, const char* const file, int const line) {
-  if (result) {
-    fprintf(stderr, "CUDA error at %s:%d code=%d(%s) \"%s\" \n", file, line, (int)result,
-            _cudaGetErrorEnum(result), func);
-    exit(EXIT_FAILURE);
-  }
+inline const char* _cudaGetErrorEnum(cudaError_t status) { return cudaGetErrorName(status); }
+template <class S> inline const char* _cudaGetErrorEnum(S) { return "(not a runtime status)"; }
+// checkCudaErrors(call): a call that returns non-zero ends the program, naming the call and where it was made
+template <class S> void check(S status, char const* const call, const char* const file, int const line) {
+  if (!status) return;
+  fprintf(stderr, "[ksim stand-in helper_cuda.h] %s:%d: %s gave %d, %s\n", file, line, call, (int)status,
+          _cudaGetErrorEnum(status));
+  exit(EXIT_FAILURE);
 }
 #define checkCudaErrors(val) check((val), #val, __FILE__, __LINE__)
-#define getLastCudaError(msg) __getLastCudaError(msg, __FILE__, __LINE__)
-#define printLastCudaError(msg) __printLastCudaError(msg, __FILE__, __LINE__)
-inline void __getLastCudaError(const char* errorMessage, const char* file, const int line) {
-  cudaError_t err = cudaGetLastError();
-  if (cudaSuccess != err) {
-    fprintf(stderr, "%s(%i) : getLastCudaError() CUDA error : %s : (%d) %s.\n", file, line, errorMessage, (int)err,
-            cudaGetErrorString(err));
-    exit(EXIT_FAILURE);
-  }
+namespace ksim_helpers {
+inline void last_error(const char* what, const char* file, int line, bool fatal) {
+  cudaError_t status = cudaGetLastError();
+  if (status == cudaSuccess) return;
+  fprintf(stderr, "[ksim stand-in helper_cuda.h] %s:%d: after %s: %s (%d)\n", file, line, what,
+          cudaGetErrorString(status), (int)status);
+  if (fatal) exit(EXIT_FAILURE);
 }
-inline void __printLastCudaError(const char* errorMessage, const char* file, const int line) {
-  cudaError_t err = cudaGetLastError();
-  if (cudaSuccess != err)
-    fprintf(stderr, "%s(%i) : getLastCudaError() CUDA error : %s : (%d) %s.\n", file, line, errorMessage, (int)err,
-            cudaGetErrorString(err));
-}
-inline int ftoi(float value) { return value >= 0 ? (int)(value + 0.5f) : (int)(value - 0.5f); }
-// CUDA cores per multiprocessor of compute capability major.minor (the newest known where it is not listed)
+}  // namespace ksim_helpers
+#define getLastCudaError(msg) ksim_helpers::last_error((msg), __FILE__, __LINE__, true)
+#define printLastCudaError(msg) ksim_helpers::last_error((msg), __FILE__, __LINE__, false)
+inline int ftoi(float x) { return x < 0 ? (int)(x - 0.5f) : (int)(x + 0.5f); }
+// FP32 lanes per multiprocessor, by architecture generation (NVIDIA's public specifications)
 inline int _ConvertSMVer2Cores(int major, int minor) {
-  static const struct { int sm, cores; } table[] = {
-      {0x30, 192}, {0x32, 192}, {0x35, 192}, {0x37, 192}, {0x50, 128}, {0x52, 128}, {0x53, 128}, {0x60, 64},
-      {0x61, 128}, {0x62, 128}, {0x70, 64},  {0x72, 64},  {0x75, 64},  {0x80, 64},  {0x86, 128}, {0x87, 128},
-      {0x89, 128}, {0x90, 128}, {0xa0, 128}, {0xa1, 128}, {0xc0, 128}, {-1, -1}};
-  int sm = (major << 4) + minor, i = 0;
-  for (; table[i].sm != -1; i++)
-    if (table[i].sm == sm) return table[i].cores;
-  printf("MapSMtoCores for SM %d.%d is undefined.  Default to use %d Cores/SM\n", major, minor, table[i - 1].cores);
-  return table[i - 1].cores;
+  switch (major) {
+    case 3: return 192;
+    case 5: return 128;
+    case 6: return minor == 0 ? 64 : 128;
+    case 7: return 64;
+    case 8: return minor == 0 ? 64 : 128;
+    default: return major >= 9 ? 128 : 64;
+  }
 }
-// the architecture's name for compute capability major.minor
 inline const char* _ConvertSMVer2ArchName(int major, int minor) {
-  static const struct { int sm; const char* name; } table[] = {
-      {0x30, "Kepler"}, {0x32, "Kepler"}, {0x35, "Kepler"}, {0x37, "Kepler"}, {0x50, "Maxwell"}, {0x52, "Maxwell"},
-      {0x53, "Maxwell"}, {0x60, "Pascal"}, {0x61, "Pascal"}, {0x62, "Pascal"}, {0x70, "Volta"}, {0x72, "Xavier"},
-      {0x75, "Turing"}, {0x80, "Ampere"}, {0x86, "Ampere"}, {0x87, "Ampere"}, {0x89, "Ada"}, {0x90, "Hopper"},
-      {0xa0, "Blackwell"}, {0xa1, "Blackwell"}, {0xc0, "Blackwell"}, {-1, "Graphics Device"}};
-  int sm = (major << 4) + minor, i = 0;
-  for (; table[i].sm != -1; i++)
-    if (table[i].sm == sm) return table[i].name;
-  printf("MapSMtoArchName for SM %d.%d is undefined.  Default to use %s\n", major, minor, table[i - 1].name);
-  return table[i - 1].name;
+  switch (major) {
+    case 3: return "Kepler";
+    case 5: return "Maxwell";
+    case 6: return "Pascal";
+    case 7: return minor >= 5 ? "Turing" : "Volta";
+    case 8: return minor == 9 ? "Ada" : "Ampere";
+    case 9: return "Hopper";
+    default: return major >= 10 ? "Blackwell" : "an older GPU";
+  }
 }
-// select device `devID` (0 where negative); exits where there is no such device
-inline int gpuDeviceInit(int devID) {
-  int count = 0;
-  checkCudaErrors(cudaGetDeviceCount(&count));
-  if (count == 0) {
-    fprintf(stderr, "gpuDeviceInit() CUDA error: no devices supporting CUDA.\n");
+// make device `dev` current (0 for a negative one); a number past the last device is returned negated
+inline int gpuDeviceInit(int dev) {
+  int n = 0;
+  checkCudaErrors(cudaGetDeviceCount(&n));
+  if (n < 1) {
+    fprintf(stderr, "[ksim stand-in helper_cuda.h] the capture's runtime reports no device\n");
     exit(EXIT_FAILURE);
   }
-  if (devID < 0) devID = 0;
-  if (devID > count - 1) {
-    fprintf(stderr, "\n>> %d CUDA capable GPU device(s) detected. <<\n", count);
-    fprintf(stderr, ">> gpuDeviceInit (-device=%d) is not a valid GPU device. <<\n\n", devID);
-    return -devID;
-  }
-  cudaDeviceProp prop;
-  checkCudaErrors(cudaGetDeviceProperties(&prop, devID));
-  if (prop.computeMode == cudaComputeModeProhibited) {
-    fprintf(stderr, "Error: device is running in <Compute Mode Prohibited>, no threads can use cudaSetDevice().\n");
-    return -1;
-  }
-  if (prop.major < 1) {
-    fprintf(stderr, "gpuDeviceInit(): GPU device does not support CUDA.\n");
-    exit(EXIT_FAILURE);
-  }
-  checkCudaErrors(cudaSetDevice(devID));
-  printf("gpuDeviceInit() CUDA Device [%d]: \"%s\n", devID, _ConvertSMVer2ArchName(prop.major, prop.minor));
-  return devID;
+  dev = dev < 0 ? 0 : dev;
+  if (dev >= n) return -dev;
+  checkCudaErrors(cudaSetDevice(dev));
+  return dev;
 }
-// the device of most cores times clock rate (the capture's runtime has one)
+// the device with the most FP32 lanes times clock (the capture's runtime has one)
 inline int gpuGetMaxGflopsDeviceId() {
-  int count = 0, best = 0;
-  unsigned long long best_perf = 0;
-  checkCudaErrors(cudaGetDeviceCount(&count));
-  for (int d = 0; d < count; d++) {
-    cudaDeviceProp p;
-    checkCudaErrors(cudaGetDeviceProperties(&p, d));
-    if (p.computeMode == cudaComputeModeProhibited) continue;
-    unsigned long long perf = (unsigned long long)p.multiProcessorCount * _ConvertSMVer2Cores(p.major, p.minor) *
-                              (unsigned long long)p.clockRate;
-    if (perf > best_perf) { best_perf = perf; best = d; }
+  int n = 0, pick = 0;
+  double most = -1.0;
+  checkCudaErrors(cudaGetDeviceCount(&n));
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp prop;
+    checkCudaErrors(cudaGetDeviceProperties(&prop, d));
+    double rate = (double)prop.multiProcessorCount * _ConvertSMVer2Cores(prop.major, prop.minor) * prop.clockRate;
+    if (rate > most) {
+      most = rate;
+      pick = d;
+    }
   }
-  return best;
+  return pick;
 }
-// the device named by -device=N, or the fastest; made current
+// -device=N where given, else the fastest device; made current
 inline int findCudaDevice(int argc, const char** argv) {
-  int devID = 0;
-  if (checkCmdLineFlag(argc, argv, "device")) {
-    devID = getCmdLineArgumentInt(argc, argv, "device=");
-    devID = getCmdLineArgumentInt(argc, argv, "device");
-    if (devID < 0) {
-      printf("Invalid command line parameter\n ");
-      exit(EXIT_FAILURE);
-    }
-    devID = gpuDeviceInit(devID);
-    if (devID < 0) {
-      printf("exiting...\n");
-      exit(EXIT_FAILURE);
-    }
-  } else {
-    devID = gpuGetMaxGflopsDeviceId();
-    checkCudaErrors(cudaSetDevice(devID));
-    cudaDeviceProp p;
-    checkCudaErrors(cudaGetDeviceProperties(&p, devID));
-    printf("GPU Device %d: \"%s\" with compute capability %d.%d\n\n", devID,
-           _ConvertSMVer2ArchName(p.major, p.minor), p.major, p.minor);
+  bool named = checkCmdLineFlag(argc, argv, "device");
+  int dev = named ? getCmdLineArgumentInt(argc, argv, "device") : gpuGetMaxGflopsDeviceId();
+  if (dev < 0 || gpuDeviceInit(dev) < 0) {
+    fprintf(stderr, "[ksim stand-in helper_cuda.h] -device=%d names no device of the capture's runtime\n", dev);
+    exit(EXIT_FAILURE);
   }
-  return devID;
+  return dev;
 }
+// an integrated GPU made current, or -1 (the capture's runtime models a discrete one)
 inline int findIntegratedGPU() {
-  int count = 0;
-  checkCudaErrors(cudaGetDeviceCount(&count));
-  for (int d = 0; d < count; d++) {
-    cudaDeviceProp p;
-    checkCudaErrors(cudaGetDeviceProperties(&p, d));
-    if (p.integrated && p.computeMode != cudaComputeModeProhibited) {
+  int n = 0;
+  checkCudaErrors(cudaGetDeviceCount(&n));
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp prop;
+    checkCudaErrors(cudaGetDeviceProperties(&prop, d));
+    if (prop.integrated) {
       checkCudaErrors(cudaSetDevice(d));
       return d;
     }
   }
-  fprintf(stderr, "CUDA error: No GPU found that supports integrated memory.\n");
   return -1;
 }
-// whether the current device's compute capability is at least major.minor
-inline bool checkCudaCapabilities(int major_version, int minor_version) {
-  int dev = 0, major = 0, minor = 0;
+// whether the current device's compute capability is major.minor or newer
+inline bool checkCudaCapabilities(int major, int minor) {
+  int dev = 0, have_major = 0, have_minor = 0;
   checkCudaErrors(cudaGetDevice(&dev));
-  checkCudaErrors(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  checkCudaErrors(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major > major_version || (major == major_version && minor >= minor_version)) {
-    printf("  Device %d: <%16s >, Compute SM %d.%d detected\n", dev, _ConvertSMVer2ArchName(major, minor), major, minor);
-    return true;
-  }
-  printf("  No GPU device was found that can support CUDA compute capability %d.%d.\n", major_version, minor_version);
-  return false;
+  checkCudaErrors(cudaDeviceGetAttribute(&have_major, cudaDevAttrComputeCapabilityMajor, dev));
+  checkCudaErrors(cudaDeviceGetAttribute(&have_minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return have_major > major || (have_major == major && have_minor >= minor);
 }
 """
 
