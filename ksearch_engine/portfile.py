@@ -384,6 +384,7 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     except OSError as e:
         report.error = f"{p}: cannot read the file ({e.strerror})"
         return report
+    own = source      # the file's own text (source gets the program's prefix below)
     parsed = find_kernels(source, str(p))
     errors = [d for d in parsed.diagnostics if d.severity == "error"]
     cuda = [k for k in parsed.kernels if k.language == "cuda"]
@@ -421,15 +422,14 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
                        if e not in parsed.preamble] + parsed.preamble
     define_ints = int_defines(parsed.preamble, defines or {})
     by_mode = _mode_captures(p, capture, chosen, argv, defines or {}, include_dirs, capture_timeout, say, report)
-    own = p.read_text(errors="replace")
+    left_out = _branches_not_taken(own, [prefix or ""] + [e for e in parsed.preamble if e.lstrip().startswith("#")],
+                                   defines or {})
     for k in chosen:
         say(f"{k.name}: translating")
         v = KernelVerdict(kernel=k.name, line=k.range.start.line + 1, status="not_ported")
         report.kernels.append(v)
-        before = [prefix or ""] + [e for e in parsed.preamble if e.lstrip().startswith("#")]
-        out = _compiled_out(own, k, before, defines or {})
-        if out and not any(o.name == k.name and o is not k and not _compiled_out(own, o, before, defines or {})
-                           for o in cuda):
+        out = left_out(k)
+        if out and not any(o.name == k.name and o is not k and not left_out(o) for o in cuda):
             v.reason = (f"{k.name} is not compiled as {p.name} is built: its definition sits in a branch the "
                         f"preprocessor does not take ({out}); change that condition, or the #define it tests (or pass "
                         f"-D NAME=VALUE), to port it")
@@ -786,38 +786,42 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
     return cap
 
 
-def _compiled_out(text: str, k, before: list[str], defines: dict) -> str | None:
-    """Where a kernel's definition is left out by a preprocessor branch the build does not take (`#ifndef X` where
-    the file defines X, `#if 0`), as `line N: #ifndef X`; None where it is compiled, or where that cannot be decided
-    here: the condition names a macro nothing visible defines (a -D flag or a header not read here could). `before`:
-    the texts the file is compiled after (its program's prefix, its local headers' directives)."""
+def _branches_not_taken(text: str, before: list[str], defines: dict) -> Callable[[object], str | None]:
+    """For a kernel of `text`: where its definition is left out by a preprocessor branch the build does not take
+    (`#ifndef X` where the file defines X, `#if 0`), as `line N: #ifndef X`; None where it is compiled, or where that
+    cannot be decided here: the condition names a macro nothing visible defines (a -D flag or a header not read here
+    could). `before`: the texts the file is compiled after (its program's prefix, its local headers' directives).
+    The file's conditionals are resolved once; each kernel is a lookup."""
     from .source.conditionals import PREDEFINED, has_conditionals, known_macros, resolve_conditionals
 
     if not has_conditionals(text):
-        return None
+        return lambda _k: None
     macros = known_macros([t for t in before if t], dict(PREDEFINED))
     macros.update({n: str(v) for n, v in defines.items()})
     resolved, after = resolve_conditionals(text, macros)
     kept, orig = resolved.split("\n"), text.split("\n")
-    line = k.range.start.line
-    if line >= len(orig) or line >= len(kept) or not orig[line].strip() or kept[line].strip():
+
+    def where(k) -> str | None:
+        line = k.range.start.line
+        if line >= len(orig) or line >= len(kept) or not orig[line].strip() or kept[line].strip():
+            return None
+        depth = 0
+        for i in range(line - 1, -1, -1):   # the innermost conditional around the definition
+            m = re.match(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)", orig[i])
+            if not m:
+                continue
+            if m.group(1) == "endif":
+                depth += 1
+            elif depth == 0:
+                cond = " ".join(m.group(2).split("//")[0].split())
+                names = set(re.findall(r"[A-Za-z_]\w*", cond)) - {"defined"}
+                if any(n not in macros and n not in after for n in names):
+                    return None   # a macro defined nowhere visible: decided by flags or headers not read here
+                return f"line {i + 1}: #{m.group(1)}{' ' + cond if cond else ''}"
+            elif m.group(1) in ("if", "ifdef", "ifndef"):
+                depth -= 1
         return None
-    depth = 0
-    for i in range(line - 1, -1, -1):   # the innermost conditional around the definition
-        m = re.match(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)", orig[i])
-        if not m:
-            continue
-        if m.group(1) == "endif":
-            depth += 1
-        elif depth == 0:
-            cond = " ".join(m.group(2).split("//")[0].split())
-            names = set(re.findall(r"[A-Za-z_]\w*", cond)) - {"defined"}
-            if any(n not in macros and n not in after for n in names):
-                return None   # a macro defined nowhere visible: decided by flags or headers not read here
-            return f"line {i + 1}: #{m.group(1)}{' ' + cond if cond else ''}"
-        elif m.group(1) in ("if", "ifdef", "ifndef"):
-            depth -= 1
-    return None
+    return where
 
 
 def _shown(f: Path, prog: Path) -> str:
@@ -885,14 +889,16 @@ def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=
             h.update(f.name.encode() + b"\0" + f.read_bytes())
         except OSError:
             pass
-    from .sim import build as _build   # a new runtime (ksim_host.h, ...) records differently: capture again
-    for n in ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_tex.h"):
+    from .sim import build as _build, capture as _cap
+    for n in _cap._HOST_HEADERS:   # a new runtime (ksim_host.h, ksim_cub.h, ...) records differently: capture again
         try:
             h.update(_build.HEADER.with_name(n).read_bytes())
         except OSError:
             pass
-    from .sim import capture as _cap, capture_scale as _cs, host_source as _hs   # and so does new capture code
-    for mod in (_cap, _cs, _hs):
+    # and so do new capture code and new stand-ins for the libraries a program includes
+    from .sim import capture_scale as _cs, host_headers as _hh, host_helpers as _hp, host_source as _hs, \
+        host_thrust as _ht
+    for mod in (_cap, _cs, _hs, _hh, _hp, _ht):
         try:
             h.update(Path(mod.__file__).read_bytes())
         except OSError:
