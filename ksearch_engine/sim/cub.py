@@ -15,6 +15,13 @@ NAMES = frozenset({"BlockReduce", "WarpReduce", "BlockScan", "Sum", "Max", "Min"
                    "BLOCK_REDUCE_WARP_REDUCTIONS", "BLOCK_SCAN_RAKING", "BLOCK_SCAN_RAKING_MEMOIZE",
                    "BLOCK_SCAN_WARP_SCANS"})
 _USE = re.compile(r"\bcub\s*::\s*([A-Za-z_]\w*)")
+STAND_IN = "ksim_cub.h"   # next to the simulator's other headers (build.HEADER's folder)
+
+
+def stands_in(path: str) -> bool:
+    """Whether an #include of `path` reaches the stand-in in the simulator's CUDA dialect and in the ports (every
+    cub/ header: a part of CUB the stand-in lacks is named by unsupported_uses, not by a missing file)."""
+    return path.startswith("cub/")
 
 
 def includes_cub(text: str) -> bool:

@@ -1043,7 +1043,7 @@ FILES.update({
 })
 # Thrust's vectors and basic algorithms on the host (host_thrust.py); its other headers stay UNSUPPORTED
 FILES.update(host_thrust.FILES)
-FILES.update({h: '#pragma once\n#include "ksim_cub.h"\n' for h in _cub.HEADERS})   # CUB's collectives (sim/cub.py)
+FILES.update({h: f'#pragma once\n#include "{_cub.STAND_IN}"\n' for h in _cub.HEADERS})   # CUB's collectives (sim/cub.py)
 
 # NVIDIA samples' helper headers (helper_cuda.h, ...; host_helpers.py): used only where the program's include path
 # has none of that name (host_source.build_program), unlike FILES, which win over any file of the program

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import cub
+
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"][^\n]*$', re.M)
 _GPU_HEADER = re.compile(
     r"^(metal_\w+|cuda\w*(\.h|\.hpp|/.*)?|cooperative_groups.*|mma\.h|cub/.*|thrust/.*|mlx/.*|curand.*|"
@@ -31,8 +33,8 @@ def strip_gpu_includes(text: str, dialect: str) -> str:
         path = m.group(1).strip()
         if dialect == "cuda" and path == "curand_kernel.h":   # cuRAND's device API: the simulator's (ksim_curand.h)
             return '#include "ksim_curand.h"'
-        if dialect == "cuda" and path.startswith("cub/"):   # CUB's block/warp collectives: our stand-in (ksim_cub.h)
-            return '#include "ksim_cub.h"'
+        if dialect == "cuda" and cub.stands_in(path):   # CUB's block/warp collectives: our stand-in (ksim_cub.h)
+            return f'#include "{cub.STAND_IN}"'
         if dialect == "metal" or _GPU_HEADER.match(path):
             return _blank(m.group(0))
         return m.group(0)

@@ -9,14 +9,13 @@ import re
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 
-# CUB's block- and warp-level collectives: our stand-in (sim/ksim_cub.h), read like a local header, so both ports carry
-# its class templates translated as a user's own (the simulator's original includes the same file)
-_CUB_STAND_IN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sim", "ksim_cub.h")
-
-
 def library_stand_in(path: str) -> str | None:
-    """The file that stands in for a library header the ports carry as code (`cub/...`), or None."""
-    return _CUB_STAND_IN if re.match(r"cub/", path) else None
+    """The file that stands in for a library header the ports carry as code (`cub/...`: CUB's block- and warp-level
+    collectives, sim/ksim_cub.h, read like a local header, so both ports carry its class templates translated as a
+    user's own; the simulator's original includes the same file), or None."""
+    from ..sim import cub
+    from ..sim.build import HEADER
+    return str(HEADER.with_name(cub.STAND_IN)) if cub.stands_in(path) else None
 
 
 # an include guard after leading comments; possessive, so a header without one fails in linear time (a lazy
