@@ -28,15 +28,20 @@ int main() {
 """
 
 
-def _ported(tmp_path, name: str, kernel: str, body: str, launch: str):
-    src = write(tmp_path, f"{name}.cu", "#include <cstdio>\n#include <cub/cub.cuh>\n" + body
-                + MAIN.replace("LAUNCH", launch))
+def _port(tmp_path, name: str, body: str, launch: str):
+    """(port_file's report, the program's text) for `body` (kernels) and a main() launching `launch`."""
+    text = "#include <cstdio>\n#include <cub/cub.cuh>\n" + body + MAIN.replace("LAUNCH", launch)
+    src = write(tmp_path, f"{name}.cu", text)
     mp = pytest.MonkeyPatch()
     mp.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
     try:
-        report = port_file(src, write=False)
+        return port_file(src, write=False), text
     finally:
         mp.undo()
+
+
+def _ported(tmp_path, name: str, kernel: str, body: str, launch: str):
+    report, _ = _port(tmp_path, name, body, launch)
     assert report.capture.status == "ok", report.capture
     v = next(k for k in report.kernels if k.kernel == kernel)
     return report, v
@@ -126,16 +131,8 @@ __global__ void sort_block(const float* in, float* out, int n) {
   if (i < n) out[i] = (float)keys[0];
 }
 """
-    text = "#include <cstdio>\n#include <cub/cub.cuh>\n" + body + MAIN.replace(
-        "LAUNCH", "sort_block<<<blocks, 128>>>(d_in, d_out, n)")
-    src = write(tmp_path, "sort.cu", text)
+    report, text = _port(tmp_path, "sort", body, "sort_block<<<blocks, 128>>>(d_in, d_out, n)")
     line = line_of(text, "cub::BlockRadixSort")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
-    try:
-        report = port_file(src, write=False)
-    finally:
-        mp.undo()
     v = report.kernels[0]
     assert v.status == "not_ported", v
     assert "cub::BlockRadixSort" in v.reason and str(line) in v.reason and "\n" not in v.reason, v.reason
