@@ -48,6 +48,7 @@ SMALL_OUTPUT = 1 << 20      # elements per call up to which every timed output i
 PRESTART_BACKENDS = frozenset({"mlx-cuda", "mlx-metal"})  # GPU time: a booting worker on the CPU does not count
 TIMING_MAX_S = 2.5          # seconds of timed requests per workload (after warm-up and at least 3 requests)
 BASELINE_EVERY = 8          # evaluations between two timings of the baseline in one run
+IDLE_WATCH_S = 0.2         # the shortest window the worker is watched idle in (baseline calls, then a wait)
 TIMED_SAMPLE = 3            # timed outputs checked per workload above that
 _RNG = secrets.SystemRandom()
 
@@ -196,9 +197,9 @@ def _what(e: BaseException) -> str:
 _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _iqr(xs) -> float:
-    """The interquartile range of `xs` (0 for fewer than four)."""
-    return float(np.percentile(xs, 75) - np.percentile(xs, 25)) if len(xs) >= 4 else 0.0
+def _iqr(xs, at_least: int = 1) -> float:
+    """The interquartile range of `xs` (0 for fewer than `at_least` values)."""
+    return float(np.percentile(xs, 75) - np.percentile(xs, 25)) if len(xs) >= max(at_least, 1) else 0.0
 
 
 def _tree(pid: int) -> list[int]:
@@ -726,6 +727,12 @@ class Evaluator:
                                          "gpu": getattr(self, "_gpu_timer_seen", False), "at": self._evals}
         if not (small and check_all):
             self._check_sample(child, name, rows, deadline, seen, fetch_t, fetch_c, check_all)
+        if "idle" not in self.off and cached is None and idle_wall < IDLE_WATCH_S:
+            # the baseline's calls were too short to see a busy worker on /proc's 10 ms clock (a few fast calls are
+            # a few tens of ms): the worker is watched idle for the rest of IDLE_WATCH_S
+            cpu0, rest = child.cpu_seconds(), IDLE_WATCH_S - idle_wall
+            time.sleep(rest)
+            idle_cpu, idle_wall = idle_cpu + child.cpu_seconds() - cpu0, idle_wall + rest
         if "idle" not in self.off and idle_cpu > 0.015 + 0.1 * idle_wall:
             raise Verdict("cheating", f"its worker used {idle_cpu * 1e3:.0f} ms of CPU while the baseline was timed "
                                       f"({idle_wall * 1e3:.0f} ms): it must be idle then (work hidden in the background, "
@@ -825,13 +832,12 @@ class Evaluator:
                 # slack: 10% of the reference's time, or the spread of either worker's preparation times where
                 # that is larger (large inputs copied to the GPU vary by milliseconds from request to request, and
                 # a median that moves by less than that is noise, not work)
-                spread = max(_iqr(prep_c), _iqr(prep_t))
+                spread = max(_iqr(prep_c, 4), _iqr(prep_t, 4))
                 charge += max(0.0, float(np.median(prep_c)) - pt - max(0.1 * pt, spread) - 5e-5) / k * 1e3
             if fetch_c:
                 ft = _tmean(fetch_t)
                 charge += max(0.0, _tmean(fetch_c) - ft - 0.1 * ft - 5e-5 / k) * 1e3
         cm, bm = float(np.median(c)) + charge, float(np.median(b))
-        iqr = lambda a: float(np.percentile(a, 75) - np.percentile(a, 25))  # noqa: E731
         speed = bm / cm if cm > 0 else math.inf
         calls = f"{k} call{'s' if k > 1 else ''} per request"
         if gpu is not None:
@@ -849,7 +855,7 @@ class Evaluator:
                      f"{TIMED_SAMPLE} timed outputs drawn after the calls checked against the reference" if checked else
                      "timed outputs not checked")
                   + (f"; {charge:.4g} ms charged for work outside the timed call" if charge > 0.0005 else ""))
-        return Timing(workload=wl, median_ms=cm, iqr_ms=iqr(c), baseline_ms=bm, baseline_iqr_ms=iqr(b),
+        return Timing(workload=wl, median_ms=cm, iqr_ms=_iqr(c), baseline_ms=bm, baseline_iqr_ms=_iqr(b),
                       speedup=speed, repeats=len(c), method=method, suspect=speed > SUSPECT_SPEEDUP)
 
     def _remeasure(self, source: str, res: EvalResult) -> None:
