@@ -23,12 +23,13 @@ from typing import Callable, Literal
 from pydantic import BaseModel, Field
 
 from .sim.capture_models import Capture, LaunchRecord
+from .sim.host_source import SOURCE_EXT
 
 Status = Literal["verified", "unverified", "not_ported"]
 Workload = Literal["captured", "inferred", "none"]
 MAX_CHECKED_LAUNCHES = 3
 _MAIN = re.compile(r"\bint\s+main\s*\(")
-_SOURCE_EXT = (".cu", ".cpp", ".cc", ".cxx")
+_SOURCE_EXT = SOURCE_EXT
 
 
 class KernelVerdict(BaseModel):
@@ -127,17 +128,43 @@ _HOST_FN = re.compile(r"^[ \t]*(?:extern\s+\"C\"\s+)?(?:template\s*<[^;{}]*>\s*)
 _NOT_FN = {"if", "for", "while", "switch", "return", "sizeof", "main"}
 
 
+_TRANSPARENT_OPEN = re.compile(r'(?:\bextern\s*(?:"[^"\n]*")?|\bnamespace\b[\s\w:]*)\s*$')
+
+
+def _scope_depths(code: str) -> Callable[[int], int]:
+    """depth(pos): how many blocks enclose pos in `code` (comments masked), not counting `extern "C" {` and
+    `namespace X {`, whose functions are still top-level ones (Rodinia's wrappers, dwt2d's namespace)."""
+    marks: list[tuple[int, int]] = []   # (position after a brace, depth from there on)
+    stack: list[bool] = []
+    depth = 0
+    for m in re.finditer(r"[{}]", code):
+        if m.group(0) == "{":
+            opaque = not _TRANSPARENT_OPEN.search(code[max(0, m.start() - 120):m.start()])
+            stack.append(opaque)
+            depth += opaque
+        elif stack:
+            depth -= stack.pop()
+        marks.append((m.end(), depth))
+    starts = [p for p, _ in marks]
+
+    def depth_at(pos: int) -> int:
+        import bisect
+        i = bisect.bisect_right(starts, pos) - 1
+        return marks[i][1] if i >= 0 else 0
+    return depth_at
+
+
 def host_functions(text: str) -> list[str]:
     """Names of host functions defined at the top level of `text` (not __global__/__device__ ones)."""
     from .sim.preprocess import mask_comments
 
     code = mask_comments(text)
-    out, depth, last = [], 0, 0
+    depth_at = _scope_depths(code)
+    out = []
     for m in _HOST_FN.finditer(code):
-        depth += code.count("{", last, m.start()) - code.count("}", last, m.start())
-        last = m.start()
         head = m.group("head")
-        if depth != 0 or m.group("name") in _NOT_FN or re.search(r"__global__|__device__|\bstruct\b|\bclass\b", head):
+        if depth_at(m.start()) != 0 or m.group("name") in _NOT_FN or \
+                re.search(r"__global__|__device__|\bstruct\b|\bclass\b", head):
             continue
         if m.group("name") not in out:
             out.append(m.group("name"))
@@ -147,6 +174,7 @@ def host_functions(text: str) -> list[str]:
 _ROOT_MARKS = ("Makefile", "makefile", "GNUmakefile", "CMakeLists.txt", ".git", "setup.py", "pyproject.toml")
 _UP_LEVELS = 3            # folders above the file's own searched for its program (fewer at a project root)
 _MAX_FOLDER_FILES = 400   # a folder holding more entries than this (a temp or home folder) is no project's
+_MAX_BESIDE = 12          # folders beside the file's own that are searched (inc/ src/ kernels/ of one project)
 
 
 def _program_folders(path: Path) -> list[Path]:
@@ -178,10 +206,16 @@ def find_program_and_sources(path: Path) -> tuple[Path | None, list[Path]]:
     if _MAIN.search(text):
         return path, []
     folders = _program_folders(path)
-    files = [c for folder in folders for c in sorted(folder.iterdir())
+    # and the folders beside the file's own (a header in inc/ included from src/, kernels in dwt_cuda/ called
+    # from the parent's sources)
+    beside = [d for d in (sorted(folders[1].iterdir()) if len(folders) > 1 else [])
+              if d.is_dir() and not d.is_symlink() and d != folders[0] and not d.name.startswith(".")]
+    if len(beside) > _MAX_BESIDE:   # a folder of many projects (or of test runs), not one project's parts
+        beside = []
+    files = [c for folder in folders + beside for c in sorted(folder.iterdir())
              if c.is_file() and c != path and c.suffix in _SOURCE_EXT + (".h", ".cuh", ".hpp", ".inl")]
     texts = {c: _read(c) for c in files}
-    near = set(folders[:2])     # an includer with a main() is looked for next to the file and one folder up
+    near = set(folders[:2] + beside)   # an includer with a main(): next to the file, one folder up, or beside it
     # includers, breadth first: a main() that #includes the file, or includes a file that includes it
     units = [path]              # the file, and the sources (no main) that include it: what gets linked
     frontier, seen = [path.name], {path.name}
@@ -206,7 +240,7 @@ def find_program_and_sources(path: Path) -> tuple[Path | None, list[Path]]:
     # root) calling (maybe through other sources) a host function defined in the file or in a source that
     # includes it, as a linker would join them
     texts[path] = text
-    unit_dirs = {u.parent for u in units}
+    unit_dirs = {u.parent for u in units} | set(near)
     sources = [c for c in files if c.parent in unit_dirs and c.suffix in _SOURCE_EXT and not _MAIN.search(texts[c])]
     sources = list(dict.fromkeys(units + sources))
     calls = {}

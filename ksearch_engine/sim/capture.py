@@ -32,7 +32,7 @@ from . import build as _build
 from . import host_headers
 from .capture_models import ArgRecord, Capture, CaptureNote, LaunchRecord, SymbolRecord
 from . import capture_scale
-from .host_source import Program, build_program
+from .host_source import SOURCE_EXT, Program, build_program
 
 _TAIL = 8000
 SLOW_S = 2.0   # a launch running longer on the CPU is too slow to check six times over: the program is run smaller
@@ -141,18 +141,20 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
     exe = d / f"cap{key}.exe"
     if exe.exists():
         return exe
-    srcs = []
-    for i, t in enumerate(texts):
-        s = d / f"cap{key}.{i}.{_build.unique_suffix()}.cpp"
+    srcs, args = [], []
+    for i, (t, unit) in enumerate(zip(texts, [prog, *extra])):
+        c = unit.language == "c"
+        s = d / f"cap{key}.{i}.{_build.unique_suffix()}.{'c' if c else 'cpp'}"
         s.write_text(t)
         srcs.append(s)
+        args += ["-x", "c", str(s), "-x", "none"] if c else [str(s)]   # C units as C (the flags' -std is C++'s)
     tmp = d / f"cap{key}.{_build.unique_suffix()}.tmp"
     pch = _pch(cxx)
     started = time.monotonic()
     # OpenMP host code (omp.h, #pragma omp): built with -fopenmp, as the program's Makefile would
     omp = ["-fopenmp"] if any(re.search(r"#\s*include\s*<omp\.h>|#\s*pragma\s+omp\b", t) for t in texts) else []
     cmd = [cxx, *_flags(), *omp, *([f"-I{pch}"] if pch else []), f"-I{_build.HEADER.parent}", "-isystem", str(inc),
-           *dflags, *map(str, srcs), "-o", str(tmp), "-lm", "-lpthread",
+           *dflags, *args, "-o", str(tmp), "-lm", "-lpthread",
            # failed opens of input files are noted (ksim_host.h's __wrap_fopen)
            "-Wl,--wrap=fopen", "-Wl,--wrap=fopen64",
            # several translation units each carry ksim.h's context-switch routine (identical copies)
@@ -173,7 +175,7 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
         failed.stderr = r.stderr
         raise failed
     os.replace(tmp, exe)
-    os.replace(srcs[0], d / f"cap{key}.cpp")
+    os.replace(srcs[0], d / f"cap{key}{srcs[0].suffix}")
     try:   # how long it took: a smaller run's second build is skipped where the first was slow (_smaller)
         exe.with_suffix(".secs").write_text(f"{time.monotonic() - started:.1f}")
     except OSError:
@@ -320,7 +322,7 @@ def _fn_names(exe: Path, marked: list[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
-_SOURCE_EXT = (".cu", ".cpp", ".cc", ".cxx", ".c")
+_SOURCE_EXT = SOURCE_EXT
 
 
 def _defining_siblings(path: Path, prog: Program, extra: list[Program], undefined: list[str]) -> list[Path]:
@@ -853,7 +855,7 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
     if not path.is_file():
         raise CaptureFailed(f"{path}: no such file — give the path of a .cu file with a main()")
     def make(resolve_targs: bool, more: list[Path]) -> tuple[Program, list[Program]]:
-        prog = build_program(path, include_dirs, resolve_targs, leave_out, texts)
+        prog = build_program(path, include_dirs, resolve_targs, leave_out, texts, allow_c=entry == "main")
         extra = [build_program(s, include_dirs, resolve_targs, leave_out, texts) for s in [*sources, *more]]
         # a source another unit already #includes (bucketsort.cu includes histogram1024_kernel.cu) is not
         # compiled again on its own

@@ -41,6 +41,14 @@ class Program:
     left_out: list[str] = field(default_factory=list)      # unsupported headers left out (leave_out_unsupported)
     linked: list["Program"] = field(default_factory=list)  # the program's other translation units (capture.py)
     helper_stand_ins: list[str] = field(default_factory=list)  # CUDA samples' helper headers ours stand in for
+    language: str = "c++"   # "c": a .c unit without CUDA, compiled as C the way its Makefile's gcc would
+
+
+# the extensions of a program's source files (what a linker joins), one home for the capture and port_file
+SOURCE_EXT = (".cu", ".cpp", ".cc", ".cxx", ".c")
+# what makes a .c file need the CUDA runtime (then it is compiled as C++ with the runtime's stand-in)
+_CUDA_IN_C = re.compile(r"__global__|__device__|__host__|<<<|\bcuda[A-Z]\w*\s*\(|^[ \t]*#[ \t]*include[ \t]*<(?:cuda|cu|nv|thrust|cub)",
+                        re.M)
 
 
 @functools.lru_cache(maxsize=1)
@@ -379,9 +387,11 @@ def host_only_clashes(text: str) -> list[str]:
 
 
 def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = True,
-                  leave_out_unsupported: bool = False, texts: dict[Path, str] | None = None) -> Program:
+                  leave_out_unsupported: bool = False, texts: dict[Path, str] | None = None,
+                  allow_c: bool = True) -> Program:
     """The whole program as one translation unit (see the module's docstring). `texts`: files' contents to use
-    instead of what is on disk (by resolved path: a run at smaller sizes, capture_scale.py)."""
+    instead of what is on disk (by resolved path: a run at smaller sizes, capture_scale.py). A .c file that uses
+    no CUDA is kept as C (allow_c): K&R definitions, implicit declarations and C linkage, as gcc builds it."""
     root = path.parent.resolve()
     prog = Program(text="")
     seen_once: set[Path] = set()
@@ -460,6 +470,10 @@ def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = Tr
         return "".join(out)
 
     body = expand(path.resolve(), (path.resolve(),))
+    if allow_c and path.suffix == ".c" and not _CUDA_IN_C.search(mask_comments(body)):
+        prog.language = "c"
+        prog.text = f'#line 1 "{_escape(shown(path.resolve()))}"\n{body}\n'
+        return prog
     # kernels of every inlined file (parameter names, and whether the launch can use their types)
     for f in prog.files:
         txt = read(f)

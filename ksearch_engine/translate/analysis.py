@@ -63,16 +63,31 @@ def written_pointers(kernel: KernelInfo, helpers: list[KernelInfo] | None = None
         return alias.get(name, name) if (name in params or name in alias) else None
 
     nodes = list(walk(root))
-    for n in nodes:   # local pointers initialized from a parameter
-        if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None \
+
+    def source_of(value) -> str | None:
+        idents = [t(x) for x in walk(value) if x.type == "identifier"] if value is not None else []
+        return next((alias.get(i, i) for i in idents if i in params or i in alias), None)
+
+    local_ptrs = set()
+    for n in nodes:   # local pointers initialized from a parameter (and every local pointer declared)
+        if n.type in ("init_declarator", "declaration") and n.child_by_field_name("declarator") is not None \
                 and n.child_by_field_name("declarator").type == "pointer_declarator":
             d = n.child_by_field_name("declarator")
             while d is not None and d.type != "identifier":
                 d = d.child_by_field_name("declarator")
-            idents = [t(x) for x in walk(n.child_by_field_name("value")) if x.type == "identifier"]
-            src = next((alias.get(i, i) for i in idents if i in params or i in alias), None)
-            if d is not None and src is not None:
+            if d is None:
+                continue
+            local_ptrs.add(t(d))
+            src = source_of(n.child_by_field_name("value")) if n.type == "init_declarator" else None
+            if src is not None:
                 alias[t(d)] = src
+    for _ in range(2):   # `FOUR_VECTOR* fA; ... fA = &d_fv_gpu[first_i];` (Rodinia's lavaMD): assigned later
+        for n in nodes:
+            left = n.child_by_field_name("left") if n.type == "assignment_expression" else None
+            if left is not None and left.type == "identifier" and t(left) in local_ptrs and t(left) not in alias:
+                src = source_of(n.child_by_field_name("right"))
+                if src is not None:
+                    alias[t(left)] = src
     out = set()
     for n in nodes:
         target = None
