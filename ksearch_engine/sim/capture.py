@@ -31,7 +31,7 @@ from pathlib import Path
 from . import build as _build
 from . import host_headers
 from .capture_models import ArgRecord, Capture, CaptureNote, LaunchRecord, SymbolRecord
-from . import capture_scale
+from . import capture_argv, capture_scale
 from .host_source import SOURCE_EXT, Program, build_program
 
 _TAIL = 8000
@@ -386,7 +386,8 @@ def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: 
             return quick_build and bool(sites or capture_scale.host_sites({}, list(args)))
         _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early(cap.argv))
         if not argv and entry == "main" and _needs_arguments(cap):
-            cap = _with_documented_argv(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early)
+            cap = _with_documented_argv(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early,
+                                        texts)
         if not argv and entry == "main" and not cap.launches and cap.status == "failed" \
                 and any(n.kind == "input" for n in cap.notes):
             cap = _with_size_option(cap, path, wd, exe, prog, texts, timeout_s, byte_budget, max_per_kernel, early)
@@ -808,11 +809,13 @@ def _with_size_option(cap: Capture, path: Path, wd: Path, exe: Path, prog: Progr
 
 
 def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeout_s: float,
-                          byte_budget: int, max_per_kernel: int, early=lambda _argv: False) -> Capture:
+                          byte_budget: int, max_per_kernel: int, early=lambda _argv: False,
+                          texts: dict[Path, str] | None = None) -> Capture:
     """The bare run stopped before its first launch: run the command lines its folder documents (sizes scaled
-    down where large), and keep the first that launches a kernel. Otherwise say what the program needs."""
+    down where large), then sizes made up from what its code and usage message say it reads (capture_argv.py),
+    and keep the first that launches a kernel. Otherwise say what the program needs."""
     runs = documented_command_lines(path, cap.stdout_tail or "")
-    tries: list[tuple[list[str], DocumentedRun]] = []
+    tries: list[tuple[list[str], DocumentedRun | capture_argv.MadeUpRun]] = []
     for r in runs:
         if r.missing:
             continue
@@ -820,24 +823,38 @@ def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: P
         for a in ([s, r.argv] if s != r.argv else [r.argv]):
             if all(a != t[0] for t in tries):
                 tries.append((a, r))
-    last: Capture | None = None
-    for argv, r in tries[:3]:
+    tries = tries[:3]
+    for m in capture_argv.made_up_runs(texts or {}, cap.stdout_tail or ""):
+        if all(m.argv != t[0] for t in tries):
+            tries.append((m.argv, m))
+    last: tuple[Capture, DocumentedRun | capture_argv.MadeUpRun] | None = None
+    for argv, r in tries[:5]:
         att = Capture(file=cap.file, dir=cap.dir, argv=argv, defines=cap.defines,
                       notes=[n for n in cap.notes if n.kind == "include"])
         _execute(att, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early(argv))
-        scaled = " (its sizes scaled down from `" + " ".join(r.argv) + "`)" if argv != r.argv else ""
-        file, _, line = r.where.rpartition(":")
-        att.notes.append(CaptureNote(kind="argv", file=file or None, line=int(line) if line.isdigit() else None, message=(
-            f"ran as `{r.name or path.stem} {' '.join(argv)}`, the command line documented at {r.where}{scaled}, since the "
-            f"program needs arguments; pass --arg to give your own")))
+        if isinstance(r, capture_argv.MadeUpRun):
+            att.notes.append(CaptureNote(kind="argv", file=prog.display.get(path.name, path.name), message=(
+                f"ran as `{path.stem} {' '.join(argv)}`: the program needs arguments and documents no command line "
+                f"that runs here, so ksearch chose the sizes ({', '.join(r.sizes)}) from {r.why}; the program "
+                f"makes its own input from them. Pass --arg to give your own")))
+        else:
+            scaled = " (its sizes scaled down from `" + " ".join(r.argv) + "`)" if argv != r.argv else ""
+            file, _, line = r.where.rpartition(":")
+            att.notes.append(CaptureNote(kind="argv", file=file or None, line=int(line) if line.isdigit() else None,
+                                         message=(f"ran as `{r.name or path.stem} {' '.join(argv)}`, the command line "
+                                                  f"documented at {r.where}{scaled}, since the program needs "
+                                                  f"arguments; pass --arg to give your own")))
         if att.launches or att._stopped:
             return att
-        last = att
-    if last is not None:
-        last.error = f"with the command line documented at {tries[min(len(tries), 3) - 1][1].where} " \
-                     f"(`{' '.join(last.argv)}`): {last.error}"
-        return last
+        last = (att, r) if last is None or isinstance(r, DocumentedRun) or not isinstance(last[1], DocumentedRun) \
+            else last
     absent = [r for r in runs if r.missing]
+    if last is not None and (isinstance(last[1], DocumentedRun) or not absent):
+        att, r = last
+        how = f"the command line documented at {r.where}" if isinstance(r, DocumentedRun) else \
+            f"sizes chosen from {r.why}"
+        att.error = f"with {how} (`{' '.join(att.argv)}`): {att.error}"
+        return att
     if absent:
         r = absent[0]
         cap.error = (f"{r.where if r.where[-1:].isdigit() else Path(cap.file).name}: the program needs arguments, "

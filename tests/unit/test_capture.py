@@ -171,8 +171,12 @@ def test_sizes_from_argv_through_a_host_helper(tmp_path):
     assert [a.value for a in ln.args[1:]] == [5, 70]
     out = cap.load(ln.args[0].after).reshape(5, 70)
     np.testing.assert_array_equal(out, np.arange(5)[:, None] * 1000 + np.arange(70)[None, :])
-    bad = capture_program(p)  # no arguments: the program stops before any launch
-    assert bad.status == "failed" and "usage: fill" in bad.error and not bad.launches
+    # no arguments: the program stops before any launch, and the capture runs it again with sizes it chooses
+    # for the two arguments the code converts to numbers, saying so
+    chosen = capture_program(p)
+    assert chosen.status == "ok" and chosen.argv == ["32", "32"], chosen.error
+    assert chosen.launches[0].grid == (1, 32, 1)
+    assert any(n.kind == "argv" and "chose the sizes (32, 32)" in n.message for n in chosen.notes)
 
 
 def test_local_header_in_a_sibling_include_folder(tmp_path):

@@ -67,12 +67,81 @@ def test_documented_sizes_are_scaled_down_and_placeholders_skipped(tmp_path):
     assert "scaled down" in [n for n in cap.notes if n.kind == "argv"][0].message
 
 
+FROM_FILE = """
+#include <cstdio>
+#include <cstdlib>
+__global__ void fill(float* o, int n, float v) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) o[i] = v * i;
+}
+int main(int argc, char** argv) {
+  if (argc != 3) { fprintf(stderr, "Usage: %s <sizes file> <value>\\n", argv[0]); return 1; }
+  FILE* f = fopen(argv[1], "r");
+  int n = 0;
+  if (!f || fscanf(f, "%d", &n) != 1) return 1;
+  float* d;
+  cudaMalloc(&d, n * sizeof(float));
+  fill<<<(n + 63) / 64, 64>>>(d, n, (float)atof(argv[2]));
+  return 0;
+}
+"""
+
+
 def test_documented_command_line_naming_an_absent_file_is_not_run(tmp_path):
-    src = write(tmp_path, "sized.cu", SIZED)
+    src = write(tmp_path, "sized.cu", FROM_FILE)
     write(tmp_path, "README.txt", "Run it as:\n$ ./sized ../data/sizes.txt 3\n")
     cap = capture_program(src, timeout_s=30)
+    # argv[1] is a file name: no size is made up for it, and no input file either
     assert cap.status == "failed" and not cap.launches and cap.argv == []
     assert cap.error.startswith("README.txt:2:") and "../data/sizes.txt" in cap.error and "--arg" in cap.error
+
+
+def test_sizes_are_chosen_from_the_arguments_the_code_converts_to_numbers(tmp_path):
+    # no README: the usage message names placeholders only, and the code reads both arguments as numbers
+    src = write(tmp_path, "sized.cu", SIZED)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    assert cap.argv == ["32", "0.5"]
+    (ln,) = cap.launches
+    assert [a.value for a in ln.args if a.kind == "scalar"] == [32, 0.5]
+    (note,) = [n for n in cap.notes if n.kind == "argv"]
+    assert "ksearch chose the sizes (32, 0.5)" in note.message and "--arg" in note.message
+
+
+OPTIONS = """
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+__global__ void ramp(float* o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) o[i] = 0.5f * i;
+}
+int main(int argc, char** argv) {
+  int n = 0;
+  const char* input = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-s") && i + 1 < argc) n = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-i") && i + 1 < argc) input = argv[++i];
+  }
+  if (n <= 0 && !input) { printf("Usage: %s [-v] [-s matrix_size|-i input_file]\\n", argv[0]); return 1; }
+  if (input) { FILE* f = fopen(input, "r"); if (!f || fscanf(f, "%d", &n) != 1) return 1; }
+  float* d;
+  cudaMalloc(&d, n * sizeof(float));
+  ramp<<<(n + 31) / 32, 32>>>(d, n);
+  return 0;
+}
+"""
+
+
+def test_a_size_option_named_by_the_usage_message_is_given_a_small_value(tmp_path):
+    src = write(tmp_path, "opts.cu", OPTIONS)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    assert cap.argv == ["-s", "32"]   # not -i: a file is never made up
+    (ln,) = cap.launches
+    assert [a.value for a in ln.args if a.kind == "scalar"] == [32]
+    (note,) = [n for n in cap.notes if n.kind == "argv"]
+    assert "-s matrix_size" in note.message
 
 
 READS = """
