@@ -344,6 +344,8 @@ def evidence_of(launch: dict, why: str, seconds: float | None = None) -> Evidenc
             nb = int(a["nbytes"])
             eb = int(a.get("elem_bytes") or _DTYPE_BYTES.get(a.get("dtype") or "", 1) or 1)
             counts.append(nb // max(eb, 1))
+            if eb > 1:   # and its size in bytes: hosts often keep that (`uint byteCount = 64 * 1048576`)
+                counts.append(nb)
             if eb > 1 and a.get("dtype") in _DTYPE_BYTES and _DTYPE_BYTES[a["dtype"]] != eb:
                 counts.append(nb // _DTYPE_BYTES[a["dtype"]])
             key = (a.get("buffer"), a.get("offset_bytes"))

@@ -422,3 +422,16 @@ def test_a_program_whose_time_runs_out_before_its_first_launch_is_run_again_smal
     assert ln.kernel == "twice" and ln.args[2].value == 4096
     note = next(nt for nt in cap.notes if nt.kind == "scaled")
     assert "N from 32768 to 4096" in note.message and "too slow" in note.message
+
+
+def test_a_byte_count_the_host_keeps_is_a_size_of_the_buffer_it_allocates():
+    # `uint byteCount = 64 * 1048576; cudaMalloc(&d, byteCount)` read by a kernel as uint: the launch shows 16 Mi
+    # elements, the host holds the byte count; it is the site to scale
+    launch = {"kernel": "count", "grid": [4096, 1, 1], "block": [64, 1, 1],
+              "args": [{"kind": "buffer", "nbytes": 64 << 20, "elem_bytes": 4, "dtype": "uint32", "buffer": 1,
+                        "offset_bytes": 0}, {"kind": "scalar", "value": 16 << 20}]}
+    ev = cs.evidence_of(launch, "oversize")
+    assert cs.matches(64 << 20, ev) == 2
+    pl = cs.plan([cs.SizeSite("var", "byteCount", 64 << 20, local=True)], [ev], 16 << 20)
+    ((s, new),) = pl.changes
+    assert s.name == "byteCount" and new <= 16 << 20
