@@ -365,7 +365,8 @@ def matches(v: int, ev: Evidence) -> int:
     if v in ev.scalars:
         return 2
     for c in ev.counts:
-        if v <= c <= v + v // 16 + 8192 or (c % v == 0 and c // v <= 16) or c == v * v:
+        # about v (padded up, or rounded down to a multiple: `(MEM_SIZE / f) & 0xffffff00`), a small multiple, v²
+        if abs(c - v) <= v // 16 + 8192 or (c % v == 0 and c // v <= 16) or c == v * v:
             return 2
     for g, b in zip(ev.grid, ev.block):
         if g > 1 and (g == v or g == -(-v // max(b, 1))):

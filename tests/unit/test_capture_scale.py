@@ -435,3 +435,11 @@ def test_a_byte_count_the_host_keeps_is_a_size_of_the_buffer_it_allocates():
     pl = cs.plan([cs.SizeSite("var", "byteCount", 64 << 20, local=True)], [ev], 16 << 20)
     ((s, new),) = pl.changes
     assert s.name == "byteCount" and new <= 16 << 20
+
+
+def test_a_size_rounded_down_by_the_host_still_matches_its_buffer():
+    # `int MemorySize = (int)(MEM_SIZE / f) & 0xffffff00;` with MEM_SIZE = 50000000: buffers of 49999872 bytes
+    ev = cs.Evidence(kernel="copy", grid=(64, 1, 1), block=(256, 1, 1), scalars={49999872},
+                     counts=[49999872], need=2 * 49999872, seconds=None, why="oversize")
+    assert cs.matches(50000000, ev) == 2
+    assert cs.matches(40000000, ev) == 0
