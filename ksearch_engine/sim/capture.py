@@ -391,7 +391,7 @@ def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: 
         if not argv and entry == "main" and not cap.launches and cap.status == "failed" \
                 and any(n.kind == "input" for n in cap.notes):
             cap = _with_size_option(cap, path, wd, exe, prog, texts, timeout_s, byte_budget, max_per_kernel, early)
-        if sites or cap._stopped:
+        if sites or cap._stopped or (quick_build and capture_scale.device_plan(_evidence(cap, timeout_s))):
             cap = _smaller(cap, path, wd, exe, prog, texts, dirs, defines, timeout_s, byte_budget, max_per_kernel,
                            entry, srcs, t0)
         if quick_build:
@@ -502,6 +502,7 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
         return max(10.0, min(timeout_s, deadline - time.monotonic()))
     smaller: list[tuple[Capture, capture_scale.ScalePlan]] = []
     cur_texts, cur_argv, latest = texts, list(cap.argv), cap
+    cur_device: tuple[capture_scale.SizeSite, int] | None = None
     original: dict[str, tuple[int, str]] = {}
     no_launch = not cap.launches and cap.status == "failed" and "time budget" in (cap.error or "")
     for attempt in (1, 2):
@@ -509,6 +510,8 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
         sites = capture_scale.host_sites(cur_texts, cur_argv)
         if evs:
             pl = capture_scale.plan(sites, evs, byte_budget, SLOW_S / 4)
+            if pl is None and attempt == 1:   # no host size shows: a grid sized from the SM count may
+                pl = capture_scale.device_plan(evs)
         elif attempt == 1 and no_launch:
             # the time ran out before the program's first launch (a CPU reference at the program's own sizes):
             # no launch says which size matters, so the program's plain sizes shrink together
@@ -536,7 +539,12 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
                                texts=new_texts, execute=False)
         except CaptureFailed:
             break
-        _execute(att, path, sub, exe2, prog2, budget(), byte_budget, max_per_kernel, early=True)
+        device = next(((site, new) for site, new in pl.changes if site.kind == "device"), None)
+        if device is None and cur_device is not None:   # a smaller device stays smaller in the next run
+            pl.changes.append(cur_device)
+        cur_device = device or cur_device
+        _execute(att, path, sub, exe2, prog2, budget(), byte_budget, max_per_kernel, early=True,
+                 sms=cur_device[1] if cur_device else None)
         smaller.append((att, pl))
         cur_texts, cur_argv, latest = new_texts, new_argv, att
         if att._stopped is None:
@@ -932,10 +940,10 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
 
 
 def _execute(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeout_s: float, byte_budget: int,
-             max_per_kernel: int, early: bool = False) -> None:
+             max_per_kernel: int, early: bool = False, sms: int | None = None) -> None:
     """One run of the compiled program with cap.argv; fills cap (launches, notes, status, error). early: the
     program stops at the first launch of a kernel too big or too slow to record (cap._stopped says which), to be
-    run again at smaller sizes."""
+    run again at smaller sizes. sms: the multiprocessor count the simulated device reports (a smaller device)."""
     for f in [*wd.glob("*.npy"), wd / "textures.jsonl"]:
         f.unlink(missing_ok=True)
     env = dict(os.environ, KSIM_CAPTURE_DIR=str(wd.resolve()), KSIM_CAPTURE_BUDGET=str(int(byte_budget)),
@@ -943,6 +951,7 @@ def _execute(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeo
                KSIM_CAPTURE_TIMEOUT_MS=str(int(timeout_s * 1000)))
     if early:
         env.update(KSIM_CAPTURE_STOP_OVERSIZE="1", KSIM_CAPTURE_SLOW_MS=str(int(SLOW_S * 1000)))
+    env["KSIM_CAPTURE_SMS"] = str(int(sms or capture_scale.device_sms()))
     out_p, err_p = wd / "stdout.txt", wd / "stderr.txt"
 
     def limits():

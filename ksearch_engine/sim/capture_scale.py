@@ -27,6 +27,41 @@ MIN_VALUE = 256             # constants below this are not sizes worth scaling (
 TARGET_SECONDS = 0.5        # a launch the checks replay six times (original and two ports, races twice)
 TARGET_THREADS = 1 << 18
 MAX_FACTOR = 4096
+SMALL_DEVICE_SMS = 4        # what a run at a smaller device reports: grids sized by the SM count shrink with it
+CAPTURE_CHIP = "h200"       # the GPU the capture's runtime reports (ksim_host.h's device_prop names it)
+
+
+def device_sms() -> int:
+    """The multiprocessors of the GPU the capture's runtime reports, from specs/hardware (the chip's compute
+    units); capture.py hands it to every run (KSIM_CAPTURE_SMS)."""
+    if not _SMS:
+        n = 132   # the H200's, where the specs cannot be read
+        try:
+            from ..specs import load_specs
+            for hw in load_specs().hardware_files.values():
+                for chip in hw.chips:
+                    if chip.id == CAPTURE_CHIP and chip.compute_units:
+                        n = int(chip.compute_units[0])
+        except Exception:  # noqa: BLE001 - the figure above stands
+            pass
+        _SMS.append(n)
+    return _SMS[0]
+
+
+_SMS: list[int] = []
+
+
+def device_plan(evidence: list[Evidence]) -> ScalePlan | None:
+    """Launches too big or slow whose grid is a multiple of the device's multiprocessor count (a grid sized from
+    cudaDeviceProp::multiProcessorCount: persistent kernels, one block per SM times k): a run on a smaller
+    simulated device, the program and its kernels unchanged."""
+    sms = device_sms()
+    hit = [ev for ev in evidence if any(g >= sms and g % sms == 0 for g in ev.grid)]
+    if not hit:
+        return None
+    site = SizeSite("device", "the device's multiprocessor count", sms)
+    return ScalePlan(factor=sms // SMALL_DEVICE_SMS, changes=[(site, SMALL_DEVICE_SMS)],
+                     kernels=[ev.kernel for ev in hit], why=hit[0].why)
 
 
 @dataclass
@@ -324,7 +359,12 @@ def size_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
 def host_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
     """size_sites less those device code depends on (a host function's own variables always stay in)."""
     dev = device_names(texts)
-    return [s for s in size_sites(texts, argv) if not (s.kind in ("define", "var") and s.name in dev and not s.local)]
+    return [s for s in size_sites(texts, argv) if not (s.kind in ("define", "var") and s.name in dev and not s.local)
+            and not _NOT_A_SIZE.search(s.name)]
+
+
+# names of values that are no sizes, whatever they equal (a random seed of 1234 is not scaled)
+_NOT_A_SIZE = re.compile(r"(?i)seed|magic|version|port\b|mask")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -500,6 +540,8 @@ def apply(plan: ScalePlan, texts: dict[Path, str], argv: list[str]) -> tuple[dic
     argv = list(argv)
     by_file: dict[Path, list[tuple[SizeSite, int]]] = {}
     for s, new in plan.changes:
+        if s.kind == "device":   # the simulated GPU's own figure (KSIM_CAPTURE_SMS): nothing in the files
+            continue
         if s.kind == "argv":
             a = argv[s.start]
             argv[s.start] = (a.split("=", 1)[0] + "=" + str(new)) if a.startswith("-") and "=" in a else str(new)

@@ -967,6 +967,11 @@ inline cudaDeviceProp device_prop() {
   p.cooperativeLaunch = 1; p.cooperativeMultiDeviceLaunch = 1; p.sharedMemPerBlockOptin = 232448;
   p.maxBlocksPerMultiProcessor = 32; p.accessPolicyMaxWindowSize = 134213632; p.reservedSharedMemPerBlock = 1024;
   p.hostRegisterSupported = 1; p.memoryPoolsSupported = 1; p.clusterLaunch = 1;
+  // a smaller device (capture_scale.device_plan): grids the program sizes from the SM count shrink with it
+  if (const char* e = getenv("KSIM_CAPTURE_SMS")) {
+    int n = atoi(e);
+    if (n > 0) p.multiProcessorCount = n;
+  }
   return p;
 }
 

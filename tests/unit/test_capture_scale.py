@@ -443,3 +443,35 @@ def test_a_size_rounded_down_by_the_host_still_matches_its_buffer():
                      counts=[49999872], need=2 * 49999872, seconds=None, why="oversize")
     assert cs.matches(50000000, ev) == 2
     assert cs.matches(40000000, ev) == 0
+
+
+PER_SM = """
+#include <cuda_runtime.h>
+__global__ void init_state(float* st, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) st[i] = i * 0.5f;
+}
+int main() {
+  cudaDeviceProp p;
+  cudaGetDeviceProperties(&p, 0);
+  int blocks = p.multiProcessorCount * 8;   // one wave of blocks per multiprocessor, 8 deep
+  int n = blocks * 256;
+  float* d;
+  cudaMalloc(&d, n * sizeof(float));
+  init_state<<<blocks, 256>>>(d, n);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+@needs_gxx
+def test_a_grid_sized_from_the_multiprocessor_count_is_recorded_on_a_smaller_device(tmp_path):
+    src = write(tmp_path, "per_sm.cu", PER_SM)
+    cap = capture_program(src, timeout_s=30, byte_budget=256 << 10)
+    assert cap.status == "ok", cap.error
+    (ln,) = [ln for ln in cap.launches if not ln.too_large]
+    assert ln.grid == (cs.SMALL_DEVICE_SMS * 8, 1, 1)
+    out = cap.load(ln.args[0].after)
+    np.testing.assert_array_equal(out, 0.5 * np.arange(cs.SMALL_DEVICE_SMS * 8 * 256))
+    assert any("multiprocessor count from 132 to 4" in n.message for n in cap.notes), [n.message for n in cap.notes]
