@@ -333,6 +333,8 @@ def size_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
         for s in raw:
             if s.kind != "dim3":
                 v = evaluate(s.expr, known)
+                if v is None and s.local:   # a function's own (`int n = 1 << log2N` of a parameter): another
+                    continue                # variable than a file's constant of that name
                 vals.setdefault(s.name, set()).add(v if v is not None else -1 << 70)
         for n, vs in vals.items():
             if len(vs) == 1 and next(iter(vs)) != -1 << 70:
@@ -344,11 +346,23 @@ def size_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
     for s in raw:
         if s.kind != "dim3" and (s.name in ambiguous or s.name not in known):
             continue
+        if s.kind != "dim3" and s.local and evaluate(s.expr, known) is None:
+            continue   # a function's own variable of a known name, made of its parameters
         v = known[s.name] if s.kind != "dim3" else evaluate(s.expr, known)
         if v is None or v < MIN_VALUE:
             continue
         s.value, s.idents = v, idents_of(s.expr)
         out.append(s)
+    # sizes written as a power of two of a constant (`const int log2Data = 23; const int dataN = 1 << log2Data;`):
+    # the exponent is the size's root, scaled by subtracting (a "log2" site: its value is the size it makes)
+    by_name = {r.name: r for r in raw if r.kind in ("define", "var") and re.fullmatch(r"\s*\d+\s*", r.expr)}
+    for s in out[:]:
+        m = _POW2.match(s.expr)
+        r = by_name.get(m.group(1)) if m else None
+        if r is not None and r.name not in ambiguous and 0 < known.get(r.name, 0) < 63 and \
+                all(o.name != r.name or o.kind != "log2" for o in out):
+            out.append(SizeSite("log2", r.name, 1 << known[r.name], r.expr, r.file, r.line, r.start, r.end,
+                                local=r.local))
     for i, a in enumerate(argv):
         val = a.split("=", 1)[1] if a.startswith("-") and "=" in a else a
         if re.fullmatch(r"\d+", val) and int(val) >= MIN_VALUE:
@@ -363,6 +377,7 @@ def host_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
             and not _NOT_A_SIZE.search(s.name)]
 
 
+_POW2 = re.compile(r"^\s*\(?\s*1[uUlL]*\s*<<\s*\(?\s*([A-Za-z_]\w*)\s*\)?\s*\)?\s*$")
 # names of values that are no sizes, whatever they equal (a random seed of 1234 is not scaled)
 _NOT_A_SIZE = re.compile(r"(?i)seed|magic|version|port\b|mask")
 
@@ -447,14 +462,14 @@ def before_first_launch(sites: list[SizeSite], factor: int = 8) -> ScalePlan | N
 
 def _roots(hit: list[SizeSite], sites: list[SizeSite]) -> list[SizeSite]:
     """The literal sizes (sites of no other name) that the derived sites of `hit` are computed from."""
-    literal = {s.name: s for s in sites if s.kind in ("define", "var") and not s.idents}
+    literal = {s.name: s for s in sites if s.kind in ("define", "var", "log2") and not s.idents}
     out: dict[str, SizeSite] = {}
     for s in hit:
         if s.kind in ("define", "var") and s.idents:
             for n in s.idents:
                 if n in literal and n != s.name:
                     out.setdefault(n, literal[n])
-    return [s for s in sites if s.name in out and s.kind in ("define", "var") and not s.idents]
+    return [s for s in sites if s.name in out and s.kind in ("define", "var", "log2") and not s.idents]
 
 
 def _pow2_ceil(x: float) -> int:
@@ -550,7 +565,7 @@ def apply(plan: ScalePlan, texts: dict[Path, str], argv: list[str]) -> tuple[dic
     for f, changes in by_file.items():
         t = out[f]
         for s, new in sorted(changes, key=lambda c: -c[0].start):
-            lit = f"({new}{'LL' if new > 2**31 - 1 else ''})"
+            lit = f"({new}{'LL' if new > 2**31 - 1 else ''})" if s.kind != "log2" else f"({max(new, 1).bit_length() - 1})"
             t = t[:s.start] + lit + t[s.end:]
         out[f] = t
     return out, argv

@@ -475,3 +475,22 @@ def test_a_grid_sized_from_the_multiprocessor_count_is_recorded_on_a_smaller_dev
     out = cap.load(ln.args[0].after)
     np.testing.assert_array_equal(out, 0.5 * np.arange(cs.SMALL_DEVICE_SMS * 8 * 256))
     assert any("multiprocessor count from 132 to 4" in n.message for n in cap.notes), [n.message for n in cap.notes]
+
+
+def test_a_size_made_as_a_power_of_two_scales_through_its_exponent():
+    main, ref = Path("fwt.cu"), Path("fwt_ref.cpp")
+    texts = {
+        main: "const int log2N = 22;\nconst int N = 1 << log2N;\nint main() { return N; }\n",
+        # a function's own N, made of its parameter: another variable, neither a size nor a reason to drop N
+        ref: "void reference(float* o, int log2n) {\n  const int N = 1 << log2n;\n  for (int i = 0; i < N; i++) o[i] = 0;\n}\n",
+    }
+    sites = cs.host_sites(texts)
+    assert sorted((s.kind, s.name, s.value) for s in sites) == [("log2", "log2N", 1 << 22), ("var", "N", 1 << 22)]
+    ev = cs.Evidence(kernel="fwt", grid=(4096, 1, 1), block=(256, 1, 1), scalars={1 << 22},
+                     counts=[1 << 22], need=16 << 20, seconds=None, why="oversize")
+    pl = cs.plan(sites, [ev], 4 << 20)
+    ((s, new),) = pl.changes
+    assert s.kind == "log2" and new < 1 << 22
+    out, _ = cs.apply(pl, texts, [])
+    assert out[main].splitlines()[0] == f"const int log2N = ({new.bit_length() - 1});"
+    assert out[ref] == texts[ref]
