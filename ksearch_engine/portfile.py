@@ -725,6 +725,18 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
                 if _launches_for(cap, name):
                     found[name] = (cap, " ".join(line))
                     missing.discard(name)
+    # a kernel the program uses only at small sizes (a small-matrix path below a threshold): the run's size
+    # arguments (`--matrix-size=1024`, `lud -s 32`) an eighth as large
+    smaller = [re.sub(r"(^|=)(\d{3,})$", lambda m: m.group(1) + str(max(16, int(m.group(2)) // 8)), a) for a in base]
+    if missing and smaller != base and " ".join(smaller) not in tried_lines:
+        for line, cap in _runs(p, [smaller], defines, include_dirs, timeout, lambda: missing, t0, lambda ln: say(
+                f"running the program as `{' '.join(ln)}` (smaller sizes) for {', '.join(sorted(missing))}")):
+            if cap is None or cap.status == "failed":
+                continue
+            for name in sorted(missing):
+                if _launches_for(cap, name):
+                    found[name] = (cap, " ".join(line))
+                    missing.discard(name)
     for opt in opts[:2]:
         if not missing:
             break

@@ -494,3 +494,40 @@ def test_a_size_made_as_a_power_of_two_scales_through_its_exponent():
     out, _ = cs.apply(pl, texts, [])
     assert out[main].splitlines()[0] == f"const int log2N = ({new.bit_length() - 1});"
     assert out[ref] == texts[ref]
+
+
+SMALL_PATH = """
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+__global__ void small_rows(float* a, int n) { int i = threadIdx.x; if (i < n) a[i] = 1.0f + i; }
+__global__ void large_rows(float* a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) a[i] = 2.0f * i;
+}
+int main(int argc, char** argv) {
+  int n = 0;
+  for (int i = 1; i < argc; i++) if (!strncmp(argv[i], "--size=", 7)) n = atoi(argv[i] + 7);
+  if (n <= 0) { printf("Usage: %s --size=<n>\\\\n", argv[0]); return 1; }
+  float* d;
+  cudaMalloc(&d, n * sizeof(float));
+  if (n <= 256) small_rows<<<1, 256>>>(d, n);   // one block holds a small problem
+  else large_rows<<<(n + 255) / 256, 256>>>(d, n);
+  return 0;
+}
+"""
+
+
+def test_a_kernel_used_only_at_small_sizes_is_captured_from_a_smaller_run(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from ksearch_engine.portfile import PortReport, _capture, _mode_captures
+    monkeypatch.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
+    src = write(tmp_path, "paths.cu", SMALL_PATH)
+    write(tmp_path, "README", "Run it as:\n\n    ./paths --size=1024\n")
+    cap = _capture(src, [], {}, [str(tmp_path)], 30, PortReport(file=str(src)), lambda _m: None)
+    assert cap.argv == ["--size=1024"] and cap.kernels() == ["large_rows"]
+    found = _mode_captures(src, cap, [SimpleNamespace(name="small_rows"), SimpleNamespace(name="large_rows")], [],
+                           {}, [str(tmp_path)], 30, lambda _m: None)
+    other, line = found["small_rows"]
+    assert line == "--size=128" and other.kernels() == ["small_rows"]
