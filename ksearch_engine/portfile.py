@@ -259,7 +259,27 @@ def find_program_and_sources(path: Path) -> tuple[Path | None, list[Path]]:
                     todo.append(u)
         if any(u in reached for u in units):
             return m, sorted(reached)
+    # a kernel file the program loads at run time (a driver API module built from it, or its source read for NVRTC):
+    # a main() next to it (or one folder up, or beside) that names it, or such a module, in a string
+    # (sim/host_driver.py); it is compiled into the program as a unit of its own
+    for m in files:
+        if m.suffix in _SOURCE_EXT and m.parent in near and _MAIN.search(texts[m]) and loaded_as(m, path):
+            return m, [path]
     return None, []
+
+
+def loaded_as(prog: Path, kernel_file: Path) -> str | None:
+    """The name by which `prog` (its text, or a local header it includes: `#define MODULE "x64.ptx"`) spells
+    `kernel_file` or a module built from it in a string, to load its kernels at run time; None where it does not."""
+    from .sim.host_driver import names_kernel_file
+
+    text = _read(prog)
+    heads = [prog.parent / n for n in re.findall(r'^[ \t]*#\s*include\s*"([^"]+)"', text, re.M)]
+    for t in [text] + [_read(h) for h in heads if h.suffix not in _SOURCE_EXT and h.is_file()]:
+        spelled = names_kernel_file(t, kernel_file)
+        if spelled:
+            return spelled
+    return None
 
 
 def sim_source(p: Path, include_dirs=()) -> str:
@@ -795,7 +815,12 @@ def _capture(p: Path, argv, defines, include_dirs, timeout, report: PortReport, 
         report.capture.error = "launch capture is not available in this version"
         return None
     sources = find_program_and_sources(p)[1]
-    if sources and p in sources:
+    spelled = loaded_as(prog, p) if sources == [p] else None
+    if spelled:
+        how = "reads it for NVRTC" if spelled == p.name else f"loads the module {spelled} built from it"
+        report.capture.notes.append(f"{prog.name} {how} at run time: {p.name} is compiled into the capture, and "
+                                    f"its kernels run through the capture's CPU stand-in of the driver API / NVRTC")
+    elif sources and p in sources:
         report.capture.notes.append(f"{prog.name} calls host functions of {p.name}: both compiled and linked "
                                     f"as one program")
     elif sources:   # the file is a header reached through a source that #includes it (runner.cu -> kernels.cuh)
@@ -942,9 +967,9 @@ def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=
         except OSError:
             pass
     # and so do new capture code and new stand-ins for the libraries a program includes
-    from .sim import capture_scale as _cs, host_headers as _hh, host_helpers as _hp, host_source as _hs, \
-        host_thrust as _ht
-    for mod in (_cap, _cs, _hs, _hh, _hp, _ht):
+    from .sim import capture_scale as _cs, host_driver as _hd, host_headers as _hh, host_helpers as _hp, \
+        host_source as _hs, host_thrust as _ht
+    for mod in (_cap, _cs, _hd, _hs, _hh, _hp, _ht):
         try:
             h.update(Path(mod.__file__).read_bytes())
         except OSError:

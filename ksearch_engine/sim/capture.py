@@ -5,8 +5,9 @@ runtime on the CPU (host_source.py builds the translation unit; host_headers.py 
 libraries' headers), and runs as a child process in the file's folder, with the user's argv, a wall-time
 limit and a byte budget for recorded contents. The runtime writes each launch to ``launches.jsonl`` and the
 buffers' contents to ``.npy`` files in the capture folder; this module turns those into a ``Capture``
-(capture_models.py). Nothing raises: failures come back as ``Capture(status="failed", error="file:line: what —
-what to do")``.
+(capture_models.py). Kernel files the program loads at run time (driver API modules, NVRTC) are compiled in as
+units of their own and run through ksim_driver.h (host_driver.py). Nothing raises: failures come back as
+``Capture(status="failed", error="file:line: what — what to do")``.
 
 Kernels whose launches are too big for the byte budget or too slow to check (over SLOW_S on the CPU) are
 recorded from a second run of the program at smaller sizes: the host-side constants those launches show
@@ -32,13 +33,14 @@ from . import build as _build
 from . import host_headers
 from .capture_models import ArgRecord, Capture, CaptureNote, LaunchRecord, SymbolRecord
 from . import capture_argv, capture_scale
+from . import host_driver
 from .host_source import SOURCE_EXT, Program, build_program
 
 _TAIL = 8000
 SLOW_S = 2.0   # a launch running longer on the CPU is too slow to check six times over: the program is run smaller
 SCALE_BUILD_S = 60.0   # a program whose build took longer is not built a second time at smaller sizes
 _HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_wmma.h", "ksim_curand.h", "ksim_tex.h",
-                 "ksim_cub.h")
+                 "ksim_cub.h", "ksim_driver.h")
 
 
 class CaptureFailed(Exception):
@@ -886,6 +888,8 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
         # compiled again on its own
         units = [prog, *extra]
         extra = [e for e in extra if not any(u is not e and e.files and e.files[0] in u.files for u in units)]
+        extra, drv_notes = _loaded_units(prog, extra, path, include_dirs, resolve_targs, leave_out, texts)
+        prog.notes += drv_notes
         _merge_kernels(prog, extra)
         if entry != "main":
             prog.text += (f"\n#line 1 \"ksim-launch\"\nint main(int argc, char** argv) {{ "
@@ -914,6 +918,8 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
                 leave_out = False   # it uses them: say so, naming the #include
                 prog, extra = make(resolve_targs, linked)
                 continue
+            if attempt < 4 and "ksim-driver" in e.stderr and host_driver.drop_registrations([prog, *extra], e.stderr):
+                continue   # a kernel's registration for the driver API that does not compile (host_driver.py)
             if attempt < 4 and ("ksim-launch" in e.error or "ksim_symreg" in e.error):
                 prog.text = re.sub(r"^static ksim_host::SymReg .*$", "", prog.text, flags=re.M)
                 continue
@@ -937,6 +943,18 @@ def _run(cap: Capture, path: Path, wd: Path, include_dirs: list[Path], defines: 
     if execute:
         _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel)
     return exe, prog
+
+
+def _loaded_units(prog: Program, extra: list[Program], path: Path, include_dirs: list[Path], resolve_targs: bool,
+                  leave_out: bool, texts: dict[Path, str] | None) -> tuple[list[Program], list[dict]]:
+    """The kernel files the program loads at run time (driver API modules, NVRTC: host_driver.py) as units of their
+    own, and what the driver API's stand-in needs; notes saying which files were compiled in."""
+    own = {f.resolve() for f in prog.files}
+    have = {f.resolve() for e in extra for f in e.files}
+    folders = list(dict.fromkeys([path.parent.resolve(), *(e.files[0].parent.resolve() for e in extra if e.files)]))
+    loaded = host_driver.loaded_kernel_files([u.text for u in [prog, *extra]], folders, own)
+    extra = extra + [build_program(f, include_dirs, resolve_targs, leave_out, texts) for f, _ in loaded if f not in have]
+    return host_driver.prepare(prog, extra, loaded)
 
 
 def _execute(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeout_s: float, byte_budget: int,

@@ -68,8 +68,9 @@ class LaunchRecord(BaseModel):
 class CaptureNote(BaseModel):
     """Something the capture stubbed, skipped or could not do: one line a user can act on."""
     # input: a file the program could not open for reading; argv: the command line the capture chose
-    # scaled: launches recorded from a second run at smaller sizes
-    kind: Literal["stubbed", "skipped", "gpu_only", "limit", "program", "include", "input", "argv", "scaled"]
+    # scaled: launches recorded from a second run at smaller sizes; module: kernels a program loads at run time
+    # (driver API, NVRTC) compiled into the capture, and the marker files standing for modules that are not there
+    kind: Literal["stubbed", "skipped", "gpu_only", "limit", "program", "include", "input", "argv", "scaled", "module"]
     message: str
     file: str | None = None
     line: int | None = None

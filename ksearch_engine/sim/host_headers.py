@@ -3,9 +3,10 @@
 ``include_dir()`` writes them once into the simulator's cache (keyed by their text) and returns the folder,
 which capture.py puts first on g++'s include path. CUDA's runtime headers are empty (ksim_host.h, included at
 the top of every translation unit, is the runtime); cuBLAS, cuRAND and cuFFT get small stand-ins (GEMMs and
-FFTs computed on the host, the rest noted as ``CaptureNote(kind="stubbed")``); MPI and NCCL run one rank (their
+FFTs computed on the host, the rest noted as ``CaptureNote(kind="stubbed")``); the driver API and NVRTC run the
+kernels compiled into the capture (ksim_driver.h, host_driver.py); MPI and NCCL run one rank (their
 collectives copy send to receive; a call that needs another rank stops the program by name); headers of things
-the CPU cannot do (Thrust, CUB, OpenGL, NVRTC, cuDNN...) are not here: ``UNSUPPORTED`` names them and host_source.py turns their ``#include`` into a
+the CPU cannot do (Thrust, CUB, OpenGL, cuDNN...) are not here: ``UNSUPPORTED`` names them and host_source.py turns their ``#include`` into a
 compile-time ``#error`` that capture.py reports as a note.
 """
 
@@ -61,66 +62,8 @@ _MATH_CONSTANTS = """#pragma once
 #define CUDART_MIN_DENORM_F 1.40129846e-45f
 """
 
-_CUDA_H = """#pragma once
-// CUDA driver API: the types helper headers name; driver calls themselves are not emulated
-typedef int CUdevice;
-typedef enum cudaError_enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_NOT_SUPPORTED = 801,
-                              CUDA_ERROR_UNKNOWN = 999 } CUresult;
-typedef unsigned long long CUdeviceptr;
-struct CUctx_st; typedef CUctx_st* CUcontext;
-struct CUmod_st; typedef CUmod_st* CUmodule;
-struct CUfunc_st; typedef CUfunc_st* CUfunction;
-typedef CUstream_st* CUstream;
-typedef CUevent_st* CUevent;
-typedef enum CUdevice_attribute_enum { CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
-  CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
-  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76, CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED = 102
-  } CUdevice_attribute;
-// virtual memory management (cuMemCreate, cuMemMap ...): its types compile; each call stops the capture, naming it
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef enum { CU_MEM_ALLOCATION_TYPE_INVALID = 0, CU_MEM_ALLOCATION_TYPE_PINNED = 1 } CUmemAllocationType;
-typedef enum { CU_MEM_LOCATION_TYPE_INVALID = 0, CU_MEM_LOCATION_TYPE_DEVICE = 1 } CUmemLocationType;
-typedef enum { CU_MEM_HANDLE_TYPE_NONE = 0, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1 } CUmemAllocationHandleType;
-typedef enum { CU_MEM_ACCESS_FLAGS_PROT_NONE = 0, CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
-  CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 } CUmemAccess_flags;
-typedef enum { CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1 }
-  CUmemAllocationGranularity_flags;
-typedef struct { CUmemLocationType type; int id; } CUmemLocation;
-typedef struct { CUmemAllocationType type; CUmemAllocationHandleType requestedHandleTypes; CUmemLocation location;
-                 void* win32HandleMetaData; struct { unsigned char compressionType, gpuDirectRDMACapable;
-                 unsigned short usage; unsigned char reserved[4]; } allocFlags; } CUmemAllocationProp;
-typedef struct { CUmemLocation location; CUmemAccess_flags flags; } CUmemAccessDesc;
-#define KSIM_VMM(name) (ksim_host::gpu_only("the CUDA driver's virtual memory management (" name ")", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
-#define cuMemGetAllocationGranularity(...) KSIM_VMM("cuMemGetAllocationGranularity")
-#define cuMemAddressReserve(...) KSIM_VMM("cuMemAddressReserve")
-#define cuMemCreate(...) KSIM_VMM("cuMemCreate")
-#define cuMemMap(...) KSIM_VMM("cuMemMap")
-#define cuMemSetAccess(...) KSIM_VMM("cuMemSetAccess")
-#define cuMemUnmap(...) KSIM_VMM("cuMemUnmap")
-#define cuMemAddressFree(...) KSIM_VMM("cuMemAddressFree")
-#define cuMemRelease(...) KSIM_VMM("cuMemRelease")
-inline CUresult cuInit(unsigned) { return CUDA_SUCCESS; }
-inline CUresult cuDriverGetVersion(int* v) { *v = CUDA_VERSION; return CUDA_SUCCESS; }
-inline CUresult cuDeviceGetCount(int* n) { *n = 1; return CUDA_SUCCESS; }
-inline CUresult cuDeviceGet(CUdevice* d, int i) { *d = i; return CUDA_SUCCESS; }
-inline CUresult cuDeviceGetName(char* s, int n, CUdevice) { snprintf(s, n, "NVIDIA H200 (ksearch CPU capture)"); return CUDA_SUCCESS; }
-inline CUresult cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice d) {
-  return cudaDeviceGetAttribute(v, (cudaDeviceAttr)a, d) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-inline CUresult cuDeviceTotalMem(size_t* b, CUdevice) { *b = 141ull << 30; return CUDA_SUCCESS; }
-inline CUresult cuCtxGetDevice(CUdevice* d) { *d = 0; return CUDA_SUCCESS; }
-inline CUresult cuCtxGetCurrent(CUcontext* c) { static char one; *c = (CUcontext)&one; return CUDA_SUCCESS; }
-inline CUresult cuCtxSynchronize() { return cudaDeviceSynchronize() == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN; }
-inline CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) { return cuCtxGetCurrent(c); }
-inline CUresult cuDevicePrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
-inline CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
-inline CUresult cuGetErrorName(CUresult, const char** s) { *s = "CUDA_ERROR"; return CUDA_SUCCESS; }
-inline CUresult cuGetErrorString(CUresult, const char** s) { *s = "CUDA driver error"; return CUDA_SUCCESS; }
-#define cuModuleLoad(...) (ksim_host::gpu_only("the CUDA driver API (cuModuleLoad: kernels compiled to PTX/cubin)", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
-#define cuModuleLoadData(...) (ksim_host::gpu_only("the CUDA driver API (cuModuleLoadData: kernels compiled to PTX/cubin)", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
-#define cuModuleLoadDataEx(...) (ksim_host::gpu_only("the CUDA driver API (cuModuleLoadDataEx: kernels compiled to PTX/cubin)", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
-#define cuLaunchKernel(...) (ksim_host::gpu_only("the CUDA driver API (cuLaunchKernel)", __FILE__, __LINE__), CUDA_ERROR_NOT_SUPPORTED)
-"""
+# the CUDA driver API and NVRTC (ksim_driver.h: calls resolved to the kernels compiled into the capture)
+_CUDA_H = (Path(__file__).with_name("ksim_driver.h")).read_text()
 
 _NVTX = """#pragma once
 #define nvtxRangePushA(...) 0
@@ -1040,6 +983,7 @@ FILES.update({
                        'typedef curandStateXORWOW curandStatePhilox4_32_10_t;\n', "cufft.h": _CUFFT,
     "cufftXt.h": _CUFFTXT,
     "ksim_one_rank.h": _ONE_RANK, "mpi.h": _MPI, "nccl.h": _NCCL,
+    "nvrtc.h": '#pragma once\n#include "cuda.h"\n',   # NVRTC: ksim_driver.h, with the driver API
 })
 # Thrust's vectors and basic algorithms on the host (host_thrust.py); its other headers stay UNSUPPORTED
 FILES.update(host_thrust.FILES)
@@ -1056,7 +1000,6 @@ UNSUPPORTED: list[tuple[re.Pattern, str]] = [
      "OpenGL interop"),
     (re.compile(r"^(cuda_d3d\d*_interop|d3d\w*|dxgi\w*|dynlink_d3d\d+)\.h$"), "Direct3D interop"),
     (re.compile(r"^vulkan/|^cuda_vk"), "Vulkan interop"),
-    (re.compile(r"^nvrtc\.h$|^nvrtc_helper\.h$"), "runtime compilation (NVRTC)"),
     (re.compile(r"^cudnn"), "cuDNN"), (re.compile(r"^nccl_"), "NCCL's plugin headers"),
     (re.compile(r"^cusparse"), "cuSPARSE"),
     (re.compile(r"^cusolver"), "cuSOLVER"), (re.compile(r"^npp"), "NPP"), (re.compile(r"^nvjpeg"), "nvJPEG"),
