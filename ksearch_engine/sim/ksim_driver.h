@@ -364,6 +364,10 @@ inline CUresult module_of(CUmodule* m, const ModuleFile* mf) {
 }
 inline CUresult module_load(CUmodule* m, const char* path, const char* file, int line) {
   const ModuleFile* mf = file_named(base_name(path));
+  struct stat sb;
+  if (mf && path && stat(path, &sb) != 0)
+    ksim_host::note("module", base_name(path) + " is not there (cuModuleLoad(\"" + path + "\")): the module stands for "
+                    "the kernels of " + mf->shown + " compiled into the capture (no module file is ever loaded)", file, line);
   if (!mf) {
     std::string text;
     if (FILE* f = ::fopen(path, "rb")) {

@@ -4,7 +4,8 @@ loads a prebuilt module named after its kernel file (a .fatbin that is not there
 cuLaunchKernel's parameter slots. The kernel file alone is ported: the program naming it in a string is found,
 the kernel file is compiled into it, the program runs on the CPU stand-in of the driver API and NVRTC, and the
 port is verified on the captured launch (a kernel of the file that the preprocessor leaves out is not registered).
-A texture call the stand-in lacks stops the capture by name and line.
+A module's __constant__ is set through cuModuleGetGlobal. A texture call the stand-in lacks stops the capture by name
+and line.
 
 Everything here is written for these tests and runs on the CPU runtime for real."""
 
@@ -282,3 +283,62 @@ def test_a_texture_object_through_the_driver_api_stops_the_capture_naming_the_ca
     assert f"tex.cpp:{line}:" in cap.error and "cuTexObjectCreate" in cap.error, cap.error
     assert "Traceback" not in cap.error
     assert any(n.kind == "gpu_only" and "cuTexObjectCreate" in n.message for n in cap.notes), cap.notes
+
+
+GAIN_KERNEL = """
+__constant__ float gain;
+
+extern "C" __global__ void amplify(float *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= gain;
+}
+"""
+
+GAIN_HOST = """
+#include <cuda.h>
+#include <stdio.h>
+
+int main()
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction fn;
+    cuInit(0);
+    cuDeviceGet(&dev, 0);
+    cuCtxCreate(&ctx, 0, dev);
+    if (cuModuleLoad(&mod, "gain_kernel.cubin") != CUDA_SUCCESS) { printf("no module\\n"); return 1; }
+    cuModuleGetFunction(&fn, mod, "amplify");
+    CUdeviceptr g;
+    size_t gbytes;
+    if (cuModuleGetGlobal(&g, &gbytes, mod, "gain") != CUDA_SUCCESS || gbytes != sizeof(float)) return 1;
+    float two = 2.0f;
+    cuMemcpyHtoD(g, &two, sizeof two);
+    float h[32];
+    for (int i = 0; i < 32; i++) h[i] = (float)i;
+    CUdeviceptr d;
+    cuMemAlloc(&d, sizeof h);
+    cuMemcpyHtoD(d, h, sizeof h);
+    int n = 32;
+    void *args[] = {&d, &n};
+    cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, 0, args, 0);
+    cuMemcpyDtoH(h, d, sizeof h);
+    printf("%s\\n", h[5] == 10.0f ? "PASS" : "FAIL");
+    return 0;
+}
+"""
+
+
+def test_a_modules_constant_is_set_through_cu_module_get_global(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
+    write(tmp_path, "gain_kernel.cu", GAIN_KERNEL)
+    host = write(tmp_path, "gain.cpp", GAIN_HOST)
+    cap = capture_program(host, timeout_s=60, workdir=tmp_path / "cap")
+    assert cap.status == "ok", (cap.error, cap.stdout_tail)
+    assert "PASS" in cap.stdout_tail
+    (ln,) = cap.launches_of("amplify")
+    assert [s.name for s in ln.symbols] == ["gain"]
+    # the module file is not there: cuModuleLoad resolved it by its name, and a note says so
+    assert any(n.kind == "module" and "gain_kernel.cubin is not there" in n.message and
+               n.line == line_of(GAIN_HOST, "cuModuleLoad(") for n in cap.notes), cap.notes
