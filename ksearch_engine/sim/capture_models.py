@@ -12,11 +12,17 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+
+# a scalar argument can be NaN or infinite (srad's q0sqr of an image region with no variance): written as JSON's
+# NaN / Infinity constants (Python's json and pydantic read them), never dropped to null
+_KEEP_NAN = ConfigDict(ser_json_inf_nan="constants")
 
 
 class ArgRecord(BaseModel):
     """One argument of a launch, in the kernel's parameter order."""
+    model_config = _KEEP_NAN
     name: str                                   # the kernel's parameter name
     ctype: str                                  # the parameter's C type as written ("const float *", "int")
     kind: Literal["buffer", "scalar", "struct", "null", "unknown_pointer"]
@@ -48,6 +54,7 @@ class SymbolRecord(BaseModel):
 
 
 class LaunchRecord(BaseModel):
+    model_config = _KEEP_NAN
     index: int                                  # launch order in the program (0-based, all kernels)
     kernel: str                                 # the kernel's name, without template arguments
     template_args: list[str] = []               # C++ text of the template arguments ("float", "256")
@@ -77,6 +84,7 @@ class CaptureNote(BaseModel):
 
 
 class Capture(BaseModel):
+    model_config = _KEEP_NAN
     file: str                                   # the .cu file whose program ran
     dir: str                                    # folder holding the .npy contents
     argv: list[str] = []

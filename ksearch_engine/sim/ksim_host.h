@@ -568,8 +568,8 @@ template <class T> inline ArgInfo describe(const T& v) {
     if constexpr (std::is_floating_point<T>::value) d = (double)v;
     char b[40];
     if (std::isfinite(d)) snprintf(b, sizeof b, "%.17g", d), a.value = b;
-    else a.value = "null";
-    if (a.value.find_first_of(".en") == std::string::npos) a.value += ".0";
+    else a.value = std::isnan(d) ? "NaN" : (d > 0 ? "Infinity" : "-Infinity");   // JSON constants json.loads reads
+    if (a.value.find_first_of(".enNI") == std::string::npos) a.value += ".0";
   } else {
     a.kind = "struct";
     const unsigned char* p = (const unsigned char*)&v;

@@ -5,6 +5,7 @@ Each test checks what was recorded (geometry, scalars, buffer contents) against 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -388,3 +389,34 @@ def test_repeats_of_a_recorded_kernel_leave_budget_for_the_next_kernel(tmp_path)
     assert sec and not sec[0].too_large
     assert cap.load(next(a for a in sec[0].args if a.name == "x").after) is not None
     assert 1 <= len([ln for ln in cap.launches if ln.kernel == "first" and not ln.too_large]) < 6
+
+
+NAN_SCALAR = """
+#include <cstdio>
+__global__ void blend(float* o, float q, float w, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) o[i] = (q == q) ? q * i : w * i;   // q is NaN: the other branch
+}
+int main() {
+  float zero = 0.0f, *d;
+  cudaMalloc(&d, 64 * sizeof(float));
+  blend<<<1, 64>>>(d, zero / zero, 1.0f / zero, 64);
+  return 0;
+}
+"""
+
+
+def test_non_finite_scalar_arguments_are_recorded_and_the_port_checked_on_them(tmp_path, monkeypatch):
+    from ksearch_engine.portfile import port_file
+    from ksearch_engine.sim.capture_models import Capture
+
+    monkeypatch.setenv("KSEARCH_CAPTURE_CACHE", str(tmp_path / "cache"))
+    p = write(tmp_path, "nan_arg.cu", NAN_SCALAR)
+    cap = capture_program(p)
+    assert cap.status == "ok", cap.error
+    q, w = [a.value for a in cap.launches[0].args if a.name in ("q", "w")]
+    assert np.isnan(q) and w == np.inf
+    again = Capture.model_validate_json((Path(cap.dir) / "capture.json").read_text())   # stored and read back
+    assert np.isnan(again.launches[0].args[1].value) and again.launches[0].args[2].value == np.inf
+    (v,) = port_file(p, write=False).kernels
+    assert v.status == "verified" and v.workload == "captured", v.reason
