@@ -702,10 +702,7 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
             tried.append(line[idx - 1])
             if cap is None or cap.status == "failed" and not cap.launches:
                 continue
-            for name in sorted(missing):
-                if _launches_for(cap, name):
-                    found[name] = (cap, " ".join(line))
-                    missing.discard(name)
+            _take(found, missing, cap, " ".join(line))
         if report is not None and refused and found:
             first = next(iter(found.values()))[0]
             loc = next((f"{prog.name}:{text.count(chr(10), 0, m.start()) + 1}" for m in re.finditer(
@@ -741,22 +738,16 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
                 f"running the program as `{' '.join(ln)}` for {', '.join(sorted(missing))}")):
             if cap is None or cap.status == "failed":
                 continue
-            for name in sorted(missing):
-                if _launches_for(cap, name):
-                    found[name] = (cap, " ".join(line))
-                    missing.discard(name)
+            _take(found, missing, cap, " ".join(line))
     # a kernel the program uses only at small sizes (a small-matrix path below a threshold): the run's size
-    # arguments (`--matrix-size=1024`, `lud -s 32`) an eighth as large
+    # arguments of three digits or more (`--matrix-size=1024`, `solver 4096`) an eighth as large
     smaller = [re.sub(r"(^|=)(\d{3,})$", lambda m: m.group(1) + str(max(16, int(m.group(2)) // 8)), a) for a in base]
     if missing and smaller != base and " ".join(smaller) not in tried_lines:
         for line, cap in _runs(p, [smaller], defines, include_dirs, timeout, lambda: missing, t0, lambda ln: say(
                 f"running the program as `{' '.join(ln)}` (smaller sizes) for {', '.join(sorted(missing))}")):
             if cap is None or cap.status == "failed":
                 continue
-            for name in sorted(missing):
-                if _launches_for(cap, name):
-                    found[name] = (cap, " ".join(line))
-                    missing.discard(name)
+            _take(found, missing, cap, " ".join(line))
     for opt in opts[:2]:
         if not missing:
             break
@@ -766,11 +757,16 @@ def _mode_captures(p: Path, capture: Capture | None, chosen, argv, defines, incl
                                    f"running the program with {ln[0]} for {', '.join(sorted(missing))}")):
             if cap is None:
                 continue
-            for name in sorted(missing):
-                if _launches_for(cap, name):
-                    found[name] = (cap, line[0])
-                    missing.discard(name)
+            _take(found, missing, cap, line[0])
     return found
+
+
+def _take(found: dict[str, tuple[Capture, str]], missing: set[str], cap: Capture, line: str) -> None:
+    """The missing kernels `cap` launched: found (with the command line that launched them), no longer missing."""
+    for name in sorted(missing):
+        if _launches_for(cap, name):
+            found[name] = (cap, line)
+            missing.discard(name)
 
 
 def _runs(p: Path, lines: list[list[str]], defines, include_dirs, timeout, missing, t0: float, announce):
