@@ -77,6 +77,7 @@ class SizeSite:
     end: int = 0
     idents: list[str] = field(default_factory=list)
     local: bool = False         # a variable of a host function (device code cannot name it)
+    floor: int = 0              # the least value the program accepts (k_dim_max's k_dim_min): never scaled below
 
     def where(self, shown=lambda p: p.name) -> str:
         return f"{shown(self.file)}:{self.line}" if self.file else "the command line"
@@ -352,6 +353,11 @@ def size_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
         if v is None or v < MIN_VALUE:
             continue
         s.value, s.idents = v, idents_of(s.expr)
+        # an upper bound with a lower one beside it (k_dim_max / k_dim_min, MAX_N / MIN_N): the program rejects
+        # or clamps sizes below the lower one, so a smaller run keeps at least that
+        low = _MAX_WORD.sub(lambda m: _MIN_OF[m.group(0)], s.name) if s.kind in ("define", "var") else s.name
+        if low != s.name and low in known and 0 < known[low] < v:
+            s.floor = known[low]
         out.append(s)
     # sizes written as a power of two of a constant (`const int log2Data = 23; const int dataN = 1 << log2Data;`):
     # the exponent is the size's root, scaled by subtracting (a "log2" site: its value is the size it makes)
@@ -377,6 +383,8 @@ def host_sites(texts: dict[Path, str], argv: list[str] = ()) -> list[SizeSite]:
             and not _NOT_A_SIZE.search(s.name)]
 
 
+_MAX_WORD = re.compile(r"(?<![A-Za-z])(?:max|Max|MAX)(?![a-z])")
+_MIN_OF = {"max": "min", "Max": "Min", "MAX": "MIN"}
 _POW2 = re.compile(r"^\s*\(?\s*1[uUlL]*\s*<<\s*\(?\s*([A-Za-z_]\w*)\s*\)?\s*\)?\s*$")
 # names of values that are no sizes, whatever they equal (a random seed of 1234 is not scaled)
 _NOT_A_SIZE = re.compile(r"(?i)seed|magic|version|port\b|mask")
@@ -522,6 +530,10 @@ def plan(sites: list[SizeSite], evidence: list[Evidence], byte_budget: int,
     floor = max(blocks)
     for s in picked:
         keep = 32 if any(s.value in ev.grid for ev in evidence) or id(s) in factors else floor
+        if s.floor and s.value // f < s.floor:   # the least the program accepts, where the factor goes below it
+            if s.floor < s.value:
+                changes.append((s, s.floor))
+            continue
         g = f
         while g > 1 and s.value // g < keep:
             g //= 2

@@ -531,3 +531,14 @@ def test_a_kernel_used_only_at_small_sizes_is_captured_from_a_smaller_run(tmp_pa
                            {}, [str(tmp_path)], 30, lambda _m: None)
     other, line = found["small_rows"]
     assert line == "--size=128" and other.kernels() == ["small_rows"]
+
+
+def test_an_upper_bound_is_not_scaled_below_its_lower_bound():
+    # the program clamps (or rejects) sizes outside [k_dim_min, k_dim_max]: a smaller run keeps k_dim_min
+    texts = {Path("fd.h"): "#define k_dim_min 96\n#define k_dim_max 376\n#define N_MAX 4096\n"}
+    sites = {s.name: s for s in cs.host_sites(texts)}
+    assert sites["k_dim_max"].floor == 96 and sites["N_MAX"].floor == 0
+    ev = cs.Evidence(kernel="fd", grid=(12, 24, 1), block=(32, 16, 1), scalars={376}, counts=[376 ** 3],
+                     need=4 * 376 ** 3 * 4, seconds=None, why="oversize")
+    pl = cs.plan([sites["k_dim_max"]], [ev], 64 << 20)
+    assert [(s.name, new) for s, new in pl.changes] == [("k_dim_max", 96)]
