@@ -35,6 +35,7 @@ from .capture_models import ArgRecord, Capture, CaptureNote, LaunchRecord, Symbo
 from . import capture_argv, capture_scale
 from . import host_driver
 from .host_source import SOURCE_EXT, Program, build_program
+from .preprocess import mask_comments
 
 _TAIL = 8000
 SLOW_S = 2.0   # a launch running longer on the CPU is too slow to check six times over: the program is run smaller
@@ -339,12 +340,15 @@ def _defining_siblings(path: Path, prog: Program, extra: list[Program], undefine
             if f.suffix not in _SOURCE_EXT or f.resolve() in used or not f.is_file():
                 continue
             try:
-                text = f.read_text(errors="replace")
+                text = mask_comments(f.read_text(errors="replace"))   # `) /* out: [n] */ {` between them
             except OSError:
                 continue
             if re.search(r"^\s*(?:int|void)\s+main\s*\(", text, re.M):
                 continue
+            # a function's definition (K&R parameter declarations allowed), or a variable's with its initializer
+            # (`const struct primitive sobol_primitives[] = {...}`: a table the program's other file defines)
             if any(re.search(rf"\b{re.escape(n)}\s*\([^;{{}}]*\)\s*(?:const\s*)?(?:[^;{{}}()]*;\s*)*\{{", text)
+                   or re.search(rf"^[^;#{{}}()]*[\w*&\s]\b{re.escape(n)}\s*(?:\[[^\]]*\]\s*)*=", text, re.M)
                    for n in names if n):
                 found.append(f)
     return found[:8]

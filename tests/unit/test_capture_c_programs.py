@@ -129,3 +129,44 @@ def test_c_units_are_compiled_as_c_and_the_port_is_checked_on_the_captured_launc
     assert v.status == "verified", v.reason
     # the output written through `o`, a pointer assigned after its declaration, is an output of the port
     assert not any("'d_out' is not const but never written" in n for n in v.notes), v.notes
+
+
+def test_siblings_defining_what_the_link_misses_are_found_past_comments_and_for_tables(tmp_path):
+    from ksearch_engine.sim.capture import capture_program
+
+    write(tmp_path, "table.cpp", "extern const float kWeights[4];   /* weights of the stencil */\n"
+                                 "const float kWeights[4] = {0.5f, 0.25f, 0.125f, 0.125f};\n")
+    write(tmp_path, "helpers.c", """
+        #include <stdlib.h>
+        float* make_input(int n)   /* out: [n] */
+        {
+          float* h = (float*)malloc(n * sizeof(float));
+          int i;
+          for (i = 0; i < n; i++) h[i] = (float)i;
+          return h;
+        }
+    """)
+    src = write(tmp_path, "main.cu", """
+        extern const float kWeights[4];
+        extern "C" float* make_input(int n);
+        __global__ void weigh(float* o, const float* x, float w, int n) {
+          int i = blockIdx.x * blockDim.x + threadIdx.x;
+          if (i < n) o[i] = w * x[i];
+        }
+        int main() {
+          int n = 128;
+          float* h = make_input(n);
+          float *x, *o;
+          cudaMalloc(&x, n * sizeof(float));
+          cudaMalloc(&o, n * sizeof(float));
+          cudaMemcpy(x, h, n * sizeof(float), cudaMemcpyHostToDevice);
+          weigh<<<2, 64>>>(o, x, kWeights[1], n);
+          return 0;
+        }
+    """)
+    cap = capture_program(src, timeout_s=60)
+    assert cap.status == "ok", cap.error
+    (ln,) = cap.launches
+    assert [a.value for a in ln.args if a.kind == "scalar"] == [0.25, 128]
+    assert any("linked with" in n.message and "helpers.c" in n.message and "table.cpp" in n.message
+               for n in cap.notes), [n.message for n in cap.notes]
