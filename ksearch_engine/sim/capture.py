@@ -84,6 +84,9 @@ def _pch(cxx: str) -> Path | None:
     return d
 
 
+_INTERNAL_DIAG = re.compile(r"In file included from|^\s*from |ksim[\w-]*\.h|ksearch_engine|/usr/(?:local/)?include/")
+
+
 def _explain_compile(stderr: str, prog: Program) -> tuple[str, list[CaptureNote]]:
     """A one-line error (file:line: what — what to do) and notes, from g++'s diagnostics."""
     users = set(prog.display) | {"ksim-launch"}
@@ -127,8 +130,13 @@ def _explain_compile(stderr: str, prog: Program) -> tuple[str, list[CaptureNote]
         names = sorted(set(re.findall(r"undefined reference to [`']([^'`]+)'", stderr)))[:5]
         return (f"{shown}: link error: undefined {', '.join(names)} — defined in another source file? "
                 f"(capture compiles the file and its includes; pass sources=[...] with the other files)", [])
-    excerpt = [ln for ln in msg.split("\n")[1:4] if ln.strip()]
+    # the compiler's own lines about the capture's headers and the system's are no help to the user
+    excerpt = [ln for ln in msg.split("\n")[1:6] if ln.strip() and not _INTERNAL_DIAG.search(ln)][:3]
     where = f"{shown}:{line}" if line else shown
+    if shown.endswith(".c"):   # C that calls the CUDA runtime: compiled as C++ against the capture's runtime
+        return (f"{where}: {first} — {os.path.basename(shown)} is C and calls the CUDA runtime, whose CPU stand-in "
+                f"is C++: the capture compiles it as C++, where this line of C does not compile; make the line valid "
+                f"C++ (a cast) or port its kernels from a C++ host" + (" | " + " | ".join(excerpt) if excerpt else ""))[:900], []
     return f"{where}: {first} — does this compile with nvcc? " + " | ".join(excerpt)[:600], []
 
 

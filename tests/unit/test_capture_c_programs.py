@@ -170,3 +170,28 @@ def test_siblings_defining_what_the_link_misses_are_found_past_comments_and_for_
     assert [a.value for a in ln.args if a.kind == "scalar"] == [0.25, 128]
     assert any("linked with" in n.message and "helpers.c" in n.message and "table.cpp" in n.message
                for n in cap.notes), [n.message for n in cap.notes]
+
+
+def test_c_that_calls_the_cuda_runtime_and_is_no_cpp_gets_a_message_without_internals(tmp_path):
+    from ksearch_engine.sim.capture import capture_program
+
+    write(tmp_path, "kern.cu", """
+        __global__ void zero(float* o) { o[threadIdx.x] = 0.0f; }
+        extern "C" void run_zero(float* d) { zero<<<1, 32>>>(d); }
+    """)
+    src = write(tmp_path, "main.c", """
+        #include <stdio.h>
+        void run_zero(float* d);
+        int main(void) {
+          float* d;
+          char* name = "out.txt";
+          cudaMalloc((void**)&d, 32 * sizeof(float));
+          run_zero(d);
+          fputs("done", name);   /* C warns; C++ refuses */
+          return 0;
+        }
+    """)
+    cap = capture_program(src, timeout_s=60, sources=[tmp_path / "kern.cu"])
+    assert cap.status == "failed"
+    assert cap.error.startswith("main.c:9:") and "main.c is C and calls the CUDA runtime" in cap.error, cap.error
+    assert "ksim" not in cap.error and "/usr/include" not in cap.error and "In file included" not in cap.error
