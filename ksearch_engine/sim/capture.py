@@ -434,13 +434,15 @@ def _build_seconds(exe: Path) -> float:
 
 
 def _user_texts(prog: Program) -> dict[Path, str]:
-    """The program's own files (those in its translation units' folders, not helpers found elsewhere)."""
+    """The program's own files: those in its translation units' folders and below, and in folders beside them
+    (a project's inc/ beside its src/), not helpers found elsewhere (a samples tree's Common/)."""
     units = [prog, *prog.linked]
     dirs = {u.files[0].parent for u in units if u.files}
+    parents = {d.parent for d in dirs}
     out: dict[Path, str] = {}
     for u in units:
         for f in u.files:
-            if f not in out and (f.parent in dirs or any(d in f.parents for d in dirs)):
+            if f not in out and (f.parent in dirs or any(d in f.parents for d in dirs) or f.parent.parent in parents):
                 try:
                     out[f] = f.read_text(errors="replace")
                 except OSError:

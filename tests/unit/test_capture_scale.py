@@ -542,3 +542,29 @@ def test_an_upper_bound_is_not_scaled_below_its_lower_bound():
                      need=4 * 376 ** 3 * 4, seconds=None, why="oversize")
     pl = cs.plan([sites["k_dim_max"]], [ev], 64 << 20)
     assert [(s.name, new) for s, new in pl.changes] == [("k_dim_max", 96)]
+
+
+@needs_gxx
+def test_a_size_in_a_header_beside_the_programs_folder_is_scaled(tmp_path):
+    # src/app.cu includes ../inc/sizes.h: a project's own header in a folder beside the program's
+    write(tmp_path, "proj/inc/sizes.h", "#pragma once\n#define N_ITEMS (1 << 18)\n")
+    src = write(tmp_path, "proj/src/app.cu", """
+        #include <cuda_runtime.h>
+        #include "../inc/sizes.h"
+        __global__ void twice(float* x, int n) {
+          int i = blockIdx.x * blockDim.x + threadIdx.x;
+          if (i < n) x[i] = 2.0f * i;
+        }
+        int main() {
+          float* d;
+          cudaMalloc(&d, N_ITEMS * sizeof(float));
+          twice<<<(N_ITEMS + 255) / 256, 256>>>(d, N_ITEMS);
+          cudaDeviceSynchronize();
+          return 0;
+        }
+    """)
+    cap = capture_program(src, timeout_s=30, byte_budget=256 << 10)
+    assert cap.status == "ok", cap.error
+    (ln,) = [ln for ln in cap.launches if not ln.too_large]
+    n = [a.value for a in ln.args if a.kind == "scalar"][0]
+    assert n < 1 << 18 and ln.scaled and "N_ITEMS" in ln.scaled
