@@ -663,7 +663,7 @@ def test_a_launch_that_leaves_default_arguments_out_is_ported_and_verified(tmp_p
     src = write(tmp_path, "defaults.cu", DEFAULT_ARGS)
     r = port_file(src, kernels=["fill"], write=False)
     (v,) = r.kernels
-    assert v.status == "verified" and v.workload == "captured", v.reason
+    assert v.status == "verified" and v.workload == "captured", (v.reason, r.capture)
     # the port's launch() takes the call as CUDA does: the defaults fill what it leaves out
     import mlx.core as mx
     import numpy as np
