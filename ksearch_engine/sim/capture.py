@@ -168,6 +168,8 @@ def _compile(prog: Program, defines: dict[str, str], extra: list[Program]) -> Pa
            *dflags, *args, "-o", str(tmp), "-lm", "-lpthread",
            # failed opens of input files are noted (ksim_host.h's __wrap_fopen)
            "-Wl,--wrap=fopen", "-Wl,--wrap=fopen64",
+           # time() is one fixed instant (ksim_host.h's __wrap_time): clock-seeded programs capture alike every run
+           "-Wl,--wrap=time",
            # several translation units each carry ksim.h's context-switch routine (identical copies)
            *(["-Wl,--allow-multiple-definition"] if extra else [])]
     try:

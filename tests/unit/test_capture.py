@@ -420,3 +420,34 @@ def test_non_finite_scalar_arguments_are_recorded_and_the_port_checked_on_them(t
     assert np.isnan(again.launches[0].args[1].value) and again.launches[0].args[2].value == np.inf
     (v,) = port_file(p, write=False).kernels
     assert v.status == "verified" and v.workload == "captured", v.reason
+
+
+CLOCK_SEEDED = """
+#include <cstdlib>
+#include <ctime>
+__global__ void copy(const int* s, int* o) { o[threadIdx.x] = s[threadIdx.x]; }
+int main() {
+  int h[32];
+  for (int i = 0; i < 32; i++) h[i] = (int)(time(0) * i % 100003);   // seeded by the clock, as benchmarks do
+  int *s, *o;
+  cudaMalloc(&s, sizeof h);
+  cudaMalloc(&o, sizeof h);
+  cudaMemcpy(s, h, sizeof h, cudaMemcpyHostToDevice);
+  copy<<<1, 32>>>(s, o);
+  return 0;
+}
+"""
+
+
+def test_a_clock_seeded_program_records_the_same_launch_on_every_run(tmp_path):
+    p = write(tmp_path, "seeded.cu", CLOCK_SEEDED)
+    runs = []
+    for k in range(2):
+        cap = capture_program(p, workdir=tmp_path / f"run{k}")
+        assert cap.status == "ok", cap.error
+        runs.append(cap.load(cap.launches[0].args[0].before))
+        if k == 0:
+            import time
+            time.sleep(1.1)   # the real clock moves on between the runs
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert runs[0][1] == 1700000000 % 100003
