@@ -4,6 +4,8 @@
 #   C: three families (52 s each), the README command and three corpus kernels, in one call
 #   B: bench/families.py's sweep on the same four families (the reference figures) + optimize on corpus kernels
 #   D: corpus kernels only (PICK names them; BUDGET evaluations, MAXS seconds each)
+#   E: families.py's sweep and `ksearch optimize` on the same four families, side by side in one call
+#   F: the README command, then corpus kernels (PICK), in one call
 # Corpus files travel in .corpus14/ (copies from ../shared/corpus, ignored by git; list: bench/optimize_corpus_kernels.txt):
 #   S=../shared/corpus/cuda-samples; mkdir -p .corpus14/cuda-samples && cp -r $S/Common $S/LICENSE .corpus14/cuda-samples/
 #   for d in 0_Introduction/matrixMul 2_Concepts_and_Techniques/scalarProd 0_Introduction/simpleOccupancy; do
@@ -45,6 +47,19 @@ elif [ "$phase" = C ]; then   # one call: three families, the README command, th
   opt readme 100 examples/mamba/selective_scan.cu --budget 12
   head -3 bench/optimize_corpus_kernels.txt | while read -r f k; do
     opt "corpus_$k" 48 "$f" --kernel "$k" --budget 12 --max-seconds 38
+  done
+elif [ "$phase" = E ]; then   # issue 14's must-show, one call: families.py's sweep, then the search on the same GPU
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+  timeout "${FLIM:-170}" python3 bench/families.py --families softmax,layernorm,decode,scan --budget-s "${FB:-150}" \
+      --out "$out/families_issue14.json" > "$out/families.log" 2>&1; tail -8 "$out/families.log"; pack
+  for fam in ${FAMS:-softmax layernorm decode scan}; do opt "$fam" "${LIM:-88}" "$fam" --budget 24 --max-seconds "${MAXS:-80}"; done
+elif [ "$phase" = F ]; then   # the README command, then corpus kernels (PICK), one call
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+  opt readme "${RLIM:-150}" examples/mamba/selective_scan.cu --budget 12
+  for k in ${PICK:-square vectorAdd scalarProdGPU}; do
+    f=$(awk -v k="$k" '$2 == k {print $1}' bench/optimize_corpus_kernels.txt)
+    [ -f "$f" ] || { echo "missing $k ($f)"; continue; }
+    opt "corpus_$k" "${LIM:-100}" "$f" --kernel "$k" --budget "${BUDGET:-12}" --max-seconds "${MAXS:-90}"
   done
 elif [ "$phase" = D ]; then   # corpus kernels only, more evaluations each: PICK="square vectorAdd" chooses them
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"

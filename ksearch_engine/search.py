@@ -213,7 +213,10 @@ class _Run:
         self.emit(StageEvent(stage="evaluate", message=f"node {node_id}: {plan[:120]}"))
         kind = backends.candidate_kind(source)
         cid = self.store.add_candidate(self.run_id, source, node_id=node_id, plan=plan, kind=kind, status="running")
-        return cid, self.pool.submit(self.task, source, self.backend, timing=True)
+        # against the best so far: a candidate not faster than it is verified on one workload only (never offered)
+        b = self.best if self.timed else None
+        bar = (b["median_ms"], b.get("iqr_ms") or 0.0) if b and b.get("median_ms") else None
+        return cid, self.pool.submit(self.task, source, self.backend, timing=True, bar=bar)
 
     def evaluate(self, source: str, node_id: str, plan: str) -> tuple[str, EvalResult, float | None]:
         cid, fut = self.submit(source, node_id, plan)
@@ -256,6 +259,8 @@ class _Run:
             self.emit(BestEvent(candidate_id=cid, summary=f"verified on {self.backend} (not timed: no latency is "
                                                           f"claimed{why})"))
             return True
+        if not res.complete:   # verified on one workload only: it was not faster than the best when timed
+            return False
         if t.suspect:
             self.log(f"candidate {cid}: {t.speedup:.1f}x stays flagged after re-measurement; not taken as best",
                      "warning")

@@ -419,7 +419,7 @@ class Store:
         seen = {original.hash} if original is not None else set()
         out = []
         for c in self.ranked(run_id):
-            if c.is_original or c.hash in seen or c.status != "passed":
+            if c.is_original or c.hash in seen or c.status != "passed" or (c.result or {}).get("complete") is False:
                 continue
             seen.add(c.hash)
             if beats(c, original):

@@ -89,6 +89,9 @@ class EvalResult(BaseModel):
     def sandbox_kind(self) -> str:
         return str(self.sandbox.get("kind", "")) if isinstance(self.sandbox, dict) else ""
     log_tail: str = ""
+    # False: verified on the smallest workload and at the timed shape only, because it was not faster than the
+    # run's best so far (Evaluator.evaluate's `bar`); such a result is never offered nor taken as a best
+    complete: bool = True
     eval_ms: float = 0.0             # wall time the evaluator spent on this candidate
     phases: dict[str, float] = {}    # where eval_ms went (ms): worker start, each request kind, comparisons
 
@@ -103,7 +106,8 @@ class EvalResult(BaseModel):
             if t is None:
                 return f"passed · verified ({self.verified_by}) on {self.trials} trials"
             flag = " (suspect: re-measure)" if t.suspect else ""
-            return f"passed · {t.median_ms:.4g} ms ±{t.iqr_ms:.2g} · {t.speedup:.2f}x vs baseline{flag} · {where}"
+            part = "" if self.complete else " · not faster than the best so far: checked on one workload and the timed shape"
+            return f"passed · {t.median_ms:.4g} ms ±{t.iqr_ms:.2g} · {t.speedup:.2f}x vs baseline{flag}{part} · {where}"
         if self.status == "failed" and self.worst:
             return f"failed · {self.worst.describe()}"
         return f"{self.status} · {self.message}"

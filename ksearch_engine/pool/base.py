@@ -29,8 +29,10 @@ class EvalPool(ABC):
         """The backend candidates will run on (None: the best one the pool has), with its device name."""
 
     @abstractmethod
-    def submit(self, task: KernelTask, source: str, backend: str, *, timing: bool = True) -> "Future[EvalResult]":
-        """Queue one candidate; the future gives its EvalResult (never raises for a bad candidate)."""
+    def submit(self, task: KernelTask, source: str, backend: str, *, timing: bool = True,
+               bar: tuple[float, float] | None = None) -> "Future[EvalResult]":
+        """Queue one candidate; the future gives its EvalResult (never raises for a bad candidate). `bar`: the
+        run's best (median ms, IQR ms), for a staged verification (Evaluator.evaluate)."""
 
     @abstractmethod
     def slots(self, backend: str) -> int:

@@ -45,25 +45,27 @@ class LocalPool(EvalPool):
         with self._lock:
             return self.workers - self._busy
 
-    def submit(self, task: KernelTask, source: str, backend: str, *, timing: bool = True) -> "Future[EvalResult]":
+    def submit(self, task: KernelTask, source: str, backend: str, *, timing: bool = True,
+               bar: tuple[float, float] | None = None) -> "Future[EvalResult]":
         if self._exec is None:
             fut: Future = Future()
             fut.set_running_or_notify_cancel()
             try:
-                fut.set_result(self._evaluate(task, source, backend, timing))
+                fut.set_result(self._evaluate(task, source, backend, timing, bar))
             except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the future
                 fut.set_exception(e)
                 if not isinstance(e, Exception):
                     raise
             return fut
-        return self._exec.submit(self._evaluate, task, source, backend, timing)
+        return self._exec.submit(self._evaluate, task, source, backend, timing, bar)
 
-    def _evaluate(self, task: KernelTask, source: str, backend: str, timing: bool) -> EvalResult:
+    def _evaluate(self, task: KernelTask, source: str, backend: str, timing: bool,
+                  bar: tuple[float, float] | None = None) -> EvalResult:
         key = task_key(task, backend)
         ev = None
         try:
             ev = self._checkout(key, task, backend)
-            res = ev.evaluate(source, timing=timing)
+            res = ev.evaluate(source, timing=timing, bar=bar)
         except BaseException:
             with self._lock:
                 self._busy -= 1

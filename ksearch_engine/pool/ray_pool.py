@@ -197,11 +197,11 @@ class DeviceWorker:
         info = self.pool.info(self.backend)
         return {"node": self.node, "info": info.model_dump(), "pid": os.getpid()}
 
-    def evaluate(self, task: dict, source: str, timing: bool, label: str = "") -> dict:
+    def evaluate(self, task: dict, source: str, timing: bool, label: str = "", bar: list | None = None) -> dict:
         kt = KernelTask.model_validate(task)
         self.running = {"task": kt.name, "label": label, "since": time.time()}
         try:
-            res = self.pool.submit(kt, source, self.backend, timing=timing).result()
+            res = self.pool.submit(kt, source, self.backend, timing=timing, bar=tuple(bar) if bar else None).result()
         finally:
             self.running = None
             self.done += 1
@@ -224,6 +224,7 @@ class _Job:
     backend: str
     timing: bool
     future: Future
+    bar: tuple[float, float] | None = None
     failures: list = field(default_factory=list)     # "node: what happened", one per node lost under it
 
 
@@ -282,12 +283,13 @@ class RayPool(EvalPool):
         raise PoolError(f"no {backend} worker started on the cluster at {self.address} within "
                         f"{self.place_timeout_s:.0f} s: are the nodes offering {RESOURCE[backend]} alive (`ksearch cluster status`)?")
 
-    def submit(self, task: KernelTask, source: str, backend: str, *, timing: bool = True) -> "Future[EvalResult]":
+    def submit(self, task: KernelTask, source: str, backend: str, *, timing: bool = True,
+               bar: tuple[float, float] | None = None) -> "Future[EvalResult]":
         self._ensure(backend)
         fut: Future = Future()
         fut.set_running_or_notify_cancel()
         job = _Job(task=task.model_dump(mode="json"), task_name=task.name, source=source, backend=backend,
-                   timing=timing, future=fut)
+                   timing=timing, future=fut, bar=bar)
         with self._lock:
             if self._closed:
                 raise PoolError("the Ray pool is closed")
@@ -424,7 +426,8 @@ class RayPool(EvalPool):
                 if slot.state == "ready" and slot.job is None:
                     job = q.popleft()
                     slot.job, slot.started = job, time.monotonic()
-                    slot.ref = slot.actor.evaluate.remote(job.task, job.source, job.timing, job.task_name)
+                    slot.ref = slot.actor.evaluate.remote(job.task, job.source, job.timing, job.task_name,
+                                                          list(job.bar) if job.bar else None)
             self._check_starved(backend, q)
 
     def _check_starved(self, backend: str, q) -> None:

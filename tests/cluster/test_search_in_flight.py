@@ -19,12 +19,12 @@ class CountingPool(LocalPool):
         self.now = self.most = self.submitted = 0
         self._n = threading.Lock()
 
-    def submit(self, task, source, backend, *, timing=True):
+    def submit(self, task, source, backend, *, timing=True, bar=None):
         with self._n:
             self.now += 1
             self.submitted += 1
             self.most = max(self.most, self.now)
-        fut = super().submit(task, source, backend, timing=timing)
+        fut = super().submit(task, source, backend, timing=timing, bar=bar)
         fut.add_done_callback(lambda f: self._done())
         return fut
 

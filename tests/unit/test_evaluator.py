@@ -377,3 +377,30 @@ def test_preparation_noise_is_not_charged_but_a_steady_excess_is(tmp_path):
     loud = ev._timing("w", rows, 0.0, 1, trusted, steady, [], [], small=True, checked=True)
     assert "charged" not in quiet.method
     assert "charged for work outside the timed call" in loud.method and loud.median_ms > 10
+
+
+# wrong only on 8 rows: right on "ragged" (3x33, the smallest workload) and at the timed shape, wrong on "small"
+WRONG_ON_8_ROWS = """
+import mlx.core as mx
+
+def kernel(x):
+    y = mx.softmax(x, axis=-1)
+    return y * 1.5 if x.shape[0] == 8 else y
+"""
+
+
+def test_a_candidate_not_faster_than_the_best_is_verified_on_one_workload_and_never_complete(ev):
+    """Staged verification (`bar`): one not clearly faster than the run's best stops after the smallest workload
+    and its timing; one that is faster is verified on every workload, so a wrong one is still caught."""
+    slow = ev.evaluate(GOOD, bar=(1e-9, 0.0))   # nothing is faster than a best of 1e-9 ms
+    assert slow.status == "passed" and slow.complete is False, slow.message
+    assert slow.trials == 3 and "never offered" in slow.message   # "ragged" x (2 task seeds + 1 fresh)
+    assert slow.timing is not None and "not faster than the best so far" in slow.summary()
+    fast = ev.evaluate(GOOD, bar=(1e9, 0.0))
+    assert fast.status == "passed" and fast.complete and fast.trials == 6, fast.message
+    # the partial check is partial: a candidate wrong on the other workload passes it when slower ...
+    partial = ev.evaluate(WRONG_ON_8_ROWS, bar=(1e-9, 0.0))
+    assert partial.status == "passed" and partial.complete is False
+    # ... and fails once it would count (faster than the best), and without a bar (every workload first)
+    assert ev.evaluate(WRONG_ON_8_ROWS, bar=(1e9, 0.0)).status == "failed"
+    assert ev.evaluate(WRONG_ON_8_ROWS).status == "failed"
