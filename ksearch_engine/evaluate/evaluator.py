@@ -29,7 +29,9 @@ import secrets
 import shutil
 import signal
 import sys
+import stat
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,6 +267,100 @@ def _unpack(rep: dict, data: bytes) -> list[list[_Out]]:
     return list(sets.values())
 
 
+_PTX_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_PTX_MAX = 64 << 20
+
+
+def copy_ptx(src: Path, dst: Path) -> int:
+    """What a compile-ahead worker compiled (MLX's PTX cache files: `<module>.ptx/.txt/.cu`) into the candidate's
+    own worker's cache, so that its first call at those shapes loads instead of compiling. Both workers run the
+    same candidate, so nothing crosses between candidates; still only plain files with plain names are copied
+    (never a link, never over a file already there), the `.ptx` last so that MLX never finds it without its
+    kernel list. Returns how many files were copied."""
+    n = 0
+    try:
+        entries = sorted(os.scandir(src), key=lambda e: e.name.endswith(".ptx"))
+    except OSError:
+        return 0
+    for e in entries:
+        if not set(e.name) <= _PTX_NAME or e.name.startswith(".") or (dst / e.name).exists():
+            continue
+        try:
+            fd = os.open(e.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _PTX_MAX:
+                continue
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read(_PTX_MAX + 1)
+        finally:
+            os.close(fd)
+        tmp = dst / f".{e.name}.{os.getpid()}.tmp"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, dst / e.name)
+            n += 1
+        except OSError:
+            tmp.unlink(missing_ok=True)
+    return n
+
+
+class _Ahead:
+    """Compile ahead: a second fresh worker of the same candidate calls it once at the shapes its own worker
+    will need next (the timing workload, then the other verification workloads), untimed and unchecked, while
+    that worker verifies the smallest workload; what it compiled is copied into the worker's PTX cache
+    (copy_ptx). MLX's CUDA backend compiles each shape of a kernel with NVRTC (~2.2 s each on the H200), so
+    the shapes compile side by side instead of one after another. Nothing it does decides a verdict: any
+    failure only stops it, and the candidate's own worker meets the same failure itself."""
+
+    def __init__(self, task_json: dict, entry: str, source: str, main: "_Child", helper: "_Child",
+                 order: list[str], deadline: float):
+        self.main, self.helper, self.order = main, helper, order
+        self.ready = {wl: threading.Event() for wl in order}
+        self.copied = 0
+        self.called: list[str] = []     # the workloads it called the candidate at
+        self.thread = threading.Thread(target=self._run, args=(task_json, entry, source, deadline),
+                                       name="ksearch-compile-ahead", daemon=True)
+        self.thread.start()
+
+    def _run(self, task_json: dict, entry: str, source: str, deadline: float) -> None:
+        h = self.helper
+        try:
+            if not h.start().get("ready"):
+                return
+
+            def ask(req: dict) -> None:
+                rep, _, _ = h.request(req, timeout=max(1.0, deadline - time.monotonic()))
+                if rep.get("status") != "ok" or h.events:
+                    raise RuntimeError(rep.get("message", ""))
+            ask({"op": "task", "task": task_json})
+            ask({"op": "load", "source": source, "entry": entry})
+            for i, wl in enumerate(self.order):
+                slot = 1_000_000 + i
+                ask({"op": "prepare", "slot": slot, "workload": wl, "seeds": [secrets.randbelow(1 << 31)], "check": False})
+                ask({"op": "call", "slot": slot, "fn": "candidate", "untimed": True})
+                ask({"op": "drop", "slots": [slot]})
+                self.called.append(wl)
+                self.copied += copy_ptx(h.scratch / "ptx", self.main.scratch / "ptx")
+                self.ready[wl].set()
+        except Exception:  # noqa: BLE001 - see the class docstring: the candidate's own worker decides
+            pass
+        finally:
+            for ev in self.ready.values():
+                ev.set()
+
+    def wait(self, workloads: list[str], deadline: float) -> None:
+        for wl in workloads:
+            if wl in self.ready:
+                self.ready[wl].wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        self.helper.close()
+        self.thread.join(timeout=10)
+
+
 def _tmean(a: list[float]) -> float:
     """Mean of the lower 90% (one scheduler hiccup must not decide a charge)."""
     s = sorted(a)
@@ -277,13 +373,17 @@ class Evaluator:
 
     def __init__(self, task: KernelTask, backend: str | None = None, *, limits: Limits | None = None,
                  repeats: int = 20, warmup: int = 3, workdir: Path | None = None, timing_max_s: float = TIMING_MAX_S,
-                 time_all: bool = False, first_is_reference: bool = False):
+                 time_all: bool = False, first_is_reference: bool = False, compile_ahead: bool | None = None):
         self.info = backends.info(backend)
         self.task = task.for_backend(self.info.name)
         self.backend = self.info.name
         self.limits = limits or Limits(wall_s=180.0 if self.backend == "sim" else 60.0)
         self.off = frozenset(self.limits.disable_guards)
         self.repeats, self.warmup, self.timing_max_s, self.time_all = repeats, warmup, timing_max_s, time_all
+        # compile ahead (_Ahead) in a staged verification: by default where kernels compile per shape at first
+        # call and a worker boots while another runs (a GPU backend); KSEARCH_COMPILE_AHEAD=0 turns it off
+        self.compile_ahead = (self.backend in PRESTART_BACKENDS and os.environ.get("KSEARCH_COMPILE_AHEAD", "1") != "0"
+                              if compile_ahead is None else compile_ahead)
         self._own_dir = workdir is None
         if workdir is None:
             sweep_stale()  # what killed evaluators left: cgroups (and their processes), temp folders
@@ -304,6 +404,7 @@ class Evaluator:
         self._cand_ref: dict[str, dict] = {}
         self._ph: dict[str, float] = {}    # this evaluation's seconds per phase (EvalResult.phases)
         self._bar: tuple[float, float] | None = None   # this evaluation's bar (see evaluate)
+        self.last_ahead: _Ahead | None = None          # the last evaluation's compile-ahead worker (tests read it)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
@@ -529,16 +630,41 @@ class Evaluator:
         bar = self._bar
         staged = timed and bar is not None and len(self.task.workloads) > 1
         first = [self._smallest_workload()] if staged else None
+        ahead = self._ahead(child, source, first[0], deadline) if staged and self.compile_ahead else None
+        self.last_ahead = ahead
+        try:
+            return self._staged(child, source, kind, timed, deadline, seen, bar, first, ahead)
+        finally:
+            if ahead is not None:
+                ahead.close()
+
+    def _ahead(self, child: _Child, source: str, first: str, deadline: float) -> _Ahead:
+        helper, self._spare = self._spare or self._start_worker(), None
+        if self.backend in PRESTART_BACKENDS:
+            self._spare = self._start_worker()
+        wls = self.task.timing_workloads()
+        order = [w.name for w in (wls if self.time_all else wls[-1:])]
+        order += [w.name for w in self.task.workloads if w.name != first and w.name not in order]
+        return _Ahead(self.task.model_dump(mode="json"), self.task.entry, source, child, helper, order, deadline)
+
+    def _staged(self, child: _Child, source: str, kind: str, timed: bool, deadline: float, seen: dict,
+                bar, first, ahead: _Ahead | None) -> EvalResult:
         res = self._verify(child, kind, deadline, seen, only=first)
         self._audit(child, deadline)
         if timed:
+            if ahead is not None:
+                t0 = time.perf_counter()
+                ahead.wait(ahead.order[:1 if not self.time_all else len(self.task.timing_workloads())], deadline)
+                self._tick("compile ahead wait", time.perf_counter() - t0)
             res.timings = self._time(child, time.monotonic() + self.limits.wall_s, seen)
             res.timing = res.timings[-1] if res.timings else None
             if res.timing and res.timing.suspect:
                 self._remeasure(source, res)
-        if staged:
+        if first is not None:
             t = res.timing
             if t is not None and not t.suspect and clearly_faster(t.median_ms, t.iqr_ms, bar[0], bar[1]):
+                if ahead is not None:
+                    ahead.wait(ahead.order, time.monotonic() + self.limits.wall_s)
                 rest = self._verify(child, kind, time.monotonic() + self.limits.wall_s, seen,
                                     only=[w.name for w in self.task.workloads if w.name != first[0]])
                 res.trials += rest.trials

@@ -404,3 +404,35 @@ def test_a_candidate_not_faster_than_the_best_is_verified_on_one_workload_and_ne
     # ... and fails once it would count (faster than the best), and without a bar (every workload first)
     assert ev.evaluate(WRONG_ON_8_ROWS, bar=(1e9, 0.0)).status == "failed"
     assert ev.evaluate(WRONG_ON_8_ROWS).status == "failed"
+
+
+def test_compile_ahead_gives_the_same_verdicts(softmax_task):
+    """A second worker of the candidate calls it ahead at the shapes still to come (on a GPU: compiling them
+    side by side); it decides nothing: the verdicts are the staged check's own."""
+    with Evaluator(softmax_task, "mlx-cpu", limits=Limits(wall_s=30, memory_mb=2048), repeats=4, warmup=1,
+                   compile_ahead=True) as e:
+        fast = e.evaluate(GOOD, bar=(1e9, 0.0))
+        assert fast.status == "passed" and fast.complete and fast.trials == 6, fast.message
+        assert "compile ahead wait" in fast.phases
+        assert e.last_ahead.called == ["bench-cpu", "small"]   # the timed shape first, then what is left
+        assert e.evaluate(WRONG_ON_8_ROWS, bar=(1e9, 0.0)).status == "failed"
+        assert e.evaluate(WRONG, bar=(1e9, 0.0)).status == "failed"
+
+
+def test_copy_ptx_copies_plain_files_only_and_never_over_one(tmp_path):
+    from ksearch_engine.evaluate.evaluator import copy_ptx
+    src, dst = tmp_path / "helper", tmp_path / "main"
+    src.mkdir(), dst.mkdir()
+    (src / "custom_kernel_a_8_128.txt").write_text("k\tmangled\n")
+    (src / "custom_kernel_a_8_128.ptx").write_bytes(b"ptx-a")
+    (src / "kept.ptx").write_bytes(b"from the helper")
+    (dst / "kept.ptx").write_bytes(b"the worker's own")
+    secret = tmp_path / "secret"
+    secret.write_text("not for the candidate")
+    (src / "link.ptx").symlink_to(secret)
+    (src / "bad name.ptx").write_bytes(b"x")
+    assert copy_ptx(src, dst) == 2
+    assert (dst / "custom_kernel_a_8_128.ptx").read_bytes() == b"ptx-a"
+    assert (dst / "custom_kernel_a_8_128.txt").read_text() == "k\tmangled\n"
+    assert (dst / "kept.ptx").read_bytes() == b"the worker's own"
+    assert not (dst / "link.ptx").exists() and not (dst / "bad name.ptx").exists()
