@@ -183,9 +183,13 @@ class OfflineProposer:
         seen = tree.configs()
         gains = _direction_gains(tree, self.family)
         options: list[tuple[float, str, Any, Any, int]] = []
-        for knob, values in t.knobs.items():
-            if len(values) < 2 or knob not in node.knobs:
+        for knob, listed in t.knobs.items():
+            if len(listed) < 2 or knob not in node.knobs:
                 continue
+            # a template lists its default first; a numeric knob's neighbours are the next value up and down
+            # (chunk 8 in [8, 1, 4, 16, 32] tunes to 4 and 16), not the next entries of the list
+            numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in listed)
+            values = sorted(listed) if numeric else listed
             try:
                 i = values.index(node.knobs[knob])
             except ValueError:

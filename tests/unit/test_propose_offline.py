@@ -108,3 +108,23 @@ def test_write_candidate_renders_the_template_and_refuses_free_form_nodes():
         p.write_candidate(tree.nodes["n3"], ctx(tree))
     assert OfflineProposer(None).edit_tree(PlanTree.new(), [], ctx(PlanTree.new())) == []
     assert p.debug("source", "error") is None
+
+
+def test_a_numeric_knob_listed_default_first_tunes_to_its_next_values_up_and_down():
+    """A template lists its default first (the scan's chunk: [8, 1, 4, 16, 32]); tuning moves to the next value
+    up and down (4 and 16), never to the next entry of the list (1), so the far end is reached in a few steps."""
+    from ksearch_engine.families.base import Family, Template
+    base = toy_family.CHUNKED
+    t = Template(id="toy.unsorted", pattern=base.pattern, kinds=base.kinds, render=base.render,
+                 knobs={"rows": [8, 2, 32, 128, 512], "subtract_max": [True]}, description="rows listed default first")
+    fam = toy_family.family()
+    fam = Family(name=fam.name, make_task=fam.make_task, templates=[t], naive=fam.naive, description=fam.description)
+    p = OfflineProposer(fam, seed=0)
+    tree = PlanTree.new()
+    tree.apply_all(p.edit_tree(tree, [], ctx(tree)), max_new=p.max_new_nodes)
+    n = tree.select()
+    assert n.knobs["rows"] == 8
+    history = [passed(tree, n.id, 1.5)]
+    tree.set_best(n.id, 1.5)
+    tree.apply_all(p.edit_tree(tree, history, ctx(tree)), max_new=None)
+    assert {k.knobs["rows"] for k in tree.children(n.id)} == {2, 32}
