@@ -580,35 +580,32 @@ inline CUresult cuEventRecord(CUevent e, CUstream s) { return ksim_drv_ok(cudaEv
 inline CUresult cuEventSynchronize(CUevent) { return CUDA_SUCCESS; }
 inline CUresult cuEventQuery(CUevent) { return CUDA_SUCCESS; }
 inline CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) { return ksim_drv_ok(cudaEventElapsedTime(ms, a, b)); }
+// one table for the driver's error names and texts (the codes this stand-in returns)
+struct ksim_drv_error { CUresult code; const char* name; const char* text; };
+inline const ksim_drv_error* ksim_drv_error_of(CUresult r) {
+  static const ksim_drv_error table[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+  };
+  for (const auto& e : table) if (e.code == r) return &e;
+  return nullptr;
+}
 inline CUresult cuGetErrorName(CUresult r, const char** s) {
-  switch (r) {
-    case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; break;
-    case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
-    case CUDA_ERROR_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
-    case CUDA_ERROR_INVALID_DEVICE: *s = "CUDA_ERROR_INVALID_DEVICE"; break;
-    case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; break;
-    case CUDA_ERROR_FILE_NOT_FOUND: *s = "CUDA_ERROR_FILE_NOT_FOUND"; break;
-    case CUDA_ERROR_INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
-    case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
-    case CUDA_ERROR_NOT_SUPPORTED: *s = "CUDA_ERROR_NOT_SUPPORTED"; break;
-    default: *s = "CUDA_ERROR_UNKNOWN"; return CUDA_ERROR_INVALID_VALUE;
-  }
-  return CUDA_SUCCESS;
+  const ksim_drv_error* e = ksim_drv_error_of(r);
+  *s = e ? e->name : "CUDA_ERROR_UNKNOWN";
+  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 inline CUresult cuGetErrorString(CUresult r, const char** s) {
-  switch (r) {
-    case CUDA_SUCCESS: *s = "no error"; break;
-    case CUDA_ERROR_INVALID_VALUE: *s = "invalid argument"; break;
-    case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; break;
-    case CUDA_ERROR_INVALID_DEVICE: *s = "invalid device ordinal"; break;
-    case CUDA_ERROR_INVALID_IMAGE: *s = "device kernel image is invalid"; break;
-    case CUDA_ERROR_FILE_NOT_FOUND: *s = "file not found"; break;
-    case CUDA_ERROR_INVALID_HANDLE: *s = "invalid resource handle"; break;
-    case CUDA_ERROR_NOT_FOUND: *s = "named symbol not found"; break;
-    case CUDA_ERROR_NOT_SUPPORTED: *s = "operation not supported"; break;
-    default: *s = "unknown error"; return CUDA_ERROR_INVALID_VALUE;
-  }
-  return CUDA_SUCCESS;
+  const ksim_drv_error* e = ksim_drv_error_of(r);
+  *s = e ? e->text : "unknown error";
+  return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 #define cuModuleLoad(m, path) ksim_drv::module_load(m, path, __FILE__, __LINE__)
 #define cuModuleLoadData(m, image) ksim_drv::module_load_data(m, image, "cuModuleLoadData", __FILE__, __LINE__)
