@@ -64,13 +64,12 @@ SWEEPS = {
     "softmax": [("ops", dict(formulation="max_sub", upcast=True, compile=True))] + _row_sweep(True, True),
     "rmsnorm": [("ops", dict(formulation="mean_square", upcast=True, compile=True))] + _row_sweep(False, False),
     "layernorm": [("ops", dict(formulation="two_pass", upcast=True, compile=True))] + _row_sweep(False, True),
-    "scan": [("ops_chunked", dict(chunk=64, compile=True)), ("naive", {}),
+    # scan: the two best register configurations of families_run2 first, then the sequence-chunked kernels (three
+    # kernels: their compiles take a while, so the sweep is short); the ops and naive kernels (5+ ms) are left out
+    "scan": [("registers", dict(states_per_thread=1, chunk=32, threads_per_group=64, fast_exp=True)),
              ("registers", dict(states_per_thread=2, chunk=32, threads_per_group=64, fast_exp=True)),
-             ("registers", dict(states_per_thread=1, chunk=32, threads_per_group=64, fast_exp=True)),
-             ("registers", dict(states_per_thread=2, chunk=32, threads_per_group=32, fast_exp=True)),
-             ("registers", dict(states_per_thread=4, chunk=32, threads_per_group=64, fast_exp=True)),
-             ("registers", dict(states_per_thread=2, chunk=64, threads_per_group=64, fast_exp=True)),
-             ("registers", dict(states_per_thread=1, chunk=8, threads_per_group=128, fast_exp=False))],
+             *[("chunked_registers", dict(seq_chunks=n, states_per_thread=1, chunk=c, threads_per_group=g, fast_exp=True))
+               for n, c, g in ((32, 16, 128), (16, 16, 128), (64, 8, 128), (32, 32, 64))]],
     "decode": [("ops", dict(upcast=True, compile=False))] + [("gqa_tiles", k) for k in _TILES]
               + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC[:4]],
     "paged_decode": [("ops", dict(gather="take", compile=False))] + [("gqa_tiles", k) for k in _TILES]

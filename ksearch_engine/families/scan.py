@@ -206,6 +206,138 @@ def scan_with_state(x, delta, A, B, C, D, h0):
 '''
 
 
+# -- kernels: chunked over the sequence (three kernels) ---------------------------------------------------
+def _chunk_loop(d, k: dict, body: list[str]) -> list[str]:
+    """Lines running `body` for every step i of every TCH-block of this thread's sequence chunk: `dl[i]`,
+    `xv[i]`, `bv[..]` (and `cv[..]` where the body reads it) loaded first. Every thread runs the same number of
+    steps (LCH), so lanes that shuffle together stay converged; steps past the chunk or the sequence load
+    delta = x = 0, which leaves the state as it is."""
+    T = k["chunk"]
+    need_c = any("cv[" in ln for ln in body)
+    return [
+        f"for (int t0 = 0; t0 < LCH; t0 += {T}) {{",
+        f"  float dl[{T}]; float xv[{T}]; float bv[{T} * SPT];" + (f" float cv[{T} * SPT];" if need_c else ""),
+        f"  for (int i = 0; i < {T}; ++i) {{",
+        "    const int t = c * LCH + t0 + i;",
+        "    const bool in = t0 + i < LCH && t < SEQ;",
+        "    const size_t row = (size_t)b * SEQ + (in ? t : 0);",
+        "    dl[i] = in ? delta[row * DIM + d] : 0.0f;",
+        "    xv[i] = in ? x[row * DIM + d] : 0.0f;",
+        "    for (int j = 0; j < SPT; ++j) {",
+        "      bv[i * SPT + j] = B[row * NST + sub * SPT + j];",
+        *(["      cv[i * SPT + j] = C[row * NST + sub * SPT + j];"] if need_c else []),
+        "    }",
+        "  }",
+        f"  for (int i = 0; i < {T}; ++i) {{",
+        *["    " + ln for ln in body],
+        "  }",
+        "}",
+    ]
+
+
+def _chunked_sources(kind: str, k: dict) -> tuple[str, str, str]:
+    """(ends, carry, scan): the state each sequence chunk ends in from a zero start and the chunk's summed delta;
+    the state each chunk starts in (a short loop over chunks per channel and state); the recurrence again from
+    that state, writing y."""
+    d = Dialect(kind, fast_math=k["fast_exp"])
+    gid = "(int)thread_position_in_grid.x" if d.metal else "(int)(blockIdx.x * blockDim.x + threadIdx.x)"
+    head = [
+        "constexpr int LPC = NST / SPT;                 // lanes per channel (a power of two <= 32)",
+        "constexpr int LCH = (SEQ + NCH - 1) / NCH;     // steps per sequence chunk",
+        f"const int g = {gid};",
+        "const int per_chunk = BATCH * DIM * LPC;",
+        "const bool live = g < per_chunk * NCH;",
+        "const int gg = live ? g : 0;",
+        "const int c = gg / per_chunk;                  // the sequence chunk (outermost: lanes of a channel share it)",
+        "const int r = gg % per_chunk;",
+        "const int ch = r / LPC;",
+        "const int sub = r % LPC;",
+        "const int b = ch / DIM;",
+        "const int d = ch % DIM;",
+        "float a[SPT];",
+        "float h[SPT];",
+    ]
+    step = [f"h[j] = {d.exp('dl[i] * a[j]')} * h[j] + dx * bv[i * SPT + j];"]
+    ends = "\n".join(head + [
+        "for (int j = 0; j < SPT; ++j) { a[j] = A[d * NST + sub * SPT + j]; h[j] = 0.0f; }",
+        "float sd = 0.0f;",
+        *_chunk_loop(d, k, ["const float dx = dl[i] * xv[i];", "sd += dl[i];",
+                            "for (int j = 0; j < SPT; ++j) " + step[0]]),
+        "const size_t at = ((size_t)b * NCH + c) * DIM + d;",
+        "if (live) for (int j = 0; j < SPT; ++j) hend[at * NST + sub * SPT + j] = h[j];",
+        "if (live && sub == 0) sdel[at] = sd;",
+    ])
+    carry = "\n".join([
+        f"const int g = {gid};",
+        "if (g >= BATCH * DIM * NST) return;",
+        "const int n = g % NST;",
+        "const int d = (g / NST) % DIM;",
+        "const int b = g / (NST * DIM);",
+        "const float an = A[d * NST + n];",
+        "float hc = 0.0f;",
+        "for (int c = 0; c < NCH; ++c) {",
+        "  const size_t at = ((size_t)b * NCH + c) * DIM + d;",
+        "  hin[at * NST + n] = hc;",
+        f"  hc = {d.exp('an * sdel[at]')} * hc + hend[at * NST + n];",
+        "}",
+    ])
+    red = f"for (int o = LPC / 2; o > 0; o /= 2) yp += {d.shfl_xor('yp', 'o')};"
+    scan = "\n".join(head + [
+        "const size_t at = ((size_t)b * NCH + c) * DIM + d;",
+        "for (int j = 0; j < SPT; ++j) { a[j] = A[d * NST + sub * SPT + j]; h[j] = hin[at * NST + sub * SPT + j]; }",
+        "const float dd = D[d];",
+        *_chunk_loop(d, k, ["const float dx = dl[i] * xv[i];", "float yp = 0.0f;",
+                            "for (int j = 0; j < SPT; ++j) {", "  " + step[0], "  yp += cv[i * SPT + j] * h[j];", "}",
+                            red,
+                            "const int t = c * LCH + t0 + i;",
+                            "if (live && sub == 0 && t0 + i < LCH && t < SEQ) y[((size_t)b * SEQ + t) * DIM + d] = yp + dd * xv[i];"]),
+    ])
+    return ends, carry, scan
+
+
+def _render_chunked(k: dict, kind: str) -> str:
+    if kind not in ("metal", "cuda"):
+        raise ValueError("scan.chunked_registers renders metal or cuda candidates")
+    TPG = k["threads_per_group"]
+    name = tag("scan.chunked_registers", k, kind)
+    ends, carry, scan = _chunked_sources(kind, k)
+    return f'''{header("scan", "scan.chunked_registers", k, kind)}
+_ENDS = r"""
+{ends}
+"""
+_CARRY = r"""
+{carry}
+"""
+_SCAN = r"""
+{scan}
+"""
+_HEADER = ""
+_KE = {kernel_ctor(kind, name + "_ends", ["x", "delta", "A", "B"], ["hend", "sdel"], src_var="_ENDS")}
+_KC = {kernel_ctor(kind, name + "_carry", ["A", "hend", "sdel"], ["hin"], src_var="_CARRY")}
+_KS = {kernel_ctor(kind, name + "_scan", INPUTS + ["hin"], ["y"], src_var="_SCAN")}
+STATES_PER_THREAD = {k["states_per_thread"]}
+SEQ_CHUNKS = {k["seq_chunks"]}
+
+
+def kernel(x, delta, A, B, C, D):
+    Bt, L, Dm = x.shape
+    N = A.shape[1]
+    if N & (N - 1) or N > 32 * STATES_PER_THREAD:
+        raise ValueError(f"scan.chunked_registers needs a power-of-two state size N <= {{32 * STATES_PER_THREAD}}, got {{N}}")
+    spt = min(STATES_PER_THREAD, N)
+    nch = max(1, min(SEQ_CHUNKS, L))
+    tmpl = [("BATCH", Bt), ("SEQ", L), ("DIM", Dm), ("NST", N), ("SPT", spt), ("NCH", nch)]
+    total = Bt * Dm * (N // spt) * nch
+    grid = (((total + {TPG} - 1) // {TPG}) * {TPG}, 1, 1)
+    hend, sdel = _KE(inputs=[x, delta, A, B], template=tmpl, grid=grid, threadgroup=({TPG}, 1, 1),
+                     output_shapes=[(Bt, nch, Dm, N), (Bt, nch, Dm)], output_dtypes=[mx.float32, mx.float32])
+    hin = _KC(inputs=[A, hend, sdel], template=tmpl, grid=(((Bt * Dm * N + 127) // 128) * 128, 1, 1),
+              threadgroup=(128, 1, 1), output_shapes=[(Bt, nch, Dm, N)], output_dtypes=[mx.float32])[0]
+    return _KS(inputs=[x, delta, A, B, C, D, hin], template=tmpl, grid=grid, threadgroup=({TPG}, 1, 1),
+               output_shapes=[x.shape], output_dtypes=[mx.float32])[0]
+'''
+
+
 def _naive(kind: str) -> str:
     """One thread per channel, looping over time and then over the N states serially."""
     if kind == "ops":
@@ -263,5 +395,15 @@ REGISTERS = Template(
     difficulty=3, predicted_speedup=100.0,
     valid=lambda k: k["chunk"] * k["states_per_thread"] <= 256)
 
-FAMILY = Family(name="scan", make_task=make_task, templates=[OPS, REGISTERS], naive=_naive,
+CHUNKED = Template(
+    id="scan.chunked_registers", pattern="scan.chunked_over_sequence", kinds=("metal", "cuda"),
+    knobs={"seq_chunks": [16, 8, 32, 64], "states_per_thread": [1, 2, 4], "chunk": [16, 8, 32],
+           "threads_per_group": [128, 64, 256], "fast_exp": [True, False]},
+    render=_render_chunked,
+    description="the sequence cut into chunks scanned side by side: each chunk's end state from a zero start, "
+                "a short carry over chunks, then the recurrence again from each chunk's true start state",
+    difficulty=3, predicted_speedup=250.0,
+    valid=lambda k: k["chunk"] * k["states_per_thread"] <= 256)
+
+FAMILY = Family(name="scan", make_task=make_task, templates=[OPS, REGISTERS, CHUNKED], naive=_naive,
                 description="Mamba-1 selective scan prefill")

@@ -132,3 +132,18 @@ def test_causal_attention_kernel_honours_the_flag_and_ignoring_it_is_caught():
     with Evaluator(_fast(fam.make_task(causal=True)), backend="sim") as ev:
         assert ev.evaluate(src, timing=False).status == "passed"
         assert ev.evaluate(ignoring, timing=False).status == "failed"
+
+
+@pytest.mark.parametrize("kind", ["cuda", "metal"])
+def test_the_chunked_scan_needs_its_carried_state(kind):
+    """scan.chunked_registers scans sequence chunks side by side; starting each chunk from zero instead of the
+    state carried into it is wrong from the second chunk on, and the simulator's check says so."""
+    fam = families.get("scan")
+    t = fam.template("scan.chunked_registers")
+    src = t.render(dict(t.defaults(), seq_chunks=8), kind)
+    broken = src.replace("h[j] = hin[at * NST + sub * SPT + j];", "h[j] = 0.0f;")
+    assert broken != src
+    with Evaluator(_fast(fam.make_task()), backend="sim") as ev:
+        assert ev.evaluate(src, timing=False).status == "passed"
+        r = ev.evaluate(broken, timing=False)
+    assert r.status == "failed" and r.worst is not None
