@@ -316,11 +316,15 @@ class _Ahead:
     failure only stops it, and the candidate's own worker meets the same failure itself."""
 
     def __init__(self, task_json: dict, entry: str, source: str, main: "_Child", helper: "_Child",
-                 order: list[str], deadline: float):
+                 order: list[str], n_timed: int, deadline: float):
         self.main, self.helper, self.order = main, helper, order
+        self.n_timed = n_timed
         self.ready = {wl: threading.Event() for wl in order}
         self.copied = 0
         self.called: list[str] = []     # the workloads it called the candidate at
+        # after the timing shape it waits until the candidate's worker has been timed: nothing of its own runs
+        # on the GPU or the CPU while the timed calls are made
+        self.go_on = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(task_json, entry, source, deadline),
                                        name="ksearch-compile-ahead", daemon=True)
         self.thread.start()
@@ -345,6 +349,8 @@ class _Ahead:
                 self.called.append(wl)
                 self.copied += copy_ptx(h.scratch / "ptx", self.main.scratch / "ptx")
                 self.ready[wl].set()
+                if i == self.n_timed - 1 and not self.go_on.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    return
         except Exception:  # noqa: BLE001 - see the class docstring: the candidate's own worker decides
             pass
         finally:
@@ -357,6 +363,7 @@ class _Ahead:
                 self.ready[wl].wait(timeout=max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
+        self.go_on.set()
         self.helper.close()
         self.thread.join(timeout=10)
 
@@ -644,8 +651,9 @@ class Evaluator:
             self._spare = self._start_worker()
         wls = self.task.timing_workloads()
         order = [w.name for w in (wls if self.time_all else wls[-1:])]
+        n_timed = len(order)
         order += [w.name for w in self.task.workloads if w.name != first and w.name not in order]
-        return _Ahead(self.task.model_dump(mode="json"), self.task.entry, source, child, helper, order, deadline)
+        return _Ahead(self.task.model_dump(mode="json"), self.task.entry, source, child, helper, order, n_timed, deadline)
 
     def _staged(self, child: _Child, source: str, kind: str, timed: bool, deadline: float, seen: dict,
                 bar, first, ahead: _Ahead | None) -> EvalResult:
@@ -654,12 +662,14 @@ class Evaluator:
         if timed:
             if ahead is not None:
                 t0 = time.perf_counter()
-                ahead.wait(ahead.order[:1 if not self.time_all else len(self.task.timing_workloads())], deadline)
+                ahead.wait(ahead.order[:ahead.n_timed], deadline)
                 self._tick("compile ahead wait", time.perf_counter() - t0)
             res.timings = self._time(child, time.monotonic() + self.limits.wall_s, seen)
             res.timing = res.timings[-1] if res.timings else None
             if res.timing and res.timing.suspect:
                 self._remeasure(source, res)
+            if ahead is not None:
+                ahead.go_on.set()   # the timed calls are over: it may go on to the other shapes
         if first is not None:
             t = res.timing
             if t is not None and not t.suspect and clearly_faster(t.median_ms, t.iqr_ms, bar[0], bar[1]):
