@@ -51,6 +51,8 @@ SMALL_OUTPUT = 1 << 20      # elements per call up to which every timed output i
 PRESTART_BACKENDS = frozenset({"mlx-cuda", "mlx-metal"})  # GPU time: a booting worker on the CPU does not count
 TIMING_MAX_S = 2.5          # seconds of timed requests per workload (after warm-up and at least 3 requests)
 BASELINE_EVERY = 8          # evaluations between two timings of the baseline in one run
+STEADY_ROWS = 6             # timed requests before a GPU-timed candidate may stop early (Evaluator._steady)
+STEADY_SPREAD = 0.03        # ... when their per-call GPU times' IQR is within this share of their median
 IDLE_WATCH_S = 0.2         # the shortest window the worker is watched idle in (baseline calls, then a wait)
 TIMED_SAMPLE = 3            # timed outputs checked per workload above that
 _RNG = secrets.SystemRandom()
@@ -897,6 +899,8 @@ class Evaluator:
                 rows.append((seeds, slot, bt, bms, ct, float(crep.get("ms", 0)), bgpu, _gpu_total(crep, len(seeds))))
             if time.perf_counter() > stop and i >= self.warmup + 2:
                 break
+            if self._steady(rows):
+                break
         if cached is None and rows and "baseline_once" not in self.off:
             self._baseline_rows[name] = {"rows": [(r[2], r[3], r[6], len(r[0]), p) for r, p in zip(rows, prep_t)],
                                          "elems": brep.get("elems", 0),
@@ -918,6 +922,19 @@ class Evaluator:
             t.method += (f"; the baseline's times are from evaluation {cached['at']} of this run (the baseline is "
                          f"re-timed every {BASELINE_EVERY} evaluations)")
         return t
+
+    def _steady(self, rows: list) -> bool:
+        """Enough timed requests when every one was timed on the GPU (CUPTI) and the candidate's per-call GPU
+        times agree: at least STEADY_ROWS requests whose interquartile range is within STEADY_SPREAD of their
+        median. GPU time does not carry the host's noise, so a sub-millisecond kernel needs a few requests,
+        not TIMING_MAX_S of them; wall time always runs the full budget."""
+        if len(rows) < STEADY_ROWS or "steady_stop" in self.off:
+            return False
+        g = [r[7] for r in rows]
+        if any(x is None for x in g) or any(r[6] is None for r in rows):
+            return False
+        med = float(np.median(g))
+        return med > 0 and _iqr(g) <= STEADY_SPREAD * med
 
     def _check_sample(self, child, wl, rows, deadline, seen, fetch_t, fetch_c, check) -> None:
         """Large outputs: the candidate's worker kept every timed output; this process now draws which calls

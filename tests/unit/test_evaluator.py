@@ -189,7 +189,8 @@ def activity_flush_all(flag):
     _state["n"] += 1
     if SKIP and _state["n"] % (2 * SKIP) == 0:
         return _cb["completed"]([])
-    _cb["completed"]([_Record(start, start + int((now - start) * FRACTION))])
+    # FRACTION < 0: every kernel lasts -FRACTION ms, whatever the host did (a steady GPU)
+    _cb["completed"]([_Record(start, start + (int(-FRACTION * 1e6) if FRACTION < 0 else int((now - start) * FRACTION)))])
 """
 
 
@@ -436,3 +437,21 @@ def test_copy_ptx_copies_plain_files_only_and_never_over_one(tmp_path):
     assert (dst / "custom_kernel_a_8_128.txt").read_text() == "k\tmangled\n"
     assert (dst / "kept.ptx").read_bytes() == b"the worker's own"
     assert not (dst / "link.ptx").exists() and not (dst / "bad name.ptx").exists()
+
+
+def test_steady_gpu_times_end_the_timing_early_and_wall_time_never_does(softmax_task):
+    """GPU time without the host's noise: once STEADY_ROWS requests agree (IQR within STEADY_SPREAD of their
+    median) the candidate's timing stops, instead of running TIMING_MAX_S of requests; noisy GPU times and wall
+    time run the whole budget."""
+    from ksearch_engine.evaluate.evaluator import STEADY_ROWS
+
+    def run(standin, guards=()):
+        ev = Evaluator(softmax_task, "mlx-cpu", repeats=40, warmup=1, timing_max_s=60,
+                       limits=Limits(wall_s=120, memory_mb=2048, gpu_standin=standin, disable_guards=list(guards)))
+        with ev as e:
+            return e.evaluate(GOOD)
+    steady = run(_standin(-0.05))            # every kernel 0.05 ms
+    assert steady.status == "passed" and steady.timing.method.startswith("gpu-time (CUPTI)"), steady.message
+    assert steady.timing.repeats == STEADY_ROWS
+    full = run(_standin(-0.05), guards=["steady_stop"])
+    assert full.timing.repeats == 40
