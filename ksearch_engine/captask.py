@@ -268,6 +268,7 @@ KS_NULL = {list(null)!r}   # pointers the program passed NULL for: an input of n
 KS_GEOMETRY = {json.dumps(geometry, sort_keys=True)}
 KS_BLOCK = None      # threads per block (None: as the program launched it)
 KS_GRID_DIV = 1      # the grid shrinks by this factor (each thread covers more items in a grid-stride loop)
+KS_GRID_MUL = 1      # the grid grows by this factor (a kernel whose grid-stride loops take any number of blocks)
 {_KEY_FN}
 
 def _ks_launch_geometry(g):
@@ -278,6 +279,8 @@ def _ks_launch_geometry(g):
         grid[0] = max(1, -(-total // KS_BLOCK))
     if KS_GRID_DIV > 1:
         grid[0] = max(1, -(-grid[0] // KS_GRID_DIV))
+    if KS_GRID_MUL > 1:
+        grid[0] = grid[0] * KS_GRID_MUL
     return tuple(grid), tuple(block)
 
 

@@ -157,7 +157,8 @@ class OfflineProposer:
         used = {tid for tid, _ in prefix}
         specs: list[NodeSpec] = []
         # what the predictions read besides the analysis: the threads per block the program launched with
-        seen = dict(analysis or {}, captured_blocks=sorted(transforms.captured_blocks(source)[0]))
+        used, most = transforms.captured_blocks(source)
+        seen = dict(analysis or {}, captured_blocks=sorted(used), captured_most_blocks=most)
         for t, values in transforms.applicable(source):
             if t.id in used:
                 continue

@@ -18,6 +18,8 @@ The transformations:
 * `fast_math`   `expf`→`__expf` (Metal `exp`→`fast::exp`) and friends, where the tolerance allows;
 * `read_only`   `__restrict__` on the kernel's pointers (launch() gives each its own buffer: no aliasing), so
                 read-only loads go through the read-only data path (`__ldg`).
+* `grid_blocks` more blocks for a kernel whose block index and grid size appear only in grid-stride loop
+                headers (`for (v = blockIdx.x; v < n; v += gridDim.x)`): the same items over more blocks;
 * `warp_reduce` a shared-memory tree reduction (`for (s = blockDim.x/2; s > 0; s >>= 1) { if (tid < s)
                 sdata[tid] OP= sdata[tid + s]; __syncthreads(); }`) finishes its last 32 partials with warp
                 shuffles (`__shfl_down_sync` / `simd_shuffle_down`) instead of five more barrier rounds; blocks
@@ -363,6 +365,50 @@ def _predict_stride(a: dict, v) -> tuple[Impact, float]:
                   notes=f"fewer blocks ({v} items per thread): less scheduling and index math per item; same bytes"), 1.04
 
 
+# -- more blocks for a kernel that strides over the grid
+# a loop header whose increment strides by the grid (`vec += gridDim.x`, `i += blockDim.x * gridDim.x`), per dialect
+_GRID_LOOP = {"cuda": re.compile(r"for\s*\(([^;]*);([^;]*);([^)]*\bgridDim\.x\b[^)]*)\)"),
+              "metal": re.compile(r"for\s*\(([^;]*);([^;]*);([^)]*\b(?:threadgroups_per_grid|threads_per_grid)\.x\b[^)]*)\)")}
+_GRID_WORDS = {"cuda": re.compile(r"\b(?:blockIdx|gridDim)\.x\b"),
+               "metal": re.compile(r"\b(?:threadgroup_position_in_grid|threadgroups_per_grid|threads_per_grid|"
+                                   r"thread_position_in_grid)\.x\b")}
+
+
+def _check_grid(text: str) -> str | None:
+    """Applies where the grid only decides how a grid-stride loop spreads its items: every use of the block index
+    and of the grid size is inside the header of a loop that strides by the grid, so any number of blocks computes
+    the same result (a grid that sizes an output, `out[blockIdx.x] = partial`, is refused)."""
+    why = _needs_adapter(text)
+    if why:
+        return why
+    if _assign(text, "KS_GRID_MUL") is None:
+        return "the candidate module has no KS_GRID_MUL knob (made before it existed: port the kernel again)"
+    if any(int(n) != 1 for g in get_const(text, "KS_GEOMETRY").values() for n in list(g["grid"])[1:]):
+        return "the kernel is launched on a 2-D or 3-D grid"
+    for name, body in bodies(text).items():
+        d = _dialect(name)
+        if not _GRID_LOOP[d].search(body):
+            return "no loop strides over the grid (`for (...; ...; i += gridDim.x)`)"
+        if _GRID_WORDS[d].search(_GRID_LOOP[d].sub("", body)):
+            return "the block index or the grid size is used outside grid-stride loop headers (it may size an output)"
+    return None
+
+
+def _apply_grid(text: str, v) -> Change:
+    out = set_const(text, "KS_GRID_MUL", int(v) * int(get_const(text, "KS_GRID_MUL") or 1))
+    return Change(out, f"{v}x the blocks: the grid-stride loops spread their items over more blocks")
+
+
+def _predict_grid(a: dict, v) -> tuple[Impact, float]:
+    units = _largest_gpu_units()
+    few = bool(units) and 0 < int(a.get("captured_most_blocks") or 0) < 2 * units
+    factor = min(1.6, 1.0 + 0.3 * int(v) / 2) if few else 1.02
+    return Impact(memory_traffic="low", occupancy="high" if few else "medium", compute_fit="low",
+                  notes=(f"the program launched {a.get('captured_most_blocks')} blocks, fewer than twice the {units} "
+                         f"compute units of the largest GPU: {v}x the blocks keep more of them busy; same bytes"
+                         if few else f"{v}x the blocks: shorter grid-stride loops per block; same bytes")), round(factor, 3)
+
+
 # -- float4 vectorization
 def _pointer_params(text: str) -> list[dict]:
     return [p for p in get_const(text, "PARAMS") if p["pointer"]]
@@ -658,6 +704,8 @@ TRANSFORMS: list[Transform] = [
                                                                  notes="fewer branches and index updates"), 1.03)),
     Transform("read_only", "read-only data path", "on", [True], 1, lambda v: "__restrict__ pointers (__ldg loads)",
               _check_restrict, _apply_restrict, _predict_restrict),
+    Transform("grid_blocks", "blocks per grid", "times", [2, 4], 1,
+              lambda v: f"{v}x the blocks (grid-stride loops)", _check_grid, _apply_grid, _predict_grid),
     Transform("warp_reduce", "warp-level reduction", "on", [True], 2,
               lambda v: "warp shuffles for the last 32 partials of the tree reduction",
               _check_warp_reduce, _apply_warp_reduce, _predict_warp_reduce),

@@ -127,3 +127,25 @@ def test_blocks_too_small_to_fill_the_gpu_put_the_block_size_plan_first(saxpy):
     others = [t.predict({"captured_blocks": [32]}, vals[0])[1] for t, vals in T.applicable(small) if t.id != "block_size"]
     assert factor > max(others) and factor > 1.3
     assert blk.predict({"captured_blocks": [256]}, 128)[1] <= max(others)
+
+
+def test_a_kernel_striding_over_the_grid_gets_more_blocks_and_one_sized_by_the_grid_does_not():
+    """`grid_blocks`: row_dots takes rows in `for (r = blockIdx.x; ...; r += gridDim.x)` and was launched with 4
+    blocks; 2x the blocks compute the same dots (checked in the simulator). block_sum writes `out[blockIdx.x]`:
+    its grid sizes its output, so the transformation refuses it."""
+    task = _captured("row_dots.cu", "row_dots")
+    assert T.get("grid_blocks").applies(task.root) is None
+    src = T.apply_chain(task.root, [("grid_blocks", 2)])
+    assert T.get_const(src, "KS_GRID_MUL") == 2
+    with Evaluator(task.task, backend="sim") as ev:
+        res = ev.evaluate(src, timing=False)
+    assert res.status == "passed", res.message
+    # the launch really grows: the adapter's geometry for the captured launch (4 blocks of 128) has 8 blocks
+    ns: dict = {}
+    exec(compile(src, "row_dots_candidate", "exec"), ns)
+    assert ns["_ks_launch_geometry"]({"grid": [4, 1, 1], "block": [128, 1, 1]}) == ((8, 1, 1), (128, 1, 1))
+    # a grid that sizes an output is refused: out[blockIdx.x] instead of out[r]
+    sized = T.set_const(task.root, "LAUNCH_CUDA_SOURCE", T.get_const(task.root, "LAUNCH_CUDA_SOURCE").replace(
+        "out[r] = acc[0]", "out[blockIdx.x] = acc[0]"))
+    assert sized != task.root and "outside grid-stride" in T.get("grid_blocks").applies(sized)
+    assert T.get("grid_blocks").applies(_captured("block_max.cu", "block_sum").root) is not None
