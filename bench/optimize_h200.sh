@@ -6,6 +6,7 @@
 #   D: corpus kernels only (PICK names them; BUDGET evaluations, MAXS seconds each)
 #   E: families.py's sweep and `ksearch optimize` on the same four families, side by side in one call
 #   F: the README command, then corpus kernels (PICK), in one call
+#   G: E, one corpus kernel and the README command, shortened to fit one call
 # Corpus files travel in .corpus14/ (copies from ../shared/corpus, ignored by git; list: bench/optimize_corpus_kernels.txt):
 #   S=../shared/corpus/cuda-samples; mkdir -p .corpus14/cuda-samples && cp -r $S/Common $S/LICENSE .corpus14/cuda-samples/
 #   for d in 0_Introduction/matrixMul 2_Concepts_and_Techniques/scalarProd 0_Introduction/simpleOccupancy; do
@@ -61,6 +62,16 @@ elif [ "$phase" = E ]; then   # issue 14's must-show, one call: families.py's sw
       export KSEARCH_COMPILE_AHEAD=${KSEARCH_COMPILE_AHEAD:-1}
     fi
   done
+elif [ "$phase" = G ]; then   # everything issue 14 must show, shortened to fit one call of 600 s
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+  timeout "${FLIM:-110}" python3 bench/families.py --families softmax,layernorm,decode,scan --budget-s "${FB:-80}" \
+      --out "$out/families_issue14.json" > "$out/families.log" 2>&1; tail -8 "$out/families.log"; pack
+  for fam in softmax layernorm decode scan; do opt "$fam" "${LIM:-55}" "$fam" --budget 24 --max-seconds "${MAXS:-48}"; done
+  for k in ${PICK:-scalarProdGPU}; do
+    f=$(awk -v k="$k" '$2 == k {print $1}' bench/optimize_corpus_kernels.txt)
+    opt "corpus_$k" "${CLIM:-75}" "$f" --kernel "$k" --budget 12 --max-seconds "${CMAXS:-65}"
+  done
+  opt readme "${RLIM:-115}" examples/mamba/selective_scan.cu --budget 12
 elif [ "$phase" = F ]; then   # the README command, then corpus kernels (PICK), one call
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
   opt readme "${RLIM:-150}" examples/mamba/selective_scan.cu --budget 12
