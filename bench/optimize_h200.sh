@@ -39,6 +39,11 @@ opt() {  # name timeout target [args...]
   python3 bench/optimize_summary.py "$out" > "$final/summary.md" 2>&1
   pack
 }
+ahead_check() {  # compile ahead is new: if a run's evaluations mostly failed, the rest of the call runs without it
+  [ -n "${KSEARCH_COMPILE_AHEAD:-}" ] && return
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["candidates"]; ok=sum((x.get("result") or {}).get("status")=="passed" for x in c); sys.exit(0 if c and ok*2>=len(c) else 1)' "$out/show_$1.json" \
+    || { echo "compile ahead off after $1"; export KSEARCH_COMPILE_AHEAD=0; }
+}
 if [ "$phase" = A ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
   for fam in ${FAMS:-softmax layernorm decode scan}; do opt "$fam" ${LIM:-95} "$fam" --budget 24 --max-seconds ${MAXS:-80}; done
@@ -54,19 +59,13 @@ elif [ "$phase" = E ]; then   # issue 14's must-show, one call: families.py's sw
   timeout "${FLIM:-170}" python3 bench/families.py --families softmax,layernorm,decode,scan --budget-s "${FB:-150}" \
       --out "$out/families_issue14.json" > "$out/families.log" 2>&1; tail -8 "$out/families.log"; pack
   for fam in ${FAMS:-softmax layernorm decode scan}; do
-    opt "$fam" "${LIM:-88}" "$fam" --budget 24 --max-seconds "${MAXS:-80}"
-    # compile ahead is new: if the first run's evaluations mostly failed, the rest run without it (and say so)
-    if [ -z "${KSEARCH_COMPILE_AHEAD:-}" ]; then
-      python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["candidates"]; ok=sum((x.get("result") or {}).get("status")=="passed" for x in c); sys.exit(0 if c and ok*2>=len(c) else 1)' "$out/show_$fam.json" \
-        || { echo "compile ahead off after $fam"; export KSEARCH_COMPILE_AHEAD=0; }
-      export KSEARCH_COMPILE_AHEAD=${KSEARCH_COMPILE_AHEAD:-1}
-    fi
+    opt "$fam" "${LIM:-88}" "$fam" --budget 24 --max-seconds "${MAXS:-80}"; ahead_check "$fam"
   done
 elif [ "$phase" = G ]; then   # everything issue 14 must show, shortened to fit one call of 600 s
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
   timeout "${FLIM:-110}" python3 bench/families.py --families softmax,layernorm,decode,scan --budget-s "${FB:-80}" \
       --out "$out/families_issue14.json" > "$out/families.log" 2>&1; tail -8 "$out/families.log"; pack
-  for fam in softmax layernorm decode scan; do opt "$fam" "${LIM:-55}" "$fam" --budget 24 --max-seconds "${MAXS:-48}"; done
+  for fam in softmax layernorm decode scan; do opt "$fam" "${LIM:-55}" "$fam" --budget 24 --max-seconds "${MAXS:-48}"; ahead_check "$fam"; done
   for k in ${PICK:-scalarProdGPU}; do
     f=$(awk -v k="$k" '$2 == k {print $1}' bench/optimize_corpus_kernels.txt)
     opt "corpus_$k" "${CLIM:-75}" "$f" --kernel "$k" --budget 12 --max-seconds "${CMAXS:-65}"
