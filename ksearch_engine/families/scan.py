@@ -396,7 +396,7 @@ REGISTERS = Template(
     valid=lambda k: k["chunk"] * k["states_per_thread"] <= 256)
 
 CHUNKED = Template(
-    id="scan.chunked_registers", pattern="scan.chunked_over_sequence", kinds=("metal", "cuda"),
+    id="scan.chunked_registers", pattern="scan.chunked_two_pass", kinds=("metal", "cuda"),
     knobs={"seq_chunks": [16, 8, 32, 64], "states_per_thread": [1, 2, 4], "chunk": [16, 8, 32],
            "threads_per_group": [128, 64, 256], "fast_exp": [True, False]},
     render=_render_chunked,
