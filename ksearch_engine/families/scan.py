@@ -149,6 +149,15 @@ def _scan_source(kind: str, k: dict, stateful: bool = False) -> str:
     ])
 
 
+def _shape_lines(tid: str) -> str:
+    """The first lines of a register kernel's `kernel()`: its sizes, and the state sizes its lanes can hold."""
+    return f"""    Bt, L, Dm = x.shape
+    N = A.shape[1]
+    if N & (N - 1) or N > 32 * STATES_PER_THREAD:
+        raise ValueError(f"{tid} needs a power-of-two state size N <= {{32 * STATES_PER_THREAD}}, got {{N}}")
+    spt = min(STATES_PER_THREAD, N)"""
+
+
 def _render_kernel(k: dict, kind: str) -> str:
     if kind not in ("metal", "cuda"):
         raise ValueError("scan.registers renders metal or cuda candidates")
@@ -164,11 +173,7 @@ STATES_PER_THREAD = {k["states_per_thread"]}
 
 
 def kernel(x, delta, A, B, C, D):
-    Bt, L, Dm = x.shape
-    N = A.shape[1]
-    if N & (N - 1) or N > 32 * STATES_PER_THREAD:
-        raise ValueError(f"scan.registers needs a power-of-two state size N <= {{32 * STATES_PER_THREAD}}, got {{N}}")
-    spt = min(STATES_PER_THREAD, N)
+{_shape_lines('scan.registers')}
     total = Bt * Dm * (N // spt)
     groups = (total + {TPG} - 1) // {TPG}
     return _K(inputs=[x, delta, A, B, C, D],
@@ -320,11 +325,7 @@ SEQ_CHUNKS = {k["seq_chunks"]}
 
 
 def kernel(x, delta, A, B, C, D):
-    Bt, L, Dm = x.shape
-    N = A.shape[1]
-    if N & (N - 1) or N > 32 * STATES_PER_THREAD:
-        raise ValueError(f"scan.chunked_registers needs a power-of-two state size N <= {{32 * STATES_PER_THREAD}}, got {{N}}")
-    spt = min(STATES_PER_THREAD, N)
+{_shape_lines('scan.chunked_registers')}
     nch = max(1, min(SEQ_CHUNKS, L))
     tmpl = [("BATCH", Bt), ("SEQ", L), ("DIM", Dm), ("NST", N), ("SPT", spt), ("NCH", nch)]
     total = Bt * Dm * (N // spt) * nch
