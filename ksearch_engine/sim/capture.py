@@ -973,6 +973,17 @@ def _loaded_units(prog: Program, extra: list[Program], path: Path, include_dirs:
     return host_driver.prepare(prog, extra, loaded)
 
 
+def _limit(pid: int, file_bytes: int) -> None:
+    """A started program's limits: files no larger than `file_bytes`, no core dumps (best effort: a program that
+    already ended needs none)."""
+    import resource
+    for what, lim in ((resource.RLIMIT_FSIZE, file_bytes), (resource.RLIMIT_CORE, 0)):
+        try:
+            resource.prlimit(pid, what, (lim, lim))
+        except (OSError, ValueError):
+            pass
+
+
 def _execute(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeout_s: float, byte_budget: int,
              max_per_kernel: int, early: bool = False, sms: int | None = None) -> None:
     """One run of the compiled program with cap.argv; fills cap (launches, notes, status, error). early: the
@@ -988,18 +999,15 @@ def _execute(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeo
     env["KSIM_CAPTURE_SMS"] = str(int(sms or capture_scale.device_sms()))
     out_p, err_p = wd / "stdout.txt", wd / "stderr.txt"
 
-    def limits():
-        import resource
-        os.setsid()
-        lim = max(byte_budget, 64 << 20) + (1 << 20)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
     timed_out = False
     with open(out_p, "wb") as out, open(err_p, "wb") as err:
-        # argv[0] is the program's own name (usage lines, sample helpers that search data folders by it)
+        # argv[0] is the program's own name (usage lines, sample helpers that search data folders by it). No Python
+        # runs between fork and exec (no preexec_fn): in a process holding other libraries' threads (gRPC's, under
+        # Ray) a forked child that runs their fork handlers can abort before it ever execs (seen in CI: SIGABRT
+        # from gRPC's epoll poller). The new session comes from subprocess itself, the limits right after.
         proc = subprocess.Popen([path.stem, *cap.argv], executable=str(exe), cwd=str(path.parent.resolve()), env=env,
-                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=limits)
+                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        _limit(proc.pid, max(byte_budget, 64 << 20) + (1 << 20))
         try:
             rc = proc.wait(timeout=timeout_s + 5)
         except subprocess.TimeoutExpired:

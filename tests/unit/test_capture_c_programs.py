@@ -195,3 +195,20 @@ def test_c_that_calls_the_cuda_runtime_and_is_no_cpp_gets_a_message_without_inte
     assert cap.status == "failed"
     assert cap.error.startswith("main.c:9:") and "main.c is C and calls the CUDA runtime" in cap.error, cap.error
     assert "ksim" not in cap.error and "/usr/include" not in cap.error and "In file included" not in cap.error
+
+
+def test_a_captured_program_gets_its_file_size_and_core_limits_after_start():
+    """The capture starts the program with no Python between fork and exec (no preexec_fn: a forked child running
+    other libraries' fork handlers can abort) and sets its limits on the started process."""
+    import subprocess as sp
+    from ksearch_engine.sim.capture import _limit
+    proc = sp.Popen(["sleep", "5"], start_new_session=True)
+    try:
+        _limit(proc.pid, 12345 << 10)
+        limits = open(f"/proc/{proc.pid}/limits").read()
+        fsize = next(ln for ln in limits.splitlines() if ln.startswith("Max file size")).split()
+        core = next(ln for ln in limits.splitlines() if ln.startswith("Max core file size")).split()
+        assert fsize[3] == fsize[4] == str(12345 << 10) and core[4] == core[5] == "0"
+    finally:
+        proc.kill()
+        proc.wait()
