@@ -412,7 +412,6 @@ class Evaluator:
         self._first_is_reference = first_is_reference
         self._cand_ref: dict[str, dict] = {}
         self._ph: dict[str, float] = {}    # this evaluation's seconds per phase (EvalResult.phases)
-        self._bar: tuple[float, float] | None = None   # this evaluation's bar (see evaluate)
         self.last_ahead: _Ahead | None = None          # the last evaluation's compile-ahead worker (tests read it)
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -595,8 +594,7 @@ class Evaluator:
         t0 = time.monotonic()
         self._evals += 1
         self._ph = {}
-        self._bar = bar
-        res = self._evaluate(source, timing)
+        res = self._evaluate(source, timing, bar)
         res.eval_ms = (time.monotonic() - t0) * 1e3
         res.phases = {k: round(v * 1e3, 2) for k, v in sorted(self._ph.items(), key=lambda kv: -kv[1])}
         return res
@@ -604,7 +602,7 @@ class Evaluator:
     def _tick(self, phase: str, seconds: float) -> None:
         self._ph[phase] = self._ph.get(phase, 0.0) + seconds
 
-    def _evaluate(self, source: str, timing: bool) -> EvalResult:
+    def _evaluate(self, source: str, timing: bool, bar: tuple[float, float] | None) -> EvalResult:
         kind = backends.candidate_kind(source)
         ok, why = backends.can_run(self.backend, kind)
         if not ok:
@@ -617,7 +615,7 @@ class Evaluator:
         self._tick("worker start", time.perf_counter() - t1)
         clean = False
         try:
-            res = self._run(child, source, kind, timing and self.info.timed)
+            res = self._run(child, source, kind, timing and self.info.timed, bar)
             clean = res.status == "passed"
             return res
         except Verdict as v:
@@ -631,15 +629,15 @@ class Evaluator:
         finally:
             self._release(child, clean)
 
-    def _run(self, child: _Child, source: str, kind: str, timed: bool) -> EvalResult:
+    def _run(self, child: _Child, source: str, kind: str, timed: bool, bar: tuple[float, float] | None) -> EvalResult:
         deadline = time.monotonic() + self.limits.wall_s
-        self._ask(child, {"op": "task", "task": self.task.model_dump(mode="json")}, deadline)
+        task_json = self.task.model_dump(mode="json")   # sent to the worker and, ahead, to its compile-ahead twin
+        self._ask(child, {"op": "task", "task": task_json}, deadline)
         self._ask(child, {"op": "load", "source": source, "entry": self.task.entry}, deadline)
         seen: dict[str, tuple[str, str]] = {}   # digest of every output it gave -> (which call, expected digest)
-        bar = self._bar
         staged = timed and bar is not None and len(self.task.workloads) > 1
         first = [self._smallest_workload()] if staged else None
-        ahead = self._ahead(child, source, first[0], deadline) if staged and self.compile_ahead else None
+        ahead = self._ahead(child, task_json, source, first[0], deadline) if staged and self.compile_ahead else None
         self.last_ahead = ahead
         try:
             return self._staged(child, source, kind, timed, deadline, seen, bar, first, ahead)
@@ -647,7 +645,7 @@ class Evaluator:
             if ahead is not None:
                 ahead.close()
 
-    def _ahead(self, child: _Child, source: str, first: str, deadline: float) -> _Ahead:
+    def _ahead(self, child: _Child, task_json: dict, source: str, first: str, deadline: float) -> _Ahead:
         helper, self._spare = self._spare or self._start_worker(), None
         if self.backend in PRESTART_BACKENDS:
             self._spare = self._start_worker()
@@ -655,7 +653,7 @@ class Evaluator:
         order = [w.name for w in (wls if self.time_all else wls[-1:])]
         n_timed = len(order)
         order += [w.name for w in self.task.workloads if w.name != first and w.name not in order]
-        return _Ahead(self.task.model_dump(mode="json"), self.task.entry, source, child, helper, order, n_timed, deadline)
+        return _Ahead(task_json, self.task.entry, source, child, helper, order, n_timed, deadline)
 
     def _staged(self, child: _Child, source: str, kind: str, timed: bool, deadline: float, seen: dict,
                 bar, first, ahead: _Ahead | None) -> EvalResult:
