@@ -262,12 +262,17 @@ def _block_options(text: str, values: list[int]) -> list[int]:
         used = {int(cur)}
     opts = [v for v in sorted(set(values) | {32}) if v not in used]
     base = min(used) if used else 256
-    if blocks and blocks < 2 * _largest_gpu_units():
+    if _too_few_blocks(blocks):
         return sorted(opts, key=lambda v: (v >= base, abs(v - base)))   # smaller than now first, nearest first
     return sorted(opts, key=lambda v: (v < 128, abs(v - 256)))
 
 
 _UNITS: list[int] = []
+
+
+def _too_few_blocks(blocks: int) -> bool:
+    """A captured grid of fewer blocks than twice the largest GPU's compute units: each idle unit is lost."""
+    return 0 < int(blocks or 0) < 2 * _largest_gpu_units()
 
 
 def _largest_gpu_units() -> int:
@@ -401,7 +406,7 @@ def _apply_grid(text: str, v) -> Change:
 
 def _predict_grid(a: dict, v) -> tuple[Impact, float]:
     units = _largest_gpu_units()
-    few = bool(units) and 0 < int(a.get("captured_most_blocks") or 0) < 2 * units
+    few = _too_few_blocks(a.get("captured_most_blocks") or 0)
     factor = min(1.6, 1.0 + 0.3 * int(v) / 2) if few else 1.02
     return Impact(memory_traffic="low", occupancy="high" if few else "medium", compute_fit="low",
                   notes=(f"the program launched {a.get('captured_most_blocks')} blocks, fewer than twice the {units} "
