@@ -201,7 +201,7 @@ ELEM_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1
 
 
 def _generate_mx(mx, spec: InputSpec, shape: tuple[int, ...], key):
-    dt = getattr(mx, spec.dtype)
+    dt = mx.bool_ if spec.dtype == "bool" else getattr(mx, spec.dtype)
     if spec.init == "uniform":
         a = mx.random.uniform(spec.low, spec.high, shape, key=key)
     elif spec.init == "normal":

@@ -152,15 +152,121 @@ template <class T> inline cublasStatus_t gemm_strided(cublasOperation_t ta, cubl
 #define cublasSgemmStridedBatched(h, ...) ksim_host::gemm_strided<float>(__VA_ARGS__, __FILE__, __LINE__)
 #define cublasDgemmStridedBatched(h, ...) ksim_host::gemm_strided<double>(__VA_ARGS__, __FILE__, __LINE__)
 #define cublasGemmStridedBatchedEx(...) KSIM_CUBLAS_STUB("cublasGemmStridedBatchedEx")
-#define cublasSaxpy(...) KSIM_CUBLAS_STUB("cublasSaxpy")
-#define cublasSdot(...) KSIM_CUBLAS_STUB("cublasSdot")
-#define cublasSnrm2(...) KSIM_CUBLAS_STUB("cublasSnrm2")
-#define cublasSscal(...) KSIM_CUBLAS_STUB("cublasSscal")
-#define cublasScopy(...) KSIM_CUBLAS_STUB("cublasScopy")
-#define cublasSgemv(...) KSIM_CUBLAS_STUB("cublasSgemv")
-#define cublasDgemv(...) KSIM_CUBLAS_STUB("cublasDgemv")
-#define cublasIsamax(...) KSIM_CUBLAS_STUB("cublasIsamax")
-#define cublasSasum(...) KSIM_CUBLAS_STUB("cublasSasum")
+namespace ksim_host {
+// cuBLAS's level-1 and level-2 routines and geam, computed on the host as cuBLAS defines them (column-major,
+// strides incx/incy, results through the pointer: host and device memory are one address space here)
+inline void blas_note(const char* what, const char* file, int line) {
+  note("stubbed", (std::string("a cuBLAS ") + what + " was computed on the host (not recorded as a launch)").c_str(),
+       file, line);
+}
+template <class T> inline cublasStatus_t axpy(int n, const T* a, const T* x, int incx, T* y, int incy, const char* f, int l) {
+  blas_note("axpy", f, l);
+  for (int i = 0; i < n; i++) y[(size_t)i * incy] = (T)((double)*a * x[(size_t)i * incx] + y[(size_t)i * incy]);
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class T> inline cublasStatus_t scal(int n, const T* a, T* x, int incx, const char* f, int l) {
+  blas_note("scal", f, l);
+  for (int i = 0; i < n; i++) x[(size_t)i * incx] = (T)((double)*a * x[(size_t)i * incx]);
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class T> inline cublasStatus_t copy(int n, const T* x, int incx, T* y, int incy, const char* f, int l) {
+  blas_note("copy", f, l);
+  for (int i = 0; i < n; i++) y[(size_t)i * incy] = x[(size_t)i * incx];
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class T> inline cublasStatus_t dot(int n, const T* x, int incx, const T* y, int incy, T* r, const char* f, int l) {
+  blas_note("dot", f, l);
+  double s = 0;
+  for (int i = 0; i < n; i++) s += (double)x[(size_t)i * incx] * y[(size_t)i * incy];
+  *r = (T)s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class T> inline cublasStatus_t nrm2(int n, const T* x, int incx, T* r, const char* f, int l) {
+  blas_note("nrm2", f, l);
+  double s = 0;
+  for (int i = 0; i < n; i++) s += (double)x[(size_t)i * incx] * x[(size_t)i * incx];
+  *r = (T)sqrt(s);
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class T> inline cublasStatus_t asum(int n, const T* x, int incx, T* r, const char* f, int l) {
+  blas_note("asum", f, l);
+  double s = 0;
+  for (int i = 0; i < n; i++) s += fabs((double)x[(size_t)i * incx]);
+  *r = (T)s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class T> inline cublasStatus_t iamax(int n, const T* x, int incx, int* r, const char* f, int l) {
+  blas_note("amax", f, l);
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (fabs((double)x[(size_t)i * incx]) > fabs((double)x[(size_t)best * incx])) best = i;
+  *r = n > 0 ? best + 1 : 0;   // 1-based, as BLAS
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class T> inline cublasStatus_t gemv(cublasOperation_t t, int m, int n, const T* a, const T* A, int lda,
+    const T* x, int incx, const T* b, T* y, int incy, const char* f, int l) {
+  blas_note("gemv", f, l);
+  int rows = t == CUBLAS_OP_N ? m : n, cols = t == CUBLAS_OP_N ? n : m;
+  for (int i = 0; i < rows; i++) {
+    double s = 0;
+    for (int j = 0; j < cols; j++)
+      s += (double)(t == CUBLAS_OP_N ? A[i + (size_t)j * lda] : A[j + (size_t)i * lda]) * x[(size_t)j * incx];
+    T& yi = y[(size_t)i * incy];
+    yi = (T)((double)*a * s + ((double)*b == 0.0 ? 0.0 : (double)*b * (double)yi));
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class T> inline cublasStatus_t geam(cublasOperation_t ta, cublasOperation_t tb, int m, int n, const T* a,
+    const T* A, int lda, const T* b, const T* B, int ldb, T* C, int ldc, const char* f, int l) {
+  blas_note("geam", f, l);
+  std::vector<T> out((size_t)m * n);   // C may alias A or B
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      double va = (double)*a == 0.0 ? 0.0 : (double)(ta == CUBLAS_OP_N ? A[i + (size_t)j * lda] : A[j + (size_t)i * lda]);
+      double vb = (double)*b == 0.0 ? 0.0 : (double)(tb == CUBLAS_OP_N ? B[i + (size_t)j * ldb] : B[j + (size_t)i * ldb]);
+      out[i + (size_t)j * m] = (T)((double)*a * va + (double)*b * vb);
+    }
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) C[i + (size_t)j * ldc] = out[i + (size_t)j * m];
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace ksim_host
+#define cublasSaxpy(h, ...) ksim_host::axpy<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSaxpy_v2 cublasSaxpy
+#define cublasSscal(h, ...) ksim_host::scal<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSscal_v2 cublasSscal
+#define cublasScopy(h, ...) ksim_host::copy<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasScopy_v2 cublasScopy
+#define cublasSdot(h, ...) ksim_host::dot<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSdot_v2 cublasSdot
+#define cublasSnrm2(h, ...) ksim_host::nrm2<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSnrm2_v2 cublasSnrm2
+#define cublasSasum(h, ...) ksim_host::asum<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSasum_v2 cublasSasum
+#define cublasIsamax(h, ...) ksim_host::iamax<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasIsamax_v2 cublasIsamax
+#define cublasSgemv(h, ...) ksim_host::gemv<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSgemv_v2 cublasSgemv
+#define cublasSgeam(h, ...) ksim_host::geam<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSgeam_v2 cublasSgeam
+#define cublasDaxpy(h, ...) ksim_host::axpy<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDaxpy_v2 cublasDaxpy
+#define cublasDscal(h, ...) ksim_host::scal<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDscal_v2 cublasDscal
+#define cublasDcopy(h, ...) ksim_host::copy<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDcopy_v2 cublasDcopy
+#define cublasDdot(h, ...) ksim_host::dot<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDdot_v2 cublasDdot
+#define cublasDnrm2(h, ...) ksim_host::nrm2<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDnrm2_v2 cublasDnrm2
+#define cublasDasum(h, ...) ksim_host::asum<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDasum_v2 cublasDasum
+#define cublasIdamax(h, ...) ksim_host::iamax<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasIdamax_v2 cublasIdamax
+#define cublasDgemv(h, ...) ksim_host::gemv<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDgemv_v2 cublasDgemv
+#define cublasDgeam(h, ...) ksim_host::geam<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDgeam_v2 cublasDgeam
 """
 
 _CURAND = """#pragma once

@@ -112,6 +112,11 @@ _C_DTYPES = {"float": "float32", "double": "float32", "half": "float16", "__half
              "int16_t": "int16", "unsigned short": "uint16", "uint16_t": "uint16", "bool": "bool"}
 
 
+def _mx_dtype(name):
+    """MLX's dtype named as numpy names it (C's bool is mx.bool_)."""
+    return mx.bool_ if name == "bool" else getattr(mx, name)
+
+
 def _template_args(template):
     """[(name, value)] for MLX from the C++ template arguments as strings (["float", "256"])."""
     template = list(template or [])
@@ -128,7 +133,7 @@ def _template_args(template):
                 continue
             if dt is None:
                 raise TypeError(f"{NAME}: template type {t['name']} = {text} has no MLX dtype")
-            out.append((t["name"], getattr(mx, dt)))
+            out.append((t["name"], _mx_dtype(dt)))
         elif text in ("true", "false"):
             out.append((t["name"], text == "true"))
         else:
@@ -169,7 +174,7 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
         if p.get("nullable"):
             tmpl = tmpl + [("KS_NULL_" + p["name"], a is None)]
         if p["pointer"] and a is None:   # NULL: a placeholder buffer the kernel never reads (it tests for NULL)
-            inputs.append(mx.zeros((8,), dtype=getattr(mx, p["dtype"] or "float32") if p["dtype"] != "float64"
+            inputs.append(mx.zeros((8,), dtype=_mx_dtype(p["dtype"] or "float32") if p["dtype"] != "float64"
                                    else mx.float32))
             continue
         if p["pointer"] and p.get("repack"):   # structs holding doubles: each to the ports' layout (doubles as float)
@@ -210,7 +215,7 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
             raw = raw + bytes(max(0, 8 - len(raw)))   # Metal: inputs under 8 elements are `constant`
             inputs.append(mx.array(np.frombuffer(raw, dtype=np.uint8)))
         else:
-            dt = types.get(p.get("template_type")) or getattr(mx, p["dtype"])
+            dt = types.get(p.get("template_type")) or _mx_dtype(p["dtype"])
             if dt == mx.float64 or (kind == "metal" and dt in (mx.bfloat16,)):
                 dt = mx.float32
             inputs.append(mx.array([a], dtype=dt))

@@ -503,6 +503,65 @@ def test_cublas_and_cublaslt_setup_runs_and_a_strided_batched_gemm_feeds_the_ker
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+
+# cuBLAS's level-1/2 routines and geam on the capture's host: an RNN-style program adds two matrices with geam
+# (C = A + 2 B), accumulates with axpy, scales with scal, takes a gemv, a dot, a norm and an argmax; each product
+# reaches the kernel's captured input with cuBLAS's column-major, strided semantics (a routine the stand-in did not
+# know stopped the program with a compile error before its first launch).
+BLAS_12 = """
+#include <cstdio>
+#include <cublas_v2.h>
+__global__ void pack(const float* c, const float* y, const float* r, const int* imax, float* out) {
+  int i = threadIdx.x;
+  if (i < 12) out[i] = c[i];
+  if (i < 4) out[12 + i] = y[i];
+  if (i == 0) { out[16] = r[0]; out[17] = r[1]; out[18] = (float)imax[0]; }
+}
+int main() {
+  const int m = 4, n = 3;
+  float h[12], x3[3] = {1.0f, -1.0f, 2.0f}, y4[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  for (int i = 0; i < 12; i++) h[i] = (float)(i % 5) - 1.0f;
+  float *A, *B, *C, *x, *y, *r, *out; int* imax;
+  cudaMalloc(&A, sizeof h); cudaMalloc(&B, sizeof h); cudaMalloc(&C, sizeof h); cudaMalloc(&x, sizeof x3);
+  cudaMalloc(&y, sizeof y4); cudaMalloc(&r, 2 * sizeof(float)); cudaMalloc(&imax, sizeof(int));
+  cudaMalloc(&out, 19 * sizeof(float));
+  cudaMemcpy(A, h, sizeof h, cudaMemcpyHostToDevice); cudaMemcpy(B, h, sizeof h, cudaMemcpyHostToDevice);
+  cudaMemcpy(x, x3, sizeof x3, cudaMemcpyHostToDevice); cudaMemcpy(y, y4, sizeof y4, cudaMemcpyHostToDevice);
+  cublasHandle_t handle; cublasCreate(&handle);
+  cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_DEVICE);
+  const float one = 1.0f, two = 2.0f, half = 0.5f;
+  cublasSgeam(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, n, &one, A, m, &two, B, m, C, m);
+  cublasSaxpy(handle, m * n, &two, A, 1, C, 1);
+  cublasSscal(handle, m * n, &half, C, 1);
+  cublasSgemv(handle, CUBLAS_OP_N, m, n, &one, A, m, x, 1, &two, y, 1);
+  cublasSdot(handle, m * n, A, 1, C, 1, r);
+  cublasSnrm2(handle, 3, x, 1, r + 1);
+  cublasIsamax(handle, 3, x, 1, imax);
+  pack<<<1, 32>>>(C, y, r, imax, out);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+def test_cublas_level1_level2_and_geam_are_computed_on_the_host(tmp_path):
+    src = write(tmp_path, "blas12.cu", BLAS_12)
+    cap = capture_program(src, timeout_s=60)
+    assert cap.status == "ok", cap.error
+    assert cap.kernels() == ["pack"]
+    assert any(n.kind == "stubbed" and "geam" in n.message for n in cap.notes), cap.notes
+    args = cap.launches[0].args
+    got = {a.name: np.load(f"{cap.dir}/{a.before}") for a in args if a.before}
+    h = (np.arange(12) % 5).astype(np.float32) - 1
+    c = (h + 2 * h + 2 * h) * 0.5                        # geam, axpy, scal (flat: strides 1)
+    a_cm = h.reshape(3, 4).T                             # column-major m x n
+    y = a_cm @ np.array([1, -1, 2], np.float32) + 2 * np.ones(4, np.float32)
+    np.testing.assert_allclose(got["c"][:12], c, rtol=1e-6)
+    np.testing.assert_allclose(got["y"][:4], y, rtol=1e-6)
+    np.testing.assert_allclose(got["r"][:2], [np.dot(h, c), np.sqrt(6.0)], rtol=1e-5)
+    assert int(got["imax"][0]) == 3                      # 1-based index of |2|
+
+
 # A program that scales its signal with its own kernel, then hands it to cuFFT (a plan made through cufftCreate +
 # cufftMakePlanMany, with cufftXt.h included): the kernel's launch is recorded, and the transform runs on the host
 # with a note (tests/unit/test_capture_cufft.py checks the transforms themselves).

@@ -198,3 +198,20 @@ def test_a_kernel_chosen_by_the_programs_own_option_is_captured_with_it(tmp_path
         by["fill_one"].reason, by["fill_one"].notes, r.capture.status, r.capture.error, r.capture.notes)
     assert by["fill_idx"].status == "verified" and by["fill_idx"].workload == "captured", by["fill_idx"].reason
     assert any("-kernel=1" in n for n in by["fill_idx"].notes)
+
+
+def test_a_bool_scalar_parameter_reaches_both_ports(tmp_path):
+    # `bool training` as the last argument (an RNN cell's flag): the port module passes it as MLX's bool_
+    # (there is no mx.bool: the launch stopped on an AttributeError before both ports ran)
+    (tmp_path / "cell.cu").write_text(
+        "__global__ void cell(int n, const float* x, float* y, bool training) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  if (i < n) y[i] = training ? 2.0f * x[i] : x[i];\n}\n"
+        "int main() {\n  int n = 100; float *x, *y;\n"
+        "  cudaMalloc(&x, n * 4); cudaMalloc(&y, n * 4); cudaMemset(x, 0, n * 4);\n"
+        "  cell<<<(n + 63) / 64, 64>>>(n, x, y, true);\n  cell<<<1, 128>>>(n, x, y, false);\n"
+        "  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "cell.cu", write=False)
+    assert rep.capture.status == "ok", rep.capture.error
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "captured", v.reason
