@@ -984,16 +984,22 @@ def with_deduced_template_args(k, launches: list[LaunchRecord]) -> list[LaunchRe
     from .sim.mlx_kernels import CUDA_TYPES
 
     out = []
+    typenames = {tp.name for tp in k.template_params if tp.kind == "typename"}
     for ln in launches:
-        if ln.template_args:
+        if len(ln.template_args) >= len(k.template_params):
             out.append(ln)
             continue
-        got: dict[str, str] = {}
+        # the leading arguments the launch writes (`k<256><<<...>>>(payoff, ...)`), the rest deduced
+        got: dict[str, str] = {tp.name: v for tp, v in zip(k.template_params, ln.template_args)}
         for p, a in zip(k.params, ln.args):
             base = re.sub(r"\b(?:const|volatile|__restrict__|restrict)\b|[*&\s]", "", p.type)
-            if p.pointer and a.dtype in CUDA_TYPES and any(tp.name == base and tp.kind == "typename"
-                                                          for tp in k.template_params):
+            if p.pointer and a.dtype in CUDA_TYPES and base in typenames:
                 got.setdefault(base, CUDA_TYPES[a.dtype])
+            elif not p.pointer and base in typenames and a.kind in ("struct", "scalar") and (a.arg_type or a.ctype):
+                # a functor or payoff passed by value (`Payoff payoff`): the type of the argument passed
+                actual = " ".join(re.sub(r"\b(?:const|volatile|struct|class)\b|&", " ", a.arg_type or a.ctype).split())
+                if re.fullmatch(r"[\w:<>, ]+", actual):
+                    got.setdefault(base, actual)
             elif not p.pointer and a.kind == "struct" and a.arg_type:   # std::bool_constant<B>{}: B from its type
                 for n, v in _deduced_from_type(p.type, a.arg_type, {tp.name for tp in k.template_params}).items():
                     got.setdefault(n, v)

@@ -284,10 +284,21 @@ _CONCRETE_TYPES = re.compile(r"^(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:float|
                              r"(?:u?char|u?short|u?int|u?long|float|double)[1-4])$")
 
 
+def _enum_param(tp) -> bool:
+    """A non-type template parameter of a named type that is not a built-in integer (`template <test_t T>`): an
+    enumeration, whose arguments are its enumerators (an int does not convert to it)."""
+    from .launchsites import SIZEOF
+    kind = " ".join(tp.kind.split())
+    return tp.kind not in ("typename", "bool") and kind not in SIZEOF \
+        and re.fullmatch(r"[A-Za-z_][\w:]*", kind) is not None
+
+
 def _concrete_targ(text: str, tp) -> bool:
     t = " ".join(text.split())
     if tp.kind == "typename":
         return _CONCRETE_TYPES.match(t) is not None
+    if _enum_param(tp) and re.fullmatch(r"[A-Za-z_][\w:]*", t):   # an enumerator, as the launch writes it
+        return True
     return re.fullmatch(r"-?\d+[uUlL]*|true|false", t) is not None
 
 
@@ -302,7 +313,7 @@ def representative_template_args(k, defines: dict[str, int] | None = None) -> li
         for s in k.launches:
             if len(s.template_args) > i:
                 v = " ".join(s.template_args[i].split())
-                if v in (defines or {}) and tp.kind != "typename":
+                if v in (defines or {}) and tp.kind != "typename" and not _enum_param(tp):
                     v = str(defines[v])
                 if _concrete_targ(v, tp) and v not in vals:
                     vals.append(v)

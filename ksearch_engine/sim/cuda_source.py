@@ -48,7 +48,7 @@ def _pointee(ptype: str) -> str | None:
 
 def _is_global_symbol(source: str, name: str) -> bool:
     """Whether `name` is a __constant__ or __device__ variable of the file."""
-    pat = rf"__(?:constant|device)__\s[^;(){{}}]*?\b{re.escape(name)}\s*(?:\[|;|=)"
+    pat = rf"__(?:constant|device)__\s[^;(){{}}]*?\b{re.escape(name)}\s*(?:\[|;|=|,)"   # `float a, b;`
     return re.search(pat, source) is not None
 
 

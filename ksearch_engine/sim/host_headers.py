@@ -34,6 +34,7 @@ _EMPTY = [
     "driver_functions.h", "library_types.h",
     "mma.h",   # nvcuda::wmma: ksim_wmma.h, included by ksim_host.h
     "cuda/pipeline", "cuda/barrier",   # libcu++ async copies: ksim_host.h's cuda::pipeline, cuda::barrier
+    "cuda/atomic", "cuda/std/atomic",   # libcu++ atomics: ksim.h's cuda::atomic, cuda::atomic_ref, memory orders
 ]
 
 _MATH_CONSTANTS = """#pragma once
@@ -156,56 +157,55 @@ namespace ksim_host {
 // cuBLAS's level-1 and level-2 routines and geam, computed on the host as cuBLAS defines them (column-major,
 // strides incx/incy, results through the pointer: host and device memory are one address space here)
 inline void blas_note(const char* what, const char* file, int line) {
-  note("stubbed", (std::string("a cuBLAS ") + what + " was computed on the host (not recorded as a launch)").c_str(),
-       file, line);
+  note("stubbed", (std::string(what) + " was computed on the host (not recorded as a launch)").c_str(), file, line);
 }
-template <class T> inline cublasStatus_t axpy(int n, const T* a, const T* x, int incx, T* y, int incy, const char* f, int l) {
-  blas_note("axpy", f, l);
+template <class T> inline cublasStatus_t axpy(const char* nm, int n, const T* a, const T* x, int incx, T* y, int incy, const char* f, int l) {
+  blas_note(nm, f, l);
   for (int i = 0; i < n; i++) y[(size_t)i * incy] = (T)((double)*a * x[(size_t)i * incx] + y[(size_t)i * incy]);
   return CUBLAS_STATUS_SUCCESS;
 }
-template <class T> inline cublasStatus_t scal(int n, const T* a, T* x, int incx, const char* f, int l) {
-  blas_note("scal", f, l);
+template <class T> inline cublasStatus_t scal(const char* nm, int n, const T* a, T* x, int incx, const char* f, int l) {
+  blas_note(nm, f, l);
   for (int i = 0; i < n; i++) x[(size_t)i * incx] = (T)((double)*a * x[(size_t)i * incx]);
   return CUBLAS_STATUS_SUCCESS;
 }
-template <class T> inline cublasStatus_t copy(int n, const T* x, int incx, T* y, int incy, const char* f, int l) {
-  blas_note("copy", f, l);
+template <class T> inline cublasStatus_t copy(const char* nm, int n, const T* x, int incx, T* y, int incy, const char* f, int l) {
+  blas_note(nm, f, l);
   for (int i = 0; i < n; i++) y[(size_t)i * incy] = x[(size_t)i * incx];
   return CUBLAS_STATUS_SUCCESS;
 }
-template <class T> inline cublasStatus_t dot(int n, const T* x, int incx, const T* y, int incy, T* r, const char* f, int l) {
-  blas_note("dot", f, l);
+template <class T> inline cublasStatus_t dot(const char* nm, int n, const T* x, int incx, const T* y, int incy, T* r, const char* f, int l) {
+  blas_note(nm, f, l);
   double s = 0;
   for (int i = 0; i < n; i++) s += (double)x[(size_t)i * incx] * y[(size_t)i * incy];
   *r = (T)s;
   return CUBLAS_STATUS_SUCCESS;
 }
-template <class T> inline cublasStatus_t nrm2(int n, const T* x, int incx, T* r, const char* f, int l) {
-  blas_note("nrm2", f, l);
+template <class T> inline cublasStatus_t nrm2(const char* nm, int n, const T* x, int incx, T* r, const char* f, int l) {
+  blas_note(nm, f, l);
   double s = 0;
   for (int i = 0; i < n; i++) s += (double)x[(size_t)i * incx] * x[(size_t)i * incx];
   *r = (T)sqrt(s);
   return CUBLAS_STATUS_SUCCESS;
 }
-template <class T> inline cublasStatus_t asum(int n, const T* x, int incx, T* r, const char* f, int l) {
-  blas_note("asum", f, l);
+template <class T> inline cublasStatus_t asum(const char* nm, int n, const T* x, int incx, T* r, const char* f, int l) {
+  blas_note(nm, f, l);
   double s = 0;
   for (int i = 0; i < n; i++) s += fabs((double)x[(size_t)i * incx]);
   *r = (T)s;
   return CUBLAS_STATUS_SUCCESS;
 }
-template <class T> inline cublasStatus_t iamax(int n, const T* x, int incx, int* r, const char* f, int l) {
-  blas_note("amax", f, l);
+template <class T> inline cublasStatus_t iamax(const char* nm, int n, const T* x, int incx, int* r, const char* f, int l) {
+  blas_note(nm, f, l);
   int best = 0;
   for (int i = 1; i < n; i++)
     if (fabs((double)x[(size_t)i * incx]) > fabs((double)x[(size_t)best * incx])) best = i;
   *r = n > 0 ? best + 1 : 0;   // 1-based, as BLAS
   return CUBLAS_STATUS_SUCCESS;
 }
-template <class T> inline cublasStatus_t gemv(cublasOperation_t t, int m, int n, const T* a, const T* A, int lda,
+template <class T> inline cublasStatus_t gemv(const char* nm, cublasOperation_t t, int m, int n, const T* a, const T* A, int lda,
     const T* x, int incx, const T* b, T* y, int incy, const char* f, int l) {
-  blas_note("gemv", f, l);
+  blas_note(nm, f, l);
   int rows = t == CUBLAS_OP_N ? m : n, cols = t == CUBLAS_OP_N ? n : m;
   for (int i = 0; i < rows; i++) {
     double s = 0;
@@ -216,9 +216,9 @@ template <class T> inline cublasStatus_t gemv(cublasOperation_t t, int m, int n,
   }
   return CUBLAS_STATUS_SUCCESS;
 }
-template <class T> inline cublasStatus_t geam(cublasOperation_t ta, cublasOperation_t tb, int m, int n, const T* a,
+template <class T> inline cublasStatus_t geam(const char* nm, cublasOperation_t ta, cublasOperation_t tb, int m, int n, const T* a,
     const T* A, int lda, const T* b, const T* B, int ldb, T* C, int ldc, const char* f, int l) {
-  blas_note("geam", f, l);
+  blas_note(nm, f, l);
   std::vector<T> out((size_t)m * n);   // C may alias A or B
   for (int j = 0; j < n; j++)
     for (int i = 0; i < m; i++) {
@@ -231,41 +231,41 @@ template <class T> inline cublasStatus_t geam(cublasOperation_t ta, cublasOperat
   return CUBLAS_STATUS_SUCCESS;
 }
 }  // namespace ksim_host
-#define cublasSaxpy(h, ...) ksim_host::axpy<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSaxpy(h, ...) ksim_host::axpy<float>("cublasSaxpy", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasSaxpy_v2 cublasSaxpy
-#define cublasSscal(h, ...) ksim_host::scal<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSscal(h, ...) ksim_host::scal<float>("cublasSscal", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasSscal_v2 cublasSscal
-#define cublasScopy(h, ...) ksim_host::copy<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasScopy(h, ...) ksim_host::copy<float>("cublasScopy", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasScopy_v2 cublasScopy
-#define cublasSdot(h, ...) ksim_host::dot<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSdot(h, ...) ksim_host::dot<float>("cublasSdot", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasSdot_v2 cublasSdot
-#define cublasSnrm2(h, ...) ksim_host::nrm2<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSnrm2(h, ...) ksim_host::nrm2<float>("cublasSnrm2", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasSnrm2_v2 cublasSnrm2
-#define cublasSasum(h, ...) ksim_host::asum<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSasum(h, ...) ksim_host::asum<float>("cublasSasum", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasSasum_v2 cublasSasum
-#define cublasIsamax(h, ...) ksim_host::iamax<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasIsamax(h, ...) ksim_host::iamax<float>("cublasIsamax", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasIsamax_v2 cublasIsamax
-#define cublasSgemv(h, ...) ksim_host::gemv<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSgemv(h, ...) ksim_host::gemv<float>("cublasSgemv", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasSgemv_v2 cublasSgemv
-#define cublasSgeam(h, ...) ksim_host::geam<float>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasSgeam(h, ...) ksim_host::geam<float>("cublasSgeam", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasSgeam_v2 cublasSgeam
-#define cublasDaxpy(h, ...) ksim_host::axpy<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDaxpy(h, ...) ksim_host::axpy<double>("cublasDaxpy", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasDaxpy_v2 cublasDaxpy
-#define cublasDscal(h, ...) ksim_host::scal<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDscal(h, ...) ksim_host::scal<double>("cublasDscal", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasDscal_v2 cublasDscal
-#define cublasDcopy(h, ...) ksim_host::copy<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDcopy(h, ...) ksim_host::copy<double>("cublasDcopy", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasDcopy_v2 cublasDcopy
-#define cublasDdot(h, ...) ksim_host::dot<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDdot(h, ...) ksim_host::dot<double>("cublasDdot", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasDdot_v2 cublasDdot
-#define cublasDnrm2(h, ...) ksim_host::nrm2<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDnrm2(h, ...) ksim_host::nrm2<double>("cublasDnrm2", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasDnrm2_v2 cublasDnrm2
-#define cublasDasum(h, ...) ksim_host::asum<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDasum(h, ...) ksim_host::asum<double>("cublasDasum", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasDasum_v2 cublasDasum
-#define cublasIdamax(h, ...) ksim_host::iamax<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasIdamax(h, ...) ksim_host::iamax<double>("cublasIdamax", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasIdamax_v2 cublasIdamax
-#define cublasDgemv(h, ...) ksim_host::gemv<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDgemv(h, ...) ksim_host::gemv<double>("cublasDgemv", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasDgemv_v2 cublasDgemv
-#define cublasDgeam(h, ...) ksim_host::geam<double>(__VA_ARGS__, __FILE__, __LINE__)
+#define cublasDgeam(h, ...) ksim_host::geam<double>("cublasDgeam", __VA_ARGS__, __FILE__, __LINE__)
 #define cublasDgeam_v2 cublasDgeam
 """
 

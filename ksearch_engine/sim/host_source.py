@@ -141,6 +141,36 @@ def _escape(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
+def _all_targs(code: str, kernel: str, targs: str) -> bool:
+    """Whether `targs` gives every template parameter of kernel `kernel` (`apply<128>` of `template <int BS, class
+    Op>` leaves Op to be deduced from the arguments: `&apply<128>` names no one function)."""
+    m = re.search(rf"template\s*<((?:[^<>]|<[^<>]*>)*)>\s*(?:static\s+|inline\s+)*__global__\s+(?:[\w:]+\s+)*?void\s+"
+                  rf"(?:__launch_bounds__\s*\([^)]*\)\s*)?{re.escape(kernel)}\s*\(", code)
+    if m is None:
+        return True
+    params = [t for t in split_top(m.group(1)) if t.strip()]
+    required = [t for t in params if "=" not in t]
+    return len(split_top(targs)) >= len(required)
+
+
+def _postfix_back(code: str, j: int) -> int:
+    """Start of the postfix expression that ends at code[j] (`fpDeriv[fp]`, `(*fp)`, `ops.table[2]`), else -1."""
+    while j >= 0:
+        c = code[j]
+        if c in "])":
+            k = _match_back(code, j, "[" if c == "]" else "(", c)
+            if k < 0:
+                return -1
+            j = k - 1
+        elif c.isalnum() or c in "_:.":
+            j -= 1
+        elif c == ">" and j > 0 and code[j - 1] == "-":
+            j -= 2
+        else:
+            break
+    return j + 1
+
+
 def _match_back(code: str, end: int, open_c: str, close_c: str) -> int:
     """Index of the `open_c` matching the `close_c` at code[end]."""
     depth = 0
@@ -241,7 +271,11 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         while j >= 0 and code[j] in " \t\n":
             j -= 1
         targs = ""
-        if j >= 0 and code[j] == ">":
+        # a kernel reached through an expression: a table of kernel pointers (`fpDeriv[fp]<<<...>>>`), `(*fp)`
+        expr_start = _postfix_back(code, j) if j >= 0 and code[j] in "])" else -1
+        if expr_start >= 0:
+            pass
+        elif j >= 0 and code[j] == ">":
             k = _match_back(code, j, "<", ">")
             if k < 0:
                 i, iend = find_open(iend)
@@ -251,7 +285,9 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
             while j >= 0 and code[j] in " \t":
                 j -= 1
         e = j + 1
-        while j >= 0 and (code[j].isalnum() or code[j] in "_:"):
+        if expr_start >= 0:
+            j = expr_start - 1
+        while j >= 0 and (code[j].isalnum() or code[j] in "_:") and expr_start < 0:
             j -= 1
         start = j + 1
         name = text[start:e].strip()
@@ -271,7 +307,8 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         if q < 0:
             break
         args = text[p + 1:q]
-        short = name.split("::")[-1]
+        # (an expression's launch is named by the kernel it points to at run time; until then by its words)
+        short = name.split("::")[-1] if expr_start < 0 else re.sub(r"\W+", "_", name).strip("_")
         info = kernels.get(short)
         targs_flat = " ".join(targs.split())
         # recorded under the kernel's own name (`ops::bump<<<...>>>` launches the kernel `bump` of namespace ops)
@@ -279,8 +316,8 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         kexpr = name + (f"<{targs}>" if targs else "")
         nparams = len(info.params) if info is not None else -1
         nargs = 0 if not args.strip() else len(split_top(args))
-        typed = info is not None and (not info.is_template or targs) and nparams == nargs \
-            and short not in host_named
+        typed = info is not None and (not info.is_template or (targs and _all_targs(code, short, targs))) \
+            and nparams == nargs and short not in host_named
         if info is not None and nparams == nargs and nargs:
             # a literal 0 / NULL for a pointer parameter: nullptr, so that it still converts once forwarded
             parts = split_top(args)
@@ -291,7 +328,7 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
         if typed:  # the kernel's own parameter types when the arguments convert to them, else generic
             fn = f"&{kexpr}, {generic}"
             call = "ksim_host::launch"
-        elif short not in kernels and not targs and re.fullmatch(r"[A-Za-z_]\w*", name):
+        elif short not in kernels and not targs and (re.fullmatch(r"[A-Za-z_]\w*", name) or expr_start >= 0):
             # not a kernel's name: a function-pointer variable (kernel = &copy; kernel<<<..>>>): the runtime
             # names the launch by the kernel it points to
             fn = f"{name}, {generic}"

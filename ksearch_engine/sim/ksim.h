@@ -47,6 +47,7 @@
 #include <algorithm>
 #include <cassert>
 #include <array>
+#include <atomic>
 #ifdef KSIM_CUDA
 #include <math.h>
 #endif
@@ -1216,6 +1217,14 @@ inline int __all_sync(unsigned mask, int p) {
   part &= mask;
   return (b & part) == part;
 }
+// legacy (pre-CUDA 9) warp shuffles and votes: all 32 lanes (kernel files and the capture's programs alike)
+template <class T> inline T __shfl(T v, int src, int width = 32) { return __shfl_sync(0xffffffffu, v, src, width); }
+template <class T> inline T __shfl_xor(T v, int m, int width = 32) { return __shfl_xor_sync(0xffffffffu, v, m, width); }
+template <class T> inline T __shfl_down(T v, unsigned d, int width = 32) { return __shfl_down_sync(0xffffffffu, v, d, width); }
+template <class T> inline T __shfl_up(T v, unsigned d, int width = 32) { return __shfl_up_sync(0xffffffffu, v, d, width); }
+inline int __any(int p) { return __any_sync(0xffffffffu, p); }
+inline int __all(int p) { return __all_sync(0xffffffffu, p); }
+inline unsigned __ballot(int p) { return __ballot_sync(0xffffffffu, p); }
 template <class T> inline T __reduce_add_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return T(a + b); }); }
 template <class T> inline T __reduce_max_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return a > b ? a : b; }); }
 template <class T> inline T __reduce_min_sync(unsigned, T v) { return ksim::warp_reduce(v, [](T a, T b) { return a < b ? a : b; }); }
@@ -1297,7 +1306,35 @@ inline unsigned atomicDec(unsigned* p, unsigned lim) { ksim::atomic_tick(); unsi
 #define atomicXor_system atomicXor
 #endif
 
-// Math beyond <math.h>
+// Math beyond <math.h>: CUDA's math library (host and device), in double where CUDA has a double form
+inline double ksim_erfinv(double y) {   // Newton on erf from a rational start; exact at +-1 (inf) and NaN outside
+  if (!(y > -1.0 && y < 1.0)) return y == 1.0 ? HUGE_VAL : (y == -1.0 ? -HUGE_VAL : NAN);
+  double w = -log((1.0 - y) * (1.0 + y)), x;
+  x = w < 5.0 ? y * (0.886226925452758 + w * (0.2320 + w * 0.0120)) : (y > 0 ? 1 : -1) * sqrt(w - log(w) * 0.5);
+  for (int i = 0; i < 40; i++) {
+    double e = erf(x) - y;
+    double step = e / (1.1283791670955126 * exp(-x * x));
+    x -= step;
+    if (fabs(step) < 1e-16 * (1.0 + fabs(x))) break;
+  }
+  return x;
+}
+inline double normcdf(double x) { return 0.5 * erfc(-x * 0.7071067811865476); }
+inline float normcdff(float x) { return (float)normcdf(x); }
+inline double erfinv(double y) { return ksim_erfinv(y); }
+inline float erfinvf(float y) { return (float)ksim_erfinv(y); }
+inline double erfcinv(double y) { return ksim_erfinv(1.0 - y); }
+inline float erfcinvf(float y) { return (float)ksim_erfinv(1.0 - (double)y); }
+inline double normcdfinv(double p) { return -1.4142135623730951 * ksim_erfinv(1.0 - 2.0 * p); }
+inline float normcdfinvf(float p) { return (float)normcdfinv(p); }
+inline double sinpi(double x) { return sin(3.141592653589793 * x); }
+inline float sinpif(float x) { return (float)sinpi(x); }
+inline double cospi(double x) { return cos(3.141592653589793 * x); }
+inline float cospif(float x) { return (float)cospi(x); }
+inline void sincospi(double x, double* s, double* c) { *s = sinpi(x); *c = cospi(x); }
+inline void sincospif(float x, float* s, float* c) { *s = sinpif(x); *c = cospif(x); }
+inline double rcbrt(double x) { return 1.0 / cbrt(x); }
+inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __expf(float x) { return expf(x); }
@@ -1319,6 +1356,57 @@ inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+// directed-rounding arithmetic (_rz/_ru/_rd) computed with the default rounding: within a last place, which the
+// checks' tolerances take; the double forms (__dadd_rn, __drcp_rn, __fma_rn...) in double
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __drcp_rn(double x) { return 1.0 / x; }
+inline double __dsqrt_rn(double x) { return sqrt(x); }
+inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+inline double __dadd_rz(double a, double b) { return a + b; }
+inline double __dsub_rz(double a, double b) { return a - b; }
+inline double __dmul_rz(double a, double b) { return a * b; }
+inline double __ddiv_rz(double a, double b) { return a / b; }
+inline double __drcp_rz(double x) { return 1.0 / x; }
+inline double __dsqrt_rz(double x) { return sqrt(x); }
+inline double __fma_rz(double a, double b, double c) { return fma(a, b, c); }
+inline float __fadd_rz(float a, float b) { return a + b; }
+inline float __fsub_rz(float a, float b) { return a - b; }
+inline float __fmul_rz(float a, float b) { return a * b; }
+inline float __fdiv_rz(float a, float b) { return a / b; }
+inline float __frcp_rz(float x) { return 1.0f / x; }
+inline float __fsqrt_rz(float x) { return sqrtf(x); }
+inline float __fmaf_rz(float a, float b, float c) { return fmaf(a, b, c); }
+inline double __dadd_ru(double a, double b) { return a + b; }
+inline double __dsub_ru(double a, double b) { return a - b; }
+inline double __dmul_ru(double a, double b) { return a * b; }
+inline double __ddiv_ru(double a, double b) { return a / b; }
+inline double __drcp_ru(double x) { return 1.0 / x; }
+inline double __dsqrt_ru(double x) { return sqrt(x); }
+inline double __fma_ru(double a, double b, double c) { return fma(a, b, c); }
+inline float __fadd_ru(float a, float b) { return a + b; }
+inline float __fsub_ru(float a, float b) { return a - b; }
+inline float __fmul_ru(float a, float b) { return a * b; }
+inline float __fdiv_ru(float a, float b) { return a / b; }
+inline float __frcp_ru(float x) { return 1.0f / x; }
+inline float __fsqrt_ru(float x) { return sqrtf(x); }
+inline float __fmaf_ru(float a, float b, float c) { return fmaf(a, b, c); }
+inline double __dadd_rd(double a, double b) { return a + b; }
+inline double __dsub_rd(double a, double b) { return a - b; }
+inline double __dmul_rd(double a, double b) { return a * b; }
+inline double __ddiv_rd(double a, double b) { return a / b; }
+inline double __drcp_rd(double x) { return 1.0 / x; }
+inline double __dsqrt_rd(double x) { return sqrt(x); }
+inline double __fma_rd(double a, double b, double c) { return fma(a, b, c); }
+inline float __fadd_rd(float a, float b) { return a + b; }
+inline float __fsub_rd(float a, float b) { return a - b; }
+inline float __fmul_rd(float a, float b) { return a * b; }
+inline float __fdiv_rd(float a, float b) { return a / b; }
+inline float __frcp_rd(float x) { return 1.0f / x; }
+inline float __fsqrt_rd(float x) { return sqrtf(x); }
+inline float __fmaf_rd(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
@@ -1429,7 +1517,44 @@ inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) { return __half2(__hfma(
 inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return __nv_bfloat162(__nv_bfloat16(a), __nv_bfloat16(b)); }
 inline float2 __bfloat1622float2(__nv_bfloat162 h) { return float2(h.x.get(), h.y.get()); }
 
-namespace cuda { namespace std = ::std; }
+// libcu++ (<cuda/atomic>, <cuda/std/atomic>): cuda::std is the host's std; cuda::atomic<T, scope> is std::atomic<T>
+// (the scope changes nothing on one CPU); cuda::atomic_ref<T, scope> reads and writes another object atomically
+namespace cuda {
+namespace std = ::std;
+enum thread_scope { thread_scope_system = 0, thread_scope_device = 1, thread_scope_block = 2, thread_scope_thread = 3 };
+using memory_order = ::std::memory_order;
+constexpr ::std::memory_order memory_order_relaxed = ::std::memory_order_relaxed;
+constexpr ::std::memory_order memory_order_consume = ::std::memory_order_consume;
+constexpr ::std::memory_order memory_order_acquire = ::std::memory_order_acquire;
+constexpr ::std::memory_order memory_order_release = ::std::memory_order_release;
+constexpr ::std::memory_order memory_order_acq_rel = ::std::memory_order_acq_rel;
+constexpr ::std::memory_order memory_order_seq_cst = ::std::memory_order_seq_cst;
+template <class T, thread_scope S = thread_scope_system> using atomic = ::std::atomic<T>;
+template <class T, thread_scope S = thread_scope_system> struct atomic_ref {
+  T* p;
+  explicit atomic_ref(T& r) : p(&r) {}
+  T load(memory_order = memory_order_seq_cst) const { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+  void store(T v, memory_order = memory_order_seq_cst) const { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+  operator T() const { return load(); }
+  T operator=(T v) const { store(v); return v; }
+  T exchange(T v, memory_order = memory_order_seq_cst) const { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+  bool compare_exchange_strong(T& e, T v, memory_order = memory_order_seq_cst, memory_order = memory_order_seq_cst) const {
+    return __atomic_compare_exchange_n(p, &e, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  }
+  bool compare_exchange_weak(T& e, T v, memory_order o = memory_order_seq_cst, memory_order f = memory_order_seq_cst) const {
+    return compare_exchange_strong(e, v, o, f);
+  }
+  T fetch_add(T v, memory_order = memory_order_seq_cst) const { T o = *p; *p = o + v; return o; }
+  T fetch_sub(T v, memory_order = memory_order_seq_cst) const { T o = *p; *p = o - v; return o; }
+  T fetch_and(T v, memory_order = memory_order_seq_cst) const { T o = *p; *p = o & v; return o; }
+  T fetch_or(T v, memory_order = memory_order_seq_cst) const { T o = *p; *p = o | v; return o; }
+  T fetch_xor(T v, memory_order = memory_order_seq_cst) const { T o = *p; *p = o ^ v; return o; }
+  T fetch_min(T v, memory_order = memory_order_seq_cst) const { T o = *p; if (v < o) *p = v; return o; }
+  T fetch_max(T v, memory_order = memory_order_seq_cst) const { T o = *p; if (v > o) *p = v; return o; }
+  T operator+=(T v) const { return fetch_add(v) + v; }
+  T operator-=(T v) const { return fetch_sub(v) - v; }
+};
+}  // namespace cuda
 #define CUDART_INF_F (__builtin_inff())
 #define CUDART_NAN_F (__builtin_nanf(""))
 #define CUDART_PI_F 3.141592654f

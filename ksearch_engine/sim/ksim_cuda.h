@@ -67,14 +67,6 @@ template <class T> struct bit_and { T operator()(T a, T b) const { return a & b;
 template <class T> struct bit_or { T operator()(T a, T b) const { return a | b; } };
 template <class T> struct bit_xor { T operator()(T a, T b) const { return a ^ b; } };
 }  // namespace cooperative_groups
-// legacy (pre-CUDA 9) warp shuffles and votes: all 32 lanes
-template <class T> inline T __shfl(T v, int src, int width = 32) { return __shfl_sync(0xffffffffu, v, src, width); }
-template <class T> inline T __shfl_xor(T v, int m, int width = 32) { return __shfl_xor_sync(0xffffffffu, v, m, width); }
-template <class T> inline T __shfl_down(T v, unsigned d, int width = 32) { return __shfl_down_sync(0xffffffffu, v, d, width); }
-template <class T> inline T __shfl_up(T v, unsigned d, int width = 32) { return __shfl_up_sync(0xffffffffu, v, d, width); }
-inline int __any(int p) { return __any_sync(0xffffffffu, p); }
-inline int __all(int p) { return __all_sync(0xffffffffu, p); }
-inline unsigned __ballot(int p) { return __ballot_sync(0xffffffffu, p); }
 #include "ksim_wmma.h"  // nvcuda::wmma (tensor-core fragments), warp-collective on the fibers
 #ifndef KSIM_HOST
 // Texture references and objects (kernel files run without their program): declared so that a file's other

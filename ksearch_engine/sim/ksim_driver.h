@@ -525,6 +525,20 @@ inline CUresult cuMemAllocPitch(CUdeviceptr* p, size_t* pitch, size_t w, size_t 
   return cuMemAlloc(p, *pitch * h);
 }
 inline CUresult cuMemFree(CUdeviceptr p) { return ksim_drv_ok(cudaFree((void*)p)); }
+// the allocation holding p; a pointer into no allocation is a string of the program's image (a device-side
+// `__FILE__`): its bytes up to the terminating zero
+inline CUresult cuMemGetAddressRange(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (const ksim_host::Alloc* a = ksim_host::find_alloc((const void*)p)) {
+    if (base) *base = (CUdeviceptr)a->ptr;
+    if (size) *size = a->n;
+    return CUDA_SUCCESS;
+  }
+  if (base) *base = p;
+  if (size) *size = strlen((const char*)p) + 1;
+  return CUDA_SUCCESS;
+}
+#define cuMemGetAddressRange_v2 cuMemGetAddressRange
 inline CUresult cuMemAllocHost(void** p, size_t n) { return ksim_drv_ok(ksim_host::device_malloc(p, n, ksim_host::M_HOST)); }
 inline CUresult cuMemHostAlloc(void** p, size_t n, unsigned) { return cuMemAllocHost(p, n); }
 inline CUresult cuMemFreeHost(void* p) { return ksim_drv_ok(cudaFreeHost(p)); }

@@ -1580,8 +1580,7 @@ inline void spin_wait() {
   ksim::yield_to_sched();
 }
 }  // namespace ksim_host
-namespace cuda {
-enum thread_scope { thread_scope_system = 0, thread_scope_device = 1, thread_scope_block = 2, thread_scope_thread = 3 };
+namespace cuda {   // (thread_scope: ksim.h)
 template <size_t Align> struct aligned_size_t {
   size_t value;
   constexpr explicit aligned_size_t(size_t v) : value(v) {}

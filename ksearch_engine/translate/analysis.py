@@ -216,10 +216,39 @@ def helper_pointer_spaces(kernel: KernelInfo, helpers: list[KernelInfo], shared:
     return out
 
 
+_ENUM = re.compile(r"\s*(?:typedef\s+)?enum\s+(?!class\b|struct\b)(?:[A-Za-z_]\w*\s*)?(?::\s*[\w\s]+?)?\{(?P<body>[^{}]*)\}")
+
+
+def _enumerators(entry: str) -> dict[str, str]:
+    """{NAME: python expression} for the enumerators of a plain (unscoped) `enum E { A, B = 4, C };`: each is the
+    one before it plus one where no value is written, as in C."""
+    m = _ENUM.match(re.sub(r"//[^\n]*|/\*.*?\*/", " ", entry, flags=re.S))
+    if m is None:
+        return {}
+    out: dict[str, str] = {}
+    prev = "-1"
+    for part in m.group("body").split(","):
+        e = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(?:=\s*(.+?))?\s*", part)
+        if e is None:
+            if part.strip():
+                return out     # an enumerator this reader does not follow: the ones after it stay unknown
+            continue
+        try:
+            prev = expr_to_py(e.group(2)) if e.group(2) else f"({prev}) + 1"
+        except HostExprError:
+            return out
+        out[e.group(1)] = prev
+    return out
+
+
 def define_constants(preamble: list[str]) -> dict[str, str]:
-    """{NAME: python expression} for `#define NAME <arithmetic>` and `constexpr int NAME = <arithmetic>;`."""
+    """{NAME: python expression} for `#define NAME <arithmetic>`, `constexpr int NAME = <arithmetic>;` and the
+    enumerators of plain enums."""
     out: dict[str, str] = {}
     for line in preamble:
+        if re.match(r"\s*(?:typedef\s+)?enum\b", line):
+            out.update(_enumerators(line))
+            continue
         m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$", line)
         if not m:
             m = re.match(r"\s*(?:static\s+)?constexpr\s+\w+\s+([A-Za-z_]\w*)\s*=\s*(.+?);\s*$", line)

@@ -265,7 +265,8 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
         raw = {p["name"]: v for p, v in zip(params, raw)}
     args = dict(raw)
     struct = [p["name"] for p in params if isinstance(args.get(p["name"]), (bytes, bytearray))
-              and not p.get("struct") and not p.get("tag")]   # launch() takes a struct without pointers as its bytes
+              and not p.get("struct") and not p.get("tag") and not p.get("template_type")]
+    # launch() takes a struct without pointers as its bytes, and a template type's struct instantiation too
     # (and ignores an empty tag's byte)
     if struct:
         msg = f"'{struct[0]}' is a struct passed by value: launch() takes scalars and pointers only"

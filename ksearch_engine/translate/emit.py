@@ -86,12 +86,14 @@ def _copy(x, kind, after=None):
         threadgroup=(tg, 1, 1), output_shapes=[(n,)], output_dtypes=[x.dtype])[0]
 
 
-def _launch_object(kind, shared_mem, type_defs=()):
+def _launch_object(kind, shared_mem, type_defs=(), struct_types=()):
     """The launch kernel; `type_defs` [(template type, C type)]: template types that are no MLX dtype (a struct, a
-    typedef of the file's), declared in the header of an instantiation of their own."""
-    key = ("launch", kind, shared_mem if kind == "cuda" else 0, tuple(type_defs))
+    typedef of the file's), declared in the header of an instantiation of their own; `struct_types`: those whose
+    parameters arrive as their bytes (KS_STRUCT_<name> makes the kernel read them so)."""
+    key = ("launch", kind, shared_mem if kind == "cuda" else 0, tuple(type_defs), tuple(sorted(struct_types)))
     if key not in _kernels:
-        extra = "".join(f"typedef {t} {n};\\n" for n, t in type_defs)
+        extra = "".join(f"typedef {t} {n};\\n" + (f"#define KS_STRUCT_{n} 1\\n" if n in struct_types else "")
+                        for n, t in type_defs)
         name = NAME + "".join("_" + "".join(c if c.isalnum() else "_" for c in t) for _, t in type_defs)
         if kind == "metal":
             _kernels[key] = mx.fast.metal_kernel(name=name, input_names=LAUNCH_INPUT_NAMES, output_names=["ks_done"],
@@ -137,7 +139,9 @@ def _template_args(template):
         elif text in ("true", "false"):
             out.append((t["name"], text == "true"))
         else:
-            out.append((t["name"], int(eval(text.rstrip("uUlL").replace("u)", ")"), {"__builtins__": {}}))))
+            # a number, or a constant of the file (an enumerator: `WRITE`, `test_t::WRITE`)
+            expr = text.rstrip("uUlL").replace("u)", ")").split("::")[-1]
+            out.append((t["name"], int(eval(expr, {"__builtins__": {}}, dict(globals().get("ENUMERATORS") or {})))))
     return out
 
 
@@ -162,6 +166,10 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
     type_defs = [(n, v[1]) for n, v in tmpl if isinstance(v, tuple)]
     tmpl = [(n, v) for n, v in tmpl if not isinstance(v, tuple)]
     types = {n: v for n, v in tmpl if isinstance(v, mx.Dtype)}
+    # a template type the instantiation makes a struct of the file (a functor, a payoff): its parameters' bytes
+    struct_types = {p["template_type"] for p, a in zip(PARAMS, args) if p.get("template_type") and not p["pointer"]
+                    and p["template_type"] in dict(type_defs)
+                    and (isinstance(a, (bytes, bytearray, memoryview)) or getattr(getattr(a, "dtype", None), "names", None))}
     inputs, written = [], []
     for p, a in zip(PARAMS, args):
         if p.get("tag"):   # an empty tag (std::bool_constant<B>{}): its value is a template argument, nothing to pass
@@ -203,7 +211,9 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
                 flat = _copy(flat, kind)
                 written.append((p["name"], flat, n, a.shape))
             inputs.append(flat)
-        elif p.get("struct"):   # a struct by value: its bytes (bytes, or a numpy structured scalar/array)
+        elif p.get("struct") or p.get("template_type") in struct_types:
+            # a struct by value (or a template type the instantiation makes a struct): its bytes (bytes, or a numpy
+            # structured scalar/array)
             import numpy as np
             raw = bytes(a) if isinstance(a, (bytes, bytearray, memoryview)) else np.asarray(a).tobytes()
             if p.get("repack"):   # its doubles as the ports' floats (both ports compute doubles as float)
@@ -256,7 +266,7 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
             return {name: _unpack(buf, shape) if shape and shape[0] == "repack" else buf[:n].reshape(shape)
                     for name, buf, n, shape in written}
         # nothing to return: still run it, so that a fault shows
-    done = _launch_object(kind, int(shared_mem), type_defs)(
+    done = _launch_object(kind, int(shared_mem), type_defs, struct_types)(
         inputs=inputs, template=tmpl, grid=threads, threadgroup=block, output_shapes=[(1,)],
         output_dtypes=[mx.uint32])[0]
     if not written:
@@ -321,6 +331,8 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w(f"INPUT_NAMES = {tr.input_names!r}")
     w(f"OUTPUT_NAMES = {tr.output_names!r}")
     w(f"ATOMIC_OUTPUTS = {tr.atomic_outputs!r}")
+    if plan.enumerators:
+        w(f"ENUMERATORS = {plan.enumerators!r}   # the file's enum constants, for template=[...] by name")
     w(f"STATIC_SHARED_BYTES = {static_bytes}   # of __shared__ arrays (threadgroup memory)")
     w("APPLE_THREADGROUP_BYTES = 32768")
     w("")

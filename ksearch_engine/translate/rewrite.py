@@ -20,7 +20,7 @@ from .launch import CUDA_ATOMICS as _CUDA_ATOMICS  # noqa: E402
 from .metal_support import THIS_GRID, THIS_THREAD_BLOCK, THREAD_ATTRIBUTES  # noqa: E402
 
 _ADDRESS_SPACES = {"device", "threadgroup", "constant", "thread"}
-_HELPER_WORDS = {"__device__", "__host__", "__forceinline__", "__noinline__"}
+_HELPER_WORDS = {"__device__", "__host__", "__forceinline__", "__noinline__", "__inline__"}
 MAX_DEPTH = 20000   # tree levels; real kernels stay under 100
 # THE rename table of the Metal port (specs/translation.yaml ident.metal_keyword): user identifiers that are keywords,
 # reserved attribute words or builtin type names in Metal Shading Language but not in CUDA. Variables, functions,

@@ -77,8 +77,6 @@ def file_symbols(source: str, preamble: list[str]) -> list[Symbol]:
     a built-in scalar or vector type and whose size is a constant here."""
     from ..sim.preprocess import mask_comments
     from . import analysis
-    from .launch import POINTEE
-    from .layout import resolve_type
 
     code = mask_comments(source)
     env = analysis.constants_env(preamble, {})
@@ -87,45 +85,73 @@ def file_symbols(source: str, preamble: list[str]) -> list[Symbol]:
     for m in _DECL.finditer(code):
         if depth_at(m.start()) != 0:
             continue
-        rest = m.group("rest")
-        init = None
-        if "=" in rest:
-            rest, value = rest.split("=", 1)
-            if "{" in value or m.group("space") == "__constant__":   # a table with its contents: a constant
-                continue
-            init = _number(value)
-            if init is None:
-                continue
-        d = re.fullmatch(r"\s*(?P<type>[A-Za-z_][\w\s]*?)\s+(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]+\]\s*)*)",
-                         rest)
-        if d is None or "*" in re.sub(r"\[[^\]]*\]", "", rest):   # a pointer (not `[A * B]`, a size)
+        first, *more = _declarators(m.group("rest"))
+        t = re.match(r"\s*(?P<type>[A-Za-z_][\w\s]*?)\s+(?=[A-Za-z_]\w*\s*(?:\[|=|$))", first)
+        if t is None:
             continue
-        words = d.group("type").split()
-        space = "constant" if m.group("space") == "__constant__" or "__constant__" in words else "device"
-        if space == "constant" and init is not None:
-            continue
-        ctype = " ".join(w for w in words if w not in ("volatile", "const", "static", "__constant__", "__device__",
-                                                        "__managed__", "extern"))
-        base = resolve_type(ctype, preamble)
-        if base not in POINTEE:
-            continue
-        sizes = re.findall(r"\[([^\]]+)\]", d.group("dims"))
-        count = 1
-        for s in sizes:
-            v = analysis.eval_size(s, env)
-            if not v or v <= 0:
-                count = 0
-                break
-            count *= v
-        if not count:
-            continue
-        dtype, size = POINTEE[base]
-        lanes = size // {"float64": 8, "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "int16": 2,
-                         "uint16": 2, "int8": 1, "uint8": 1, "bool": 1}.get(dtype, 4)
-        out.append(Symbol(name=d.group("name"), space=space, ctype=ctype, base=base, sizes=sizes, count=count * lanes,
-                          dtype=dtype, elem_bytes=size, init=init, decl=source[m.start():m.end()].strip(),
-                          written=space == "device"))
+        # `__constant__ float c_ax, c_bx;`: each name declared with the first one's type
+        for rest in [first[t.end():]] + more:
+            sym = _symbol(m, source, t.group("type"), rest, env, preamble)
+            if sym is not None:
+                out.append(sym)
     return out
+
+
+def _declarators(rest: str) -> list[str]:
+    """The declarators of one declaration's text, split at its top-level commas."""
+    parts, depth, cur = [], 0, ""
+    for ch in rest:
+        if ch in "[({":
+            depth += 1
+        elif ch in "])}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur]
+
+
+def _symbol(m, source: str, type_text: str, rest: str, env, preamble) -> "Symbol | None":
+    """One declarator (`c_ax`, `table[N] = ...`) of the declaration `m` whose element type is `type_text`."""
+    from . import analysis
+    from .launch import POINTEE
+    from .layout import resolve_type
+
+    init = None
+    if "=" in rest:
+        rest, value = rest.split("=", 1)
+        if "{" in value or m.group("space") == "__constant__":   # a table with its contents: a constant
+            return None
+        init = _number(value)
+        if init is None:
+            return None
+    d = re.fullmatch(r"\s*(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]+\]\s*)*)", rest)
+    if d is None or "*" in re.sub(r"\[[^\]]*\]", "", rest):   # a pointer (not `[A * B]`, a size)
+        return None
+    words = type_text.split()
+    space = "constant" if m.group("space") == "__constant__" or "__constant__" in words else "device"
+    if space == "constant" and init is not None:
+        return None
+    ctype = " ".join(w for w in words if w not in ("volatile", "const", "static", "__constant__", "__device__",
+                                                    "__managed__", "extern"))
+    base = resolve_type(ctype, preamble)
+    if base not in POINTEE:
+        return None
+    sizes = re.findall(r"\[([^\]]+)\]", d.group("dims"))
+    count = 1
+    for sz in sizes:
+        v = analysis.eval_size(sz, env)
+        if not v or v <= 0:
+            return None
+        count *= v
+    dtype, size = POINTEE[base]
+    lanes = size // {"float64": 8, "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "int16": 2,
+                     "uint16": 2, "int8": 1, "uint8": 1, "bool": 1}.get(dtype, 4)
+    return Symbol(name=d.group("name"), space=space, ctype=ctype, base=base, sizes=sizes, count=count * lanes,
+                  dtype=dtype, elem_bytes=size, init=init, decl=source[m.start():m.end()].strip(),
+                  written=space == "device")
 
 
 def _depths(code: str):

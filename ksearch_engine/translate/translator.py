@@ -98,6 +98,7 @@ class _Plan:
     block: str = "_dim3(256)"
     smem: str = "0"
     tags: set[int] = field(default_factory=set)   # indexes of empty tag parameters (std::bool_constant<B>): no input
+    enumerators: dict[str, int] = field(default_factory=dict)   # the file's enum constants (template arguments)
 
 
 def module_path_for(source_path: str | Path) -> Path:
@@ -303,7 +304,8 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     metal_body = _with_clock(_align_first(_with_hoisted(metal_body, hshared.kernel_decls)))
     header_parts = []
     preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers]
-                                        + _instantiated_types(k, parse_result.source) + file_shared_decls)
+                                        + _instantiated_types(k, parse_result.source)
+                                        + _device_class_names(k, parse_result.preamble) + file_shared_decls)
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
         + preamble
     issues += _class_problems(cmembers, ctx, parse_result.source, src_path, line0)
@@ -320,8 +322,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         helper_parts.append(in_namespaces_of(h, whole))
         rw.issues += hr.issues
         rw.applied += [a for a in hr.applied if a not in rw.applied]
-    header_parts = _interleaved(preamble, lambda run: [_metal_packed_fields(_metal_class_members(
-        pre.rewrite_snippet(_metal_align("\n".join(run)))))], helpers, helper_parts, places)
+    header_parts = _interleaved(preamble, lambda run: [_metal_entries(pre, run)], helpers, helper_parts, places)
     rw.applied += [a for a in pre.applied if a not in rw.applied]
     # MLX glues its generated signature straight onto the header: end it with a newline
     metal_header = "\n\n".join(header_parts) + "\n" if header_parts else ""
@@ -418,8 +419,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         lhelper_parts.append(in_namespaces_of(h, whole))
         launch_issues += lhr.issues
     lplaces = _helper_places(lpreamble, helpers, from_classes)
-    lheader_parts += _interleaved(lpreamble, lambda run: [_metal_packed_fields(_metal_class_members(
-        lpre.rewrite_snippet(_metal_align("\n".join(run)))))], helpers, lhelper_parts, lplaces)
+    lheader_parts += _interleaved(lpreamble, lambda run: [_metal_entries(lpre, run)], helpers, lhelper_parts, lplaces)
     launch_issues += lpre.issues
     # problems only the `kernel(*inputs)` wrapper has (outputs as fresh arrays, atomic<T> outputs): launch()
     # translates the same code without them, so they never block a port checked through launch()
@@ -453,6 +453,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     _plan_launch(plan, k, launch, profile, template_values, issues, source_bytes, fnames)
     macros = [f"{py_name(n)} = {v}" for n, v in analysis.define_constants(parse_result.preamble).items()]
     plan.config_lines = macros + [f"{py_name(n)} = {v}" for n, v in host_fns.items()] + plan.config_lines
+    if any(tp.kind != "typename" for tp in k.template_params):   # `template <test_t T>` launched as <WRITE>
+        enum_env = analysis.constants_env([e for e in parse_result.preamble if re.match(r"\s*(?:typedef\s+)?enum\b", e)], {})
+        plan.enumerators = {n: v for n, v in enum_env.items() if isinstance(v, int)}
 
     # -- scalar prologue (same text for both dialects, Metal types translated) ---------------------
     prologue_cuda = "".join(f"    {s.ctype} {s.name} = {s.name}_arg[0];\n" for s in plan.scalars)
@@ -464,12 +467,24 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         + tags_cuda + _dedent_body(k.body)
     note = "    // launch(): pointers arrive as flat arrays <name>_in / <name>_inout, scalars as 1-element arrays\n"
     structs = {e["name"]: e for e in params_table if e.get("struct")}
-    if structs:   # by-value structs arrive as their bytes: the kernel reinterprets them
-        l_cuda = "".join(lp.struct_prologue(s.name, " ".join(s.ctype.replace("const", " ").split()), "cuda")
-                         if s.name in structs else f"    {s.ctype} {s.name} = {s.name}_arg[0];\n" for s in plan.scalars)
-        l_metal = "".join(lp.struct_prologue(s.name, " ".join(metal_type(s.ctype).replace("const", " ").split()), "metal")
-                          if s.name in structs else Rewriter(table).rewrite_snippet(
-                              f"    {s.ctype} {s.name} = {s.name}_arg[0];") + "\n" for s in plan.scalars)
+    # a parameter of a template type (`template <class Payoff> k(Payoff p)`): a number or, where the instantiation
+    # makes it a struct of the file, its bytes (launch() then defines KS_STRUCT_<type>)
+    ttyped = {e["name"]: e["template_type"] for e in params_table if e.get("template_type") and not e["pointer"]}
+    if structs or ttyped:   # by-value structs arrive as their bytes: the kernel reinterprets them
+
+        def one(s, dialect):
+            ctype = s.ctype if dialect == "cuda" else metal_type(s.ctype)
+            bare = " ".join(ctype.replace("const", " ").split())
+            plain = f"    {s.ctype} {s.name} = {s.name}_arg[0];"
+            plain = plain + "\n" if dialect == "cuda" else Rewriter(table).rewrite_snippet(plain) + "\n"
+            if s.name in structs:
+                return lp.struct_prologue(s.name, bare, dialect)
+            if s.name in ttyped:
+                return (f"#ifdef KS_STRUCT_{ttyped[s.name]}\n" + lp.struct_prologue(s.name, bare, dialect)
+                        + "#else\n" + plain + "#endif\n")
+            return plain
+        l_cuda = "".join(one(s, "cuda") for s in plan.scalars)
+        l_metal = "".join(one(s, "metal") for s in plan.scalars)
     else:
         l_cuda, l_metal = prologue_cuda, prologue_metal
     launch_metal_source = note + lp.pointer_prologue(k, params_table, "metal", metal_type) + sym_metal + l_metal \
@@ -823,6 +838,23 @@ def _instantiated_types(k, source: str) -> list[str]:
     return sorted(set(re.findall(r"\b[A-Za-z_]\w*\s*<\s*([A-Za-z_]\w*)\s*(?:,[^<>;]*)?>\s*(?:\(|<<<)", source or "")))
 
 
+def _device_class_names(k, preamble: list[str]) -> list[str]:
+    """For a kernel that takes a parameter of a template type by value (`template <class Payoff> k(Payoff p)`): the
+    file's classes with device member functions (functors, payoffs), which an instantiation the capture records
+    (`Payoff = PayoffPut`, deduced from the argument) names: both headers need their definitions."""
+    typenames = {tp.name for tp in k.template_params if tp.kind == "typename"}
+    if not any(not p.pointer and re.sub(r"\b(?:const|volatile)\b|[&\s]", "", p.type) in typenames for p in k.params):
+        return []
+    device_words = {"__device__"} | {m.group(1) for e in preamble for m in [re.match(
+        r"\s*#\s*define\s+([A-Za-z_]\w*)\s+[^\n]*\b__device__\b", e)] if m}
+    out = []
+    for e in preamble:
+        m = re.match(r"\s*(?:template\s*<[^{;]*>\s*)?(?:struct|class)\s+([A-Za-z_]\w*)[^;{]*\{", analysis.unwrap_namespaces(e))
+        if m and set(re.findall(r"[A-Za-z_]\w*", e)) & device_words:
+            out.append(m.group(1))
+    return out
+
+
 def _cuda_arch(text: str) -> str:
     """`#if __CUDA_ARCH__ >= 700` around code the port keeps: the Metal port takes the branches a current GPU's
     device compile takes (the simulator compiles originals with the same value)."""
@@ -851,6 +883,24 @@ _CLASS_HEAD = re.compile(r"^[ \t]*(?:template[ \t]*<[^;{}()]*>[ \t]*\n?[ \t]*)?(
 # a member function returning a reference: `E& operator[](int j)`, `const E& at(int j) const`
 _REF_RETURN = re.compile(r"(^|[;{}]|\binline\b|\bstatic\b)([ \t]*)((?:const[ \t]+)?[A-Za-z_][\w:]*(?:<[^<>;{}()]*>)?"
                          r"[ \t]*&)(?=[ \t]*(?:operator\b|[A-Za-z_]\w*[ \t]*\())", re.M)
+
+
+def _metal_entries(rewriter: Rewriter, run: list[str]) -> str:
+    """A run of file-scope entries (macros, types, constants) in Metal."""
+    return _metal_macro_qualifiers(_metal_packed_fields(_metal_class_members(
+        rewriter.rewrite_snippet(_metal_align("\n".join(run))))))
+
+
+def _metal_macro_qualifiers(text: str) -> str:
+    """`#define HD __host__ __device__` (a file's shorthand for its function qualifiers), for Metal: CUDA's
+    qualifiers dropped from the macro, `__forceinline__`/`__inline__` as one `inline`."""
+    def fix(m):
+        body = re.sub(r"\b(?:__host__|__device__|__noinline__)\b", " ", m.group(2))
+        body = re.sub(r"\b(?:__forceinline__|__inline__)\b", "inline", body)
+        body = re.sub(r"\binline(?:\s+inline\b)+", "inline", body)
+        return m.group(1) + " ".join(body.split())
+    return re.sub(r"(?m)^([ \t]*#[ \t]*define[ \t]+[A-Za-z_]\w*(?:\([^)]*\))?[ \t]+)([^\n]*\b(?:__host__|__device__|"
+                  r"__forceinline__|__noinline__|__inline__)\b[^\n]*)$", fix, text)
 
 
 def _metal_class_members(text: str) -> str:

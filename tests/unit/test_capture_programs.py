@@ -549,7 +549,7 @@ def test_cublas_level1_level2_and_geam_are_computed_on_the_host(tmp_path):
     cap = capture_program(src, timeout_s=60)
     assert cap.status == "ok", cap.error
     assert cap.kernels() == ["pack"]
-    assert any(n.kind == "stubbed" and "geam" in n.message for n in cap.notes), cap.notes
+    assert any(n.kind == "stubbed" and "cublasSgeam" in n.message for n in cap.notes), cap.notes
     args = cap.launches[0].args
     got = {a.name: np.load(f"{cap.dir}/{a.before}") for a in args if a.before}
     h = (np.arange(12) % 5).astype(np.float32) - 1
@@ -736,3 +736,48 @@ def test_a_launch_that_leaves_default_arguments_out_is_ported_and_verified(tmp_p
     finally:
         uninstall_mlx_shim()
     np.testing.assert_allclose(np.array(out["o"])[:48], 1.5 * np.arange(48))
+
+
+# libcu++ atomics and the driver's address ranges, as an error-reporting helper uses them: a status word in
+# host-mapped memory read with cuda::memory_order_acquire, a device counter bumped through cuda::atomic_ref, and
+# cuMemGetAddressRange asked for the allocation a pointer falls in (the capture stopped on a compile error).
+LIBCUXX = """
+#include <cstdio>
+#include <cuda.h>
+#include <cuda/atomic>
+__global__ void count_big(const float* x, int n, int* hits) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && x[i] > 0.5f) {
+    cuda::atomic_ref<int, cuda::thread_scope_device> c(*hits);
+    c.fetch_add(1, cuda::memory_order_relaxed);
+  }
+}
+int main() {
+  const int n = 200;
+  float h[n];
+  for (int i = 0; i < n; i++) h[i] = (i % 4) * 0.25f;
+  float* x; int* hits;
+  cudaMalloc(&x, sizeof h); cudaMalloc(&hits, sizeof(int));
+  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice); cudaMemset(hits, 0, sizeof(int));
+  CUdeviceptr base; size_t size = 0;
+  cuMemGetAddressRange(&base, &size, (CUdeviceptr)(x + 10));
+  if (base != (CUdeviceptr)x || size != sizeof h) { printf("wrong range\\n"); return 1; }
+  cuda::std::atomic<int> status(0);
+  status.store(1, cuda::memory_order_release);
+  if (status.load(cuda::memory_order_acquire) != 1) return 1;
+  count_big<<<(n + 63) / 64, 64>>>(x, n, hits);
+  int got = 0;
+  cudaMemcpy(&got, hits, sizeof got, cudaMemcpyDeviceToHost);
+  printf("%d\\n", got);
+  return got == n / 4 ? 0 : 1;
+}
+"""
+
+
+def test_libcuxx_atomics_and_address_ranges_run_on_the_capture_runtime(tmp_path):
+    src = write(tmp_path, "libcuxx.cu", LIBCUXX)
+    cap = capture_program(src, timeout_s=60)
+    assert cap.status == "ok" and cap.exit_code == 0, (cap.error, cap.stdout_tail)
+    (launch,) = cap.launches
+    hits = next(a for a in launch.args if a.name == "hits")
+    assert int(np.load(f"{cap.dir}/{hits.after}")[0]) == 50

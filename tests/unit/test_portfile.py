@@ -215,3 +215,115 @@ def test_a_bool_scalar_parameter_reaches_both_ports(tmp_path):
     assert rep.capture.status == "ok", rep.capture.error
     v = rep.kernels[0]
     assert v.status == "verified" and v.workload == "captured", v.reason
+
+
+def test_kernels_launched_through_a_pointer_table_read_constants_declared_together(tmp_path):
+    # a blog-style stencil driver: the kernels sit in a table of function pointers launched as
+    # `fp[i]<<<g, b>>>(...)`, and their coefficients are `__constant__ float c_a, c_b;` filled by
+    # cudaMemcpyToSymbol. The capture names each launch by the kernel the pointer holds, and both ports get every
+    # constant of the shared declaration (they read only the last one, and the others as zeros, before).
+    (tmp_path / "stencil.cu").write_text(
+        "#include <cstdio>\n"
+        "__constant__ float c_a, c_b;\n__constant__ float c_c;\n"
+        "__global__ void diff1(const float* f, float* df) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  df[i] = c_a * f[i] + c_b * f[(i + 1) % 128];\n}\n"
+        "__global__ void diff2(const float* f, float* df) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  df[i] = c_b * f[i] - c_a * f[(i + 127) % 128] + c_c;\n}\n"
+        "int main() {\n  float h[128], *f, *df;\n"
+        "  for (int i = 0; i < 128; i++) h[i] = 0.25f * i;\n"
+        "  cudaMalloc(&f, sizeof h); cudaMalloc(&df, sizeof h);\n"
+        "  cudaMemcpy(f, h, sizeof h, cudaMemcpyHostToDevice);\n"
+        "  float a = 1.5f, b = -0.5f, c = 2.0f;\n"
+        "  cudaMemcpyToSymbol(c_a, &a, sizeof a); cudaMemcpyToSymbol(c_b, &b, sizeof b);\n"
+        "  cudaMemcpyToSymbol(c_c, &c, sizeof c);\n"
+        "  void (*fp[2])(const float*, float*) = {diff1, diff2};\n"
+        "  for (int k = 0; k < 2; k++) fp[k]<<<2, 64>>>(f, df);\n"
+        "  cudaMemcpy(h, df, sizeof h, cudaMemcpyDeviceToHost);\n  printf(\"%f\\n\", h[3]);\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "stencil.cu", write=False)
+    assert rep.capture.status == "ok", rep.capture.error
+    assert rep.capture.launches == 2
+    assert {v.kernel: (v.status, v.workload) for v in rep.kernels} == \
+        {"diff1": ("verified", "captured"), "diff2": ("verified", "captured")}, [v.reason for v in rep.kernels]
+
+
+def test_a_kernel_templated_on_an_enum_is_checked_at_the_enumerator_its_launch_names(tmp_path):
+    # `template <access_t M>` launched only as `bench<WRITE>` in a branch the program's run does not take: the
+    # made-up workload instantiates it with the enumerator the launch writes (an int does not convert to an enum),
+    # and the port module takes the enumerator by name (ENUMERATORS)
+    (tmp_path / "modes.cu").write_text(
+        "enum access_t { READ = 0, WRITE };\n"
+        "template <access_t M>\n__global__ void bench(size_t n, float* x) {\n"
+        "  size_t i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  if (i < n) { if (M == READ) x[i] += 1.0f; else x[i] = 2.0f * i; }\n}\n"
+        "int main(int argc, char** argv) {\n  size_t n = 256; float* x;\n"
+        "  cudaMalloc(&x, n * 4); cudaMemset(x, 0, n * 4);\n"
+        "  if (argc > 5) bench<WRITE><<<(n + 127) / 128, 128>>>(n, x);\n"
+        "  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "modes.cu", write=False)
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "inferred", v.reason
+    assert "bench<WRITE>" in " ".join(v.notes), v.notes
+
+
+def test_a_functor_passed_by_value_to_a_template_kernel_is_deduced_from_the_capture(tmp_path):
+    # `apply<128><<<...>>>(op, ...)` inside `template <class Op> void run(Op op, ...)`: Op is deduced from the
+    # argument (Scale, then Shift), the launch names only BS; the functors' member functions carry a macro of
+    # CUDA qualifiers (`#define HD __host__ __device__`). Each instantiation is checked on its captured launch.
+    (tmp_path / "functor.cu").write_text(
+        "#include <cstdio>\n#define HD __host__ __device__\n"
+        "struct Scale { float s; HD float operator()(float x) const { return s * x; } };\n"
+        "struct Shift { float b; int k; HD float operator()(float x) const { return x + b * k; } };\n"
+        "template <int BS, class Op>\n__global__ void apply(Op op, const float* x, float* y, int n) {\n"
+        "  int i = blockIdx.x * BS + threadIdx.x;\n  if (i < n) y[i] = op(x[i]);\n}\n"
+        "template <class Op> void run(Op op, const float* x, float* y, int n) {\n"
+        "  apply<128><<<(n + 127) / 128, 128>>>(op, x, y, n);\n}\n"
+        "int main() {\n  const int n = 300; float h[n], *x, *y;\n"
+        "  for (int i = 0; i < n; i++) h[i] = 0.5f * i;\n"
+        "  cudaMalloc(&x, sizeof h); cudaMalloc(&y, sizeof h);\n"
+        "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);\n"
+        "  run(Scale{2.0f}, x, y, n);\n  run(Shift{1.5f, 3}, x, y, n);\n"
+        "  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "functor.cu", write=False)
+    assert rep.capture.status == "ok" and rep.capture.launches == 2, rep.capture.error
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "captured" and v.launches_checked == 2, v.reason
+
+
+def test_legacy_warp_votes_and_cuda_math_library_calls_capture_and_port(tmp_path):
+    # pre-CUDA 9 warp intrinsics (__shfl_down, __any, __all, __ballot) in a kernel, a double-rounding intrinsic
+    # (__drcp_rn) and CUDA's normcdf in host and device code: the program runs on the capture's runtime (they were
+    # undeclared there) and both ports verify (Metal had no rule for __ballot)
+    (tmp_path / "vote.cu").write_text(
+        "#include <cstdio>\n"
+        "__global__ void vote(const int* x, float* out) {\n  int v = x[threadIdx.x];\n  int s = v;\n"
+        "  for (int o = 16; o > 0; o /= 2) s += __shfl_down(s, o);\n"
+        "  if (threadIdx.x == 0) { out[0] = s; out[1] = __any(v > 30); out[2] = __all(v >= 0);\n"
+        "    out[3] = (float)__ballot(v & 1); out[4] = (float)__drcp_rn((double)(s + 1)); out[5] = normcdff(0.5f); }\n}\n"
+        "int main() {\n  int h[32]; for (int i = 0; i < 32; i++) h[i] = i;\n"
+        "  if (normcdf(0.0) != 0.5) return 1;\n"
+        "  int* x; float* o; cudaMalloc(&x, sizeof h); cudaMalloc(&o, 6 * sizeof(float));\n"
+        "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);\n  vote<<<1, 32>>>(x, o);\n"
+        "  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "vote.cu", write=False)
+    assert rep.capture.status == "ok", rep.capture.error
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "captured", v.reason
+
+
+def test_an_erf_gelu_ports_to_metal_through_the_headers_erf(tmp_path):
+    # GELU with the exact erf form (Metal's standard library has no erf: the port's header brings ks_erf), over
+    # inputs from -6 to 6, checked against the original's erff on the captured launch
+    (tmp_path / "gelu.cu").write_text(
+        "__global__ void gelu(const float* x, float* y, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  if (i < n) { float v = x[i]; y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678f)) + erfcf(v) + erf(v); }\n}\n"
+        "int main() {\n  const int n = 1200; float h[n], *x, *y;\n"
+        "  for (int i = 0; i < n; i++) h[i] = -6.0f + 0.01f * i;\n"
+        "  cudaMalloc(&x, sizeof h); cudaMalloc(&y, sizeof h);\n"
+        "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);\n"
+        "  gelu<<<(n + 255) / 256, 256>>>(x, y, n);\n  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "gelu.cu", write=False)
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "captured", v.reason
