@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 _GLOBAL = re.compile(r"__global__")
+# CUDA sources and headers (a .h beside its main.cu may hold the kernels: ksearch's parser reads it as CUDA)
+SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".hh", ".hxx", ".inl")
 
 
 def _kernel_names(path: str) -> list[str]:
@@ -39,7 +41,7 @@ def cuda_files(dirs: list[str]) -> list[Path]:
     out = []
     for d in dirs:
         p = Path(d)
-        files = [p] if p.is_file() else sorted(list(p.rglob("*.cu")) + list(p.rglob("*.cuh")))
+        files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.suffix.lower() in SUFFIXES)
         for f in files:
             try:
                 if _GLOBAL.search(f.read_text(errors="replace")):

@@ -882,9 +882,11 @@ def _branches_not_taken(text: str, before: list[str], defines: dict) -> Callable
             elif depth == 0:
                 cond = " ".join(m.group(2).split("//")[0].split())
                 names = set(re.findall(r"[A-Za-z_]\w*", cond)) - {"defined"}
-                if any(n not in macros and n not in after for n in names):
-                    return None   # a macro defined nowhere visible: decided by flags or headers not read here
-                return f"line {i + 1}: #{m.group(1)}{' ' + cond if cond else ''}"
+                unknown = sorted(n for n in names if n not in macros and n not in after)
+                at = f"line {i + 1}: #{m.group(1)}{' ' + cond if cond else ''}"
+                # a macro nothing visible defines is undefined as the file is built without -D flags (a Makefile's
+                # flag or a header not read here could define it: the reason says so)
+                return at + (f", and nothing here defines {', '.join(unknown)}" if unknown else "")
             elif m.group(1) in ("if", "ifdef", "ifndef"):
                 depth -= 1
         return None

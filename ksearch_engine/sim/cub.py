@@ -8,12 +8,15 @@ import re
 
 # cub/cub.cuh and the headers of the parts the stand-in has; any other cub/ header stays unsupported (host_headers)
 HEADERS = ("cub/cub.cuh", "cub/block/block_reduce.cuh", "cub/block/block_scan.cuh", "cub/warp/warp_reduce.cuh",
-           "cub/util_type.cuh", "cub/util_macro.cuh", "cub/config.cuh", "cub/thread/thread_operators.cuh")
+           "cub/util_type.cuh", "cub/util_macro.cuh", "cub/config.cuh", "cub/thread/thread_operators.cuh",
+           "cub/device/device_reduce.cuh", "cub/device/device_scan.cuh", "cub/device/device_radix_sort.cuh")
 OTHER_HEADERS = re.compile(r"^cub/(?!(?:" + "|".join(re.escape(h[4:]) for h in HEADERS) + r")$)")
 NAMES = frozenset({"BlockReduce", "WarpReduce", "BlockScan", "Sum", "Max", "Min", "BlockReduceAlgorithm",
                    "BlockScanAlgorithm", "BLOCK_REDUCE_RAKING_COMMUTATIVE_ONLY", "BLOCK_REDUCE_RAKING",
                    "BLOCK_REDUCE_WARP_REDUCTIONS", "BLOCK_SCAN_RAKING", "BLOCK_SCAN_RAKING_MEMOIZE",
-                   "BLOCK_SCAN_WARP_SCANS"})
+                   "BLOCK_SCAN_WARP_SCANS",
+                   # device-wide algorithms: host calls, run by the capture's runtime on the host
+                   "DeviceReduce", "DeviceScan", "DeviceRadixSort"})
 _USE = re.compile(r"\bcub\s*::\s*([A-Za-z_]\w*)")
 STAND_IN = "ksim_cub.h"   # next to the simulator's other headers (build.HEADER's folder)
 
@@ -41,5 +44,5 @@ def unsupported_uses(text: str, line0: int = 1) -> list[tuple[str, int]]:
 
 
 def reason(name: str) -> str:
-    return (f"{name} is not in ksearch's CUB stand-in (sim/ksim_cub.h: BlockReduce, WarpReduce, BlockScan and the "
-            f"Sum/Max/Min functors)")
+    return (f"{name} is not in ksearch's CUB stand-in (sim/ksim_cub.h: BlockReduce, WarpReduce, BlockScan, the "
+            f"Sum/Max/Min functors, and on the capture's host DeviceReduce, DeviceScan and DeviceRadixSort)")

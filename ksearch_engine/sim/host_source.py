@@ -461,6 +461,11 @@ def build_program(path: Path, include_dirs: list[Path], resolve_targs: bool = Tr
             line = text.count("\n", 0, m.start()) + 1
             out.append(text[pos:m.start()])
             pos = m.end()
+            # a vendored CUB checkout (`#include "cub/cub/cub.cuh"`, a git submodule the sources do not carry):
+            # the stand-in's own header, as nvcc finds the toolkit's CUB
+            vend = re.fullmatch(r"(?:\.\./)*(?:[\w.-]+/)*?cub/(cub/[\w./]+)", hname)
+            if vend and vend.group(1) in host_headers.FILES and _find(hname, quoted, p.parent, include_dirs, root)[0] is None:
+                hname = vend.group(1)
             what = host_headers.unsupported(hname)
             if what and leave_out_unsupported and what in _OFTEN_UNUSED:   # included, maybe unused: try without
                 prog.left_out.append(f"{hname} ({what})")

@@ -150,3 +150,120 @@ class BlockScan {
 };
 
 }  // namespace cub
+
+#ifdef KSIM_HOST
+// Device-wide algorithms, for the capture's programs only (host calls: no port ever carries them): run on the host,
+// as one address space holds both memories, with a note; no launch is recorded for them. The first call of each
+// (d_temp_storage null) asks for the scratch bytes, as with CUB.
+#include <algorithm>
+#include <vector>
+namespace cub {
+inline void ksc_host_note(const char* what) {
+  ksim_host::note("stubbed", std::string(what) + " was computed on the host (not recorded as a launch)");
+}
+#define KSC_SCRATCH(tmp, bytes) if (!(tmp)) { (bytes) = 256; return cudaSuccess; }
+struct DeviceReduce {
+  template <class I, class O, class Op, class T>
+  static cudaError_t Reduce(void* tmp, size_t& bytes, I in, O out, int n, Op op, T init, cudaStream_t = 0,
+                            bool = false) {
+    KSC_SCRATCH(tmp, bytes)
+    ksc_host_note("cub::DeviceReduce::Reduce");
+    T acc = init;
+    for (int i = 0; i < n; i++) acc = op(acc, in[i]);
+    *out = acc;
+    return cudaSuccess;
+  }
+  template <class I, class O, class Op>   // CUB 1.x: no initial value (the reduction of the items alone)
+  static cudaError_t Reduce(void* tmp, size_t& bytes, I in, O out, int n, Op op) {
+    KSC_SCRATCH(tmp, bytes)
+    ksc_host_note("cub::DeviceReduce::Reduce");
+    if (n <= 0) return cudaSuccess;
+    auto acc = in[0];
+    for (int i = 1; i < n; i++) acc = op(acc, in[i]);
+    *out = acc;
+    return cudaSuccess;
+  }
+  template <class I, class O> static cudaError_t Sum(void* tmp, size_t& bytes, I in, O out, int n, cudaStream_t = 0,
+                                                     bool = false) {
+    using T = std::decay_t<decltype(*out)>;
+    return Reduce(tmp, bytes, in, out, n, cub::Sum(), T());
+  }
+  template <class I, class O> static cudaError_t Max(void* tmp, size_t& bytes, I in, O out, int n, cudaStream_t = 0,
+                                                     bool = false) {
+    using T = std::decay_t<decltype(*in)>;
+    return Reduce(tmp, bytes, in, out, n, cub::Max(), std::numeric_limits<T>::lowest());
+  }
+  template <class I, class O> static cudaError_t Min(void* tmp, size_t& bytes, I in, O out, int n, cudaStream_t = 0,
+                                                     bool = false) {
+    using T = std::decay_t<decltype(*in)>;
+    return Reduce(tmp, bytes, in, out, n, cub::Min(), std::numeric_limits<T>::max());
+  }
+};
+struct DeviceScan {
+  template <class I, class O, class Op>
+  static cudaError_t InclusiveScan(void* tmp, size_t& bytes, I in, O out, Op op, int n, cudaStream_t = 0,
+                                   bool = false) {
+    KSC_SCRATCH(tmp, bytes)
+    ksc_host_note("cub::DeviceScan");
+    if (n <= 0) return cudaSuccess;
+    auto acc = in[0];
+    out[0] = acc;
+    for (int i = 1; i < n; i++) out[i] = acc = op(acc, in[i]);
+    return cudaSuccess;
+  }
+  template <class I, class O, class Op, class T>
+  static cudaError_t ExclusiveScan(void* tmp, size_t& bytes, I in, O out, Op op, T init, int n, cudaStream_t = 0,
+                                   bool = false) {
+    KSC_SCRATCH(tmp, bytes)
+    ksc_host_note("cub::DeviceScan");
+    T acc = init;
+    for (int i = 0; i < n; i++) { T v = in[i]; out[i] = acc; acc = op(acc, v); }
+    return cudaSuccess;
+  }
+  template <class I, class O> static cudaError_t InclusiveSum(void* tmp, size_t& bytes, I in, O out, int n,
+                                                              cudaStream_t = 0, bool = false) {
+    return InclusiveScan(tmp, bytes, in, out, cub::Sum(), n);
+  }
+  template <class I, class O> static cudaError_t ExclusiveSum(void* tmp, size_t& bytes, I in, O out, int n,
+                                                              cudaStream_t = 0, bool = false) {
+    using T = std::decay_t<decltype(*out)>;
+    return ExclusiveScan(tmp, bytes, in, out, cub::Sum(), T(), n);
+  }
+};
+struct DeviceRadixSort {   // a stable sort by key (begin_bit/end_bit: the whole key)
+  template <class K, class V>
+  static cudaError_t ksc_sort(void* tmp, size_t& bytes, const K* kin, K* kout, const V* vin, V* vout, int n, bool down) {
+    KSC_SCRATCH(tmp, bytes)
+    ksc_host_note("cub::DeviceRadixSort");
+    std::vector<int> idx(n > 0 ? n : 0);
+    for (int i = 0; i < n; i++) idx[i] = i;
+    std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return down ? kin[b] < kin[a] : kin[a] < kin[b]; });
+    std::vector<K> ks(n > 0 ? n : 0);
+    std::vector<V> vs(vin ? n : 0);
+    for (int i = 0; i < n; i++) { ks[i] = kin[idx[i]]; if (vin) vs[i] = vin[idx[i]]; }
+    for (int i = 0; i < n; i++) { kout[i] = ks[i]; if (vin && vout) vout[i] = vs[i]; }
+    return cudaSuccess;
+  }
+  template <class K> static cudaError_t SortKeys(void* tmp, size_t& bytes, const K* kin, K* kout, int n, int = 0,
+                                                 int = sizeof(K) * 8, cudaStream_t = 0, bool = false) {
+    return ksc_sort<K, char>(tmp, bytes, kin, kout, nullptr, nullptr, n, false);
+  }
+  template <class K> static cudaError_t SortKeysDescending(void* tmp, size_t& bytes, const K* kin, K* kout, int n,
+                                                           int = 0, int = sizeof(K) * 8, cudaStream_t = 0, bool = false) {
+    return ksc_sort<K, char>(tmp, bytes, kin, kout, nullptr, nullptr, n, true);
+  }
+  template <class K, class V> static cudaError_t SortPairs(void* tmp, size_t& bytes, const K* kin, K* kout,
+                                                           const V* vin, V* vout, int n, int = 0, int = sizeof(K) * 8,
+                                                           cudaStream_t = 0, bool = false) {
+    return ksc_sort(tmp, bytes, kin, kout, vin, vout, n, false);
+  }
+  template <class K, class V> static cudaError_t SortPairsDescending(void* tmp, size_t& bytes, const K* kin, K* kout,
+                                                                     const V* vin, V* vout, int n, int = 0,
+                                                                     int = sizeof(K) * 8, cudaStream_t = 0,
+                                                                     bool = false) {
+    return ksc_sort(tmp, bytes, kin, kout, vin, vout, n, true);
+  }
+};
+#undef KSC_SCRATCH
+}  // namespace cub
+#endif  // KSIM_HOST

@@ -303,8 +303,29 @@ def _system_header(path: str) -> bool:
 
 
 _CPP_LINKAGE = re.compile(r'^[ \t]*#[ \t]*if(?:def[ \t]+__cplusplus|[ \t]+defined[ \t]*\(?[ \t]*__cplusplus[ \t]*\)?)[^\n]*\n'
-                          r'(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*(?:extern[ \t]+"C"[ \t]*\{|\})[ \t]*(?://[^\n]*)?\n'
+                          r'(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*(?:extern[ \t]+"C"\s*\{|\})[ \t]*(?://[^\n]*)?\n'
                           r'(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*#[ \t]*endif[^\n]*$', re.M)
+
+
+_CONDITIONAL_LINE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b[^\n]*$", re.M)
+
+
+def _inner_conditionals_blanked(text: str) -> str:
+    """`text` with the conditional directives inside braces (a function's body) blanked, same length: an `else if`
+    branch behind `#ifdef` in main's option loop (`... #ifdef DBG / else if (...) / #endif / else {...}`) makes the
+    parser close the function early, so the rest of main would stay as file-scope code. Both branches read as
+    one chain, which is all the function's extent needs; directives at file scope stay."""
+    code = mask_comments(text)
+    depth, last = 0, 0
+    out = list(text)
+    for m in _CONDITIONAL_LINE.finditer(code):
+        seg = code[last:m.start()]
+        depth += seg.count("{") - seg.count("}")
+        last = m.start()
+        if depth > 0:
+            for i in range(m.start(), m.end()):
+                out[i] = " "
+    return "".join(out)
 
 
 def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
@@ -316,7 +337,8 @@ def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
     src = source.encode("utf-8")
     # a C header's `#ifdef __cplusplus / extern "C" { / #endif ... }` splits a block across conditionals, which
     # the parser cannot follow: it reads the text without those lines (same length: the spans stay)
-    tree = _parser().parse(_CPP_LINKAGE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source).encode("utf-8"))
+    tree = _parser().parse(_inner_conditionals_blanked(
+        _CPP_LINKAGE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)).encode("utf-8"))
     spans: list[tuple[int, int]] = []
 
     def host_prototype(decl) -> bool:

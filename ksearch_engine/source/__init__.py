@@ -20,6 +20,9 @@ __all__ = ["find_kernels", "language_of", "parse_bytes", "language", "Diagnostic
            "LaunchSite", "Param", "ParseResult", "Position", "Range", "SharedDecl", "TemplateParam"]
 
 _SUFFIX = {".cu": "cuda", ".cuh": "cuda", ".metal": "metal", ".py": "python"}
+# C/C++ headers hold CUDA kernels too (`device_reduce_atomic.h` beside its main.cu): read as CUDA when their
+# text has CUDA's function qualifiers
+HEADER_SUFFIXES = (".h", ".hpp", ".hh", ".hxx", ".inl")
 
 
 def language_of(path_or_language: str) -> str | None:
@@ -34,10 +37,16 @@ def find_kernels(text: str | bytes, path_or_language: str) -> ParseResult:
     lang = language_of(path_or_language)
     path = None if path_or_language in ("cuda", "metal", "python") else str(path_or_language)
     data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
+    if lang is None and PurePath(path_or_language).suffix.lower() in HEADER_SUFFIXES:
+        if b"__global__" not in data and b"__device__" not in data:
+            return ParseResult(language="unknown", path=path, diagnostics=[Diagnostic(
+                message="this header has no CUDA code (no __global__ or __device__ function): no kernels to find",
+                line=0)])
+        lang = "cuda"
     if lang is None:
         return ParseResult(language="unknown", path=path, diagnostics=[Diagnostic(
-            message=f"unsupported file type '{path_or_language}': expected .cu, .cuh, .metal or .py",
-            line=0)])
+            message=f"unsupported file type '{path_or_language}': expected .cu, .cuh, .metal or .py (or a C/C++ "
+                    "header holding CUDA kernels)", line=0)])
     if b"\x00" in data[:65536] or _mostly_binary(data):
         return ParseResult(language="unknown", path=path, diagnostics=[Diagnostic(
             message="this file is binary, not source text: no kernels to find", line=0)])

@@ -104,6 +104,14 @@ def known_macros(texts: list[str], macros: dict | None = None) -> dict:
     return out
 
 
+def _guard(lines: list[str], start: int, name: str) -> bool:
+    """Whether the first line with text from `start` on is `#define <name>` (an include guard's)."""
+    for line in lines[start:start + 20]:
+        if line.strip():
+            return re.match(rf"\s*#\s*define\s+{re.escape(name)}\s*(?://.*|/\*.*)?$", line) is not None
+    return False
+
+
 def resolve_conditionals(text: str, macros: dict | None = None) -> tuple[str, dict]:
     """(`text` with the conditionals it can decide resolved, the macros after it); see the module docstring."""
     macros = dict(PREDEFINED) if macros is None else dict(macros)
@@ -149,6 +157,8 @@ def resolve_conditionals(text: str, macros: dict | None = None) -> tuple[str, di
                     v = None if d is UNKNOWN else (1 if d is not None else 0)
                     if v is not None and kind == "ifndef":
                         v = 1 - v
+                    if v is None and kind == "ifndef" and _guard(lines, j + 1, name.group(1)):
+                        v = 1   # an include guard (`#ifndef __JACOBI_H__` / `#define __JACOBI_H__`): first inclusion
                 if v is None:
                     stack.append(["unknown"])
                     out += keep

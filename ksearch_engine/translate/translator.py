@@ -307,7 +307,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                         + _instantiated_types(k, parse_result.source)
                                         + _device_class_names(k, parse_result.preamble) + file_shared_decls)
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
-        + preamble
+        + [_without_host_members(e, parse_result.preamble) for e in preamble]
     issues += _class_problems(cmembers, ctx, parse_result.source, src_path, line0)
     from .classcheck import shared_object_calls   # member calls on a __shared__ object of a class whose objects
     issues += [Issue(construct=c, line=ln, severity="error", message=msg) for c, ln, msg in shared_object_calls(
@@ -838,6 +838,52 @@ def _instantiated_types(k, source: str) -> list[str]:
     return sorted(set(re.findall(r"\b[A-Za-z_]\w*\s*<\s*([A-Za-z_]\w*)\s*(?:,[^<>;]*)?>\s*(?:\(|<<<)", source or "")))
 
 
+def _device_words(preamble: list[str]) -> set[str]:
+    """`__device__` and the file's macros that expand to it (`#define HD __host__ __device__`)."""
+    return {"__device__"} | {m.group(1) for e in preamble for m in [re.match(
+        r"\s*#\s*define\s+([A-Za-z_]\w*)\s+[^\n]*\b__device__\b", e)] if m}
+
+
+def _without_host_members(entry: str, preamble: list[str]) -> str:
+    """A class definition without its host-only member functions (no `__device__`, not constexpr: an
+    `operator new` that calls cudaMallocManaged, a method that prints): device code cannot call them, and neither
+    port's compiler has the host API they call."""
+    if not re.match(r"\s*(?:template\s*<[^{;]*>\s*)?(?:struct|class)\b", analysis.unwrap_namespaces(entry)) \
+            or "(" not in entry:
+        return entry
+    from ..launchsites import balanced
+    from ..sim.preprocess import mask_comments
+    code = mask_comments(entry)
+    open_at = code.find("{")
+    if open_at < 0:
+        return entry
+    device = _device_words(preamble) | {"constexpr"}
+    spans, depth, seg, i = [], 0, open_at + 1, open_at + 1
+    while i < len(code):
+        c = code[i]
+        if c == "}" and depth == 0:
+            break
+        if c in ";}":
+            seg = i + 1
+        elif c == "{":
+            close = balanced(code, i, "{", "}")
+            if close <= 0:
+                return entry
+            head = re.sub(r"\b(?:public|private|protected)\s*:(?!:)", lambda m: " " * len(m.group(0)), code[seg:i])
+            start = seg + len(head) - len(head.lstrip())
+            is_fn = "(" in head and not re.search(r"\b(?:struct|class|union|enum)\b", head) and "=" not in \
+                head.split("(")[0]
+            if is_fn and not set(re.findall(r"[A-Za-z_]\w*", head)) & device:
+                spans.append((start, close + 1))
+            i = close
+            seg = close + 1
+        i += 1
+    out = entry
+    for a, b in reversed(spans):
+        out = out[:a] + re.sub(r"[^\n]", " ", out[a:b]) + out[b:]
+    return out
+
+
 def _device_class_names(k, preamble: list[str]) -> list[str]:
     """For a kernel that takes a parameter of a template type by value (`template <class Payoff> k(Payoff p)`): the
     file's classes with device member functions (functors, payoffs), which an instantiation the capture records
@@ -845,8 +891,7 @@ def _device_class_names(k, preamble: list[str]) -> list[str]:
     typenames = {tp.name for tp in k.template_params if tp.kind == "typename"}
     if not any(not p.pointer and re.sub(r"\b(?:const|volatile)\b|[&\s]", "", p.type) in typenames for p in k.params):
         return []
-    device_words = {"__device__"} | {m.group(1) for e in preamble for m in [re.match(
-        r"\s*#\s*define\s+([A-Za-z_]\w*)\s+[^\n]*\b__device__\b", e)] if m}
+    device_words = _device_words(preamble)
     out = []
     for e in preamble:
         m = re.match(r"\s*(?:template\s*<[^{;]*>\s*)?(?:struct|class)\s+([A-Za-z_]\w*)[^;{]*\{", analysis.unwrap_namespaces(e))

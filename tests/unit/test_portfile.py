@@ -9,6 +9,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ksearch_engine.portfile import find_program, module_path_for, port_file
@@ -327,3 +328,87 @@ def test_an_erf_gelu_ports_to_metal_through_the_headers_erf(tmp_path):
     rep = port_file(tmp_path / "gelu.cu", write=False)
     v = rep.kernels[0]
     assert v.status == "verified" and v.workload == "captured", v.reason
+
+
+def test_a_class_with_host_only_members_reaches_the_ports_without_them(tmp_path):
+    # the unified-memory idiom: a base class whose operator new/delete call cudaMallocManaged; the kernel takes
+    # the derived plain-data struct. Neither port's compiler has the host API: host-only members are left out.
+    (tmp_path / "managed.cu").write_text(
+        "#include <cstdio>\n"
+        "class Managed {\npublic:\n"
+        "  void *operator new[](size_t len) { void *p; cudaMallocManaged(&p, len); return p; }\n"
+        "  void operator delete[](void *p) { cudaDeviceSynchronize(); cudaFree(p); }\n};\n"
+        "struct Particle : public Managed {\n  float x, v;\n  __device__ float speed() const { return v; }\n};\n"
+        "__global__ void step(Particle *p, float dt, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) p[i].x += p[i].speed() * dt;\n}\n"
+        "int main() {\n  int n = 300;\n  Particle *p = new Particle[n];\n"
+        "  for (int i = 0; i < n; i++) { p[i].x = i; p[i].v = 1.0f + i % 3; }\n"
+        "  step<<<(n + 127) / 128, 128>>>(p, 0.5f, n);\n  cudaDeviceSynchronize();\n"
+        "  printf(\"%f\\n\", p[10].x);\n  delete[] p;\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "managed.cu", write=False)
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "captured", v.reason
+
+
+def test_preprocessor_shapes_of_real_code(tmp_path):
+    # (1) a type macro chosen by #if inside an include guard spelled like a system name (`__JACOBI_H__`),
+    # (2) an `else if` branch behind #ifdef in main's option loop (the parser closed main early),
+    # (3) a kernel behind #ifdef of a macro nothing defines: not compiled as built, said with the condition
+    (tmp_path / "Jacobi.h").write_text(
+        "#ifndef __JACOBI_H__\n#define __JACOBI_H__\n#define USE_FLOAT 0\n"
+        "#if USE_FLOAT\n#define real float\n#else\n#define real double\n#endif\n#endif\n")
+    (tmp_path / "k.cu").write_text(
+        "#include <cstdio>\n#include <cstring>\n#include <cstdlib>\n#include \"Jacobi.h\"\n"
+        "__global__ void scale(real *out, const real *in, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) out[i] = in[i] * (real)2.0;\n}\n"
+        "#ifdef WITH_OLD_PATH\n__global__ void old_path(float *a) { a[threadIdx.x] = 2.f; }\n#endif\n"
+        "int main(int argc, char **argv) {\n  int n = 1024;\n  bool verbose = false;\n"
+        "  for (int i = 1; i < argc; ++i) {\n"
+        "    if (!strcmp(argv[i], \"-n\")) n = strtol(argv[++i], NULL, 10);\n"
+        "#ifdef WITH_DEBUG\n    else if (!strcmp(argv[i], \"-v\")) verbose = true;\n#endif\n"
+        "    else { fprintf(stderr, \"unknown option %s\\n\", argv[i]); exit(1); }\n  }\n"
+        "  printf(\"n=%d %d\\n\", n, (int)verbose);\n  real *a, *b;\n"
+        "  cudaMalloc(&a, n * sizeof(real)); cudaMalloc(&b, n * sizeof(real));\n"
+        "  if (argc > 99) scale<<<(n + 255) / 256, 256>>>(b, a, n);\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "k.cu", write=False)
+    got = {v.kernel: v for v in rep.kernels}
+    assert got["scale"].status == "verified", got["scale"].reason
+    assert got["old_path"].status == "not_ported"
+    assert "#ifdef WITH_OLD_PATH" in got["old_path"].reason and "nothing here defines WITH_OLD_PATH" \
+        in got["old_path"].reason
+
+
+def test_kernels_in_a_c_header_with_cub_device_algorithms_in_its_program(tmp_path):
+    # a blog layout: the kernels live in `reduce.h` (an `__inline__` device helper), main.cu includes it and calls
+    # CUB's device-wide algorithms (DeviceReduce, DeviceScan, DeviceRadixSort), which the capture runs on the host:
+    # their results reach the kernel's captured inputs
+    (tmp_path / "reduce.h").write_text(
+        "__inline__ __device__ float twice(float v) { return 2.0f * v; }\n"
+        "__global__ void add_total(const float* total, const int* keys, const float* scan, float* out, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  if (i < n) out[i] = twice(total[0]) + keys[i] + scan[i];\n}\n")
+    (tmp_path / "main.cu").write_text(
+        "#include <cstdio>\n#include <cub/cub.cuh>\n#include \"reduce.h\"\n"
+        "int main() {\n  const int n = 100; float h[n]; int k[n];\n"
+        "  for (int i = 0; i < n; i++) { h[i] = 0.5f * (i % 7); k[i] = (37 * i) % n; }\n"
+        "  float *x, *total, *scan, *out; int *keys, *sorted;\n"
+        "  cudaMalloc(&x, sizeof h); cudaMalloc(&total, 4); cudaMalloc(&scan, sizeof h); cudaMalloc(&out, sizeof h);\n"
+        "  cudaMalloc(&keys, sizeof k); cudaMalloc(&sorted, sizeof k);\n"
+        "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice); cudaMemcpy(keys, k, sizeof k, cudaMemcpyHostToDevice);\n"
+        "  void* tmp = nullptr; size_t bytes = 0;\n"
+        "  cub::DeviceReduce::Sum(tmp, bytes, x, total, n); cudaMalloc(&tmp, bytes);\n"
+        "  cub::DeviceReduce::Sum(tmp, bytes, x, total, n);\n"
+        "  cub::DeviceScan::ExclusiveSum(tmp, bytes, x, scan, n);\n"
+        "  cub::DeviceRadixSort::SortKeys(tmp, bytes, keys, sorted, n);\n"
+        "  add_total<<<1, 128>>>(total, sorted, scan, out, n);\n  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "reduce.h", write=False)
+    assert rep.capture.status == "ok", rep.capture.error
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "captured", v.reason
+    from ksearch_engine.sim.capture import capture_program
+    cap = capture_program(tmp_path / "main.cu", timeout_s=60)
+    got = {a.name: np.load(f"{cap.dir}/{a.before}") for a in cap.launches[0].args if a.before}
+    h = 0.5 * (np.arange(100) % 7)
+    assert got["total"][0] == pytest.approx(h.sum())
+    assert list(got["keys"][:100]) == list(range(100))
+    np.testing.assert_allclose(got["scan"][:100], np.concatenate([[0], np.cumsum(h)[:-1]]), rtol=1e-6)
