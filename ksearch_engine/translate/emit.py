@@ -216,9 +216,13 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
             # structured scalar/array)
             import numpy as np
             raw = bytes(a) if isinstance(a, (bytes, bytearray, memoryview)) else np.asarray(a).tobytes()
-            if p.get("repack"):   # its doubles as the ports' floats (both ports compute doubles as float)
-                out = bytearray(p["port_bytes"])
-                for src, sdt, dst, ddt in p["repack"]:
+            repack, port_bytes = p.get("repack"), p.get("port_bytes")
+            if p.get("template_type") in struct_types:
+                repack, port_bytes = (globals().get("STRUCT_REPACK") or {}).get(
+                    dict(type_defs)[p["template_type"]], (None, None))
+            if repack:   # its doubles as the ports' floats (both ports compute doubles as float)
+                out = bytearray(port_bytes)
+                for src, sdt, dst, ddt in repack:
                     v = np.frombuffer(raw, dtype=sdt, count=1, offset=src).astype(ddt)
                     out[dst:dst + v.itemsize] = v.tobytes()
                 raw = bytes(out)
@@ -333,6 +337,8 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w(f"ATOMIC_OUTPUTS = {tr.atomic_outputs!r}")
     if plan.enumerators:
         w(f"ENUMERATORS = {plan.enumerators!r}   # the file's enum constants, for template=[...] by name")
+    if plan.struct_repack:   # a template type the instantiation makes one of these structs: its doubles as float
+        w(f"STRUCT_REPACK = {({n: [[list(x) for x in r], b] for n, (r, b) in plan.struct_repack.items()})!r}")
     w(f"STATIC_SHARED_BYTES = {static_bytes}   # of __shared__ arrays (threadgroup memory)")
     w("APPLE_THREADGROUP_BYTES = 32768")
     w("")

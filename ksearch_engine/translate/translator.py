@@ -99,6 +99,7 @@ class _Plan:
     smem: str = "0"
     tags: set[int] = field(default_factory=set)   # indexes of empty tag parameters (std::bool_constant<B>): no input
     enumerators: dict[str, int] = field(default_factory=dict)   # the file's enum constants (template arguments)
+    struct_repack: dict = field(default_factory=dict)   # {struct: (repack, port bytes)}: template types with doubles
 
 
 def module_path_for(source_path: str | Path) -> Path:
@@ -356,6 +357,10 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
         issues.append(Issue(construct="double", line=line0, severity="warning",
                             message="double buffers and arithmetic are float in both ports (MLX GPU arrays have no "
                                     "float64; Metal has no double)"))
+    if _LEGACY_WARP.search("\n".join([k.text] + [h.text for h in helpers] + preamble)):
+        # pre-CUDA 9 shuffles and votes: NVRTC declares them only below sm_70; the CUDA-backend port maps them
+        # onto their _sync forms over the full warp, which is what they meant
+        cuda_header_parts.append(LEGACY_WARP_CUDA)
     from .wmma import cuda_header_lines   # <mma.h> and the file's nvcuda namespace lines (wmma.py)
     cuda_header_parts += cuda_header_lines(parse_result.source, [k.text] + [h.text for h in helpers])
     from .launch import tag_support   # a std integral constant tag the body reads: NVRTC has no <type_traits>
@@ -453,6 +458,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     _plan_launch(plan, k, launch, profile, template_values, issues, source_bytes, fnames)
     macros = [f"{py_name(n)} = {v}" for n, v in analysis.define_constants(parse_result.preamble).items()]
     plan.config_lines = macros + [f"{py_name(n)} = {v}" for n, v in host_fns.items()] + plan.config_lines
+    from .layout import double_repack   # functors of the file holding doubles: launch() hands both ports floats
+    plan.struct_repack = {n: (r[0], r[1]) for n in _device_class_names(k, parse_result.preamble)
+                          for r in [double_repack(n, parse_result.preamble)] if r is not None}
     if any(tp.kind != "typename" for tp in k.template_params):   # `template <test_t T>` launched as <WRITE>
         enum_env = analysis.constants_env([e for e in parse_result.preamble if re.match(r"\s*(?:typedef\s+)?enum\b", e)], {})
         plan.enumerators = {n: v for n, v in enum_env.items() if isinstance(v, int)}
@@ -836,6 +844,22 @@ def _instantiated_types(k, source: str) -> list[str]:
     if not any(tp.kind == "typename" for tp in k.template_params):
         return []
     return sorted(set(re.findall(r"\b[A-Za-z_]\w*\s*<\s*([A-Za-z_]\w*)\s*(?:,[^<>;]*)?>\s*(?:\(|<<<)", source or "")))
+
+
+_LEGACY_WARP = re.compile(r"\b__(?:shfl|shfl_up|shfl_down|shfl_xor|any|all|ballot)\s*\(")
+LEGACY_WARP_CUDA = """// ksearch: pre-CUDA 9 warp shuffles and votes (not declared for sm_70 and later) as their _sync forms
+template <typename T> __device__ inline T ks_shfl(T v, int s, int w = 32) { return __shfl_sync(0xffffffffu, v, s, w); }
+template <typename T> __device__ inline T ks_shfl_up(T v, unsigned d, int w = 32) { return __shfl_up_sync(0xffffffffu, v, d, w); }
+template <typename T> __device__ inline T ks_shfl_down(T v, unsigned d, int w = 32) { return __shfl_down_sync(0xffffffffu, v, d, w); }
+template <typename T> __device__ inline T ks_shfl_xor(T v, int m, int w = 32) { return __shfl_xor_sync(0xffffffffu, v, m, w); }
+#define __shfl(...) ks_shfl(__VA_ARGS__)
+#define __shfl_up(...) ks_shfl_up(__VA_ARGS__)
+#define __shfl_down(...) ks_shfl_down(__VA_ARGS__)
+#define __shfl_xor(...) ks_shfl_xor(__VA_ARGS__)
+#define __any(p) __any_sync(0xffffffffu, (p))
+#define __all(p) __all_sync(0xffffffffu, (p))
+#define __ballot(p) __ballot_sync(0xffffffffu, (p))
+"""
 
 
 def _device_words(preamble: list[str]) -> set[str]:

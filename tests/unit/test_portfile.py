@@ -270,12 +270,13 @@ def test_a_kernel_templated_on_an_enum_is_checked_at_the_enumerator_its_launch_n
 
 def test_a_functor_passed_by_value_to_a_template_kernel_is_deduced_from_the_capture(tmp_path):
     # `apply<128><<<...>>>(op, ...)` inside `template <class Op> void run(Op op, ...)`: Op is deduced from the
-    # argument (Scale, then Shift), the launch names only BS; the functors' member functions carry a macro of
+    # argument (Put, whose double both ports take as float, then Shift), the launch names only BS; the functors' member functions carry a macro of
     # CUDA qualifiers (`#define HD __host__ __device__`). Each instantiation is checked on its captured launch.
     (tmp_path / "functor.cu").write_text(
         "#include <cstdio>\n#define HD __host__ __device__\n"
         "struct Scale { float s; HD float operator()(float x) const { return s * x; } };\n"
         "struct Shift { float b; int k; HD float operator()(float x) const { return x + b * k; } };\n"
+        "struct Put { double K; HD double operator()(double s) const { return s < K ? K - s : 0.0; } };\n"
         "template <int BS, class Op>\n__global__ void apply(Op op, const float* x, float* y, int n) {\n"
         "  int i = blockIdx.x * BS + threadIdx.x;\n  if (i < n) y[i] = op(x[i]);\n}\n"
         "template <class Op> void run(Op op, const float* x, float* y, int n) {\n"
@@ -284,7 +285,7 @@ def test_a_functor_passed_by_value_to_a_template_kernel_is_deduced_from_the_capt
         "  for (int i = 0; i < n; i++) h[i] = 0.5f * i;\n"
         "  cudaMalloc(&x, sizeof h); cudaMalloc(&y, sizeof h);\n"
         "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);\n"
-        "  run(Scale{2.0f}, x, y, n);\n  run(Shift{1.5f, 3}, x, y, n);\n"
+        "  run(Put{40.0}, x, y, n);\n  run(Shift{1.5f, 3}, x, y, n);\n"
         "  cudaDeviceSynchronize();\n  return 0;\n}\n")
     rep = port_file(tmp_path / "functor.cu", write=False)
     assert rep.capture.status == "ok" and rep.capture.launches == 2, rep.capture.error
@@ -311,6 +312,12 @@ def test_legacy_warp_votes_and_cuda_math_library_calls_capture_and_port(tmp_path
     assert rep.capture.status == "ok", rep.capture.error
     v = rep.kernels[0]
     assert v.status == "verified" and v.workload == "captured", v.reason
+    # the CUDA-backend port maps them onto the _sync forms NVRTC has for sm_70 and later
+    from ksearch_engine.source import find_kernels
+    from ksearch_engine.translate import translate_kernel
+    text = (tmp_path / "vote.cu").read_text()
+    tr = translate_kernel(find_kernels(text, str(tmp_path / "vote.cu")), "vote", str(tmp_path / "vote.cu"))
+    assert "#define __shfl_down(...) ks_shfl_down(__VA_ARGS__)" in tr.launch_cuda_header
 
 
 def test_an_erf_gelu_ports_to_metal_through_the_headers_erf(tmp_path):
