@@ -308,6 +308,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                         + _instantiated_types(k, parse_result.source)
                                         + _device_class_names(k, parse_result.preamble) + file_shared_decls)
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
+        + _primary_declarations(helpers, parse_result.source) \
         + [_without_host_members(e, parse_result.preamble) for e in preamble]
     issues += _class_problems(cmembers, ctx, parse_result.source, src_path, line0)
     from .classcheck import shared_object_calls   # member calls on a __shared__ object of a class whose objects
@@ -954,10 +955,33 @@ _REF_RETURN = re.compile(r"(^|[;{}]|\binline\b|\bstatic\b)([ \t]*)((?:const[ \t]
                          r"[ \t]*&)(?=[ \t]*(?:operator\b|[A-Za-z_]\w*[ \t]*\())", re.M)
 
 
+def _primary_declarations(helpers, source: str) -> list[str]:
+    """`template <typename T> __device__ T myrand(T i);`: the primary template a helper specializes explicitly
+    (`template<> __device__ uint64_t myrand(uint64_t x) {...}`) where the file only declares it; C++ takes no
+    specialization without it."""
+    from ..sim.preprocess import mask_comments
+    out = []
+    code = None
+    for h in helpers:
+        if not re.match(r"\s*template\s*<\s*>", h.text):
+            continue
+        code = code if code is not None else mask_comments(source)
+        m = re.search(rf"(?m)^[ \t]*template\s*<[^<>;{{}}]*(?:<[^<>;{{}}]*>[^<>;{{}}]*)*>\s*(?:(?:__device__|__host__|"
+                      rf"__forceinline__|inline|static)\s+)*[\w:<>*&\s]+?\b{re.escape(h.name)}\s*\([^;{{}}]*\)\s*;", code)
+        if m and m.group(0) not in out:
+            out.append(source[m.start():m.end()].strip())
+    return out
+
+
+_TEMPLATE_DECL_QUALIFIERS = re.compile(r"(?m)^([ \t]*template\s*<[^;{}]*>\s*)((?:(?:__device__|__host__|__forceinline__)"
+                                       r"\s+)+)(?=[^;{}]*\)\s*;)")
+
+
 def _metal_entries(rewriter: Rewriter, run: list[str]) -> str:
     """A run of file-scope entries (macros, types, constants) in Metal."""
-    return _metal_macro_qualifiers(_metal_packed_fields(_metal_class_members(
+    text = _metal_macro_qualifiers(_metal_packed_fields(_metal_class_members(
         rewriter.rewrite_snippet(_metal_align("\n".join(run))))))
+    return _TEMPLATE_DECL_QUALIFIERS.sub(lambda m: m.group(1), text)   # a function template's declaration
 
 
 def _metal_macro_qualifiers(text: str) -> str:

@@ -419,3 +419,19 @@ def test_kernels_in_a_c_header_with_cub_device_algorithms_in_its_program(tmp_pat
     assert got["total"][0] == pytest.approx(h.sum())
     assert list(got["keys"][:100]) == list(range(100))
     np.testing.assert_allclose(got["scan"][:100], np.concatenate([[0], np.cumsum(h)[:-1]]), rtol=1e-6)
+
+
+def test_an_explicit_specialization_of_a_declared_helper_template_reaches_both_ports(tmp_path):
+    # `template <typename T> __device__ T next(T);` declared only, then `template<> __device__ uint64_t next(...)`
+    # defined: both headers need the declaration before the specialization
+    (tmp_path / "lcg.cu").write_text(
+        "#include <cstdint>\n"
+        "template <typename T> __device__ T next_rand(T i);\n"
+        "template<>\n__device__ __forceinline__ uint64_t next_rand(uint64_t x) {\n"
+        "  return (1103515245ull * x + 12345ull) % (1ull << 31);\n}\n"
+        "__global__ void fill(uint64_t* out, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "  if (i < n) out[i] = next_rand((uint64_t)i);\n}\n")
+    rep = port_file(tmp_path / "lcg.cu", write=False)
+    v = rep.kernels[0]
+    assert v.status == "verified", v.reason
