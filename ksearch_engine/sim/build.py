@@ -196,6 +196,12 @@ def build(code: str, what: str, user_files: set[str] | None = None, host: bool =
         tmp.unlink(missing_ok=True)
         src.unlink(missing_ok=True)
         msg, line, file = map_diagnostics(r.stderr, _user_files(user_files or set()))
+        # local headers the source includes that are not here (preprocess.inline_local_includes left them out):
+        # most likely what the error is about
+        missing = list(dict.fromkeys(re.findall(r"/\* ksearch: header (\S+) not found: left out \*/", code)))
+        if missing:
+            msg = (f"the file includes {', '.join(missing[:3])}, which {'is' if len(missing) == 1 else 'are'} not "
+                   f"here (pass its folder with -I, or copy it beside the file); " + msg)
         raise SimError(f"{what}: {msg}", line, file=file, kind="compile", details=r.stderr)
     os.replace(tmp, so)
     os.replace(src, d / f"k{key}.cpp")  # kept next to the library for debugging

@@ -435,3 +435,16 @@ def test_an_explicit_specialization_of_a_declared_helper_template_reaches_both_p
     rep = port_file(tmp_path / "lcg.cu", write=False)
     v = rep.kernels[0]
     assert v.status == "verified", v.reason
+
+
+def test_a_missing_local_header_is_named_in_the_reason(tmp_path):
+    # the kernel uses a type of `range.hpp`, which is not beside the file: the reason names the header first,
+    # not only the compiler's "'util' has not been declared"
+    (tmp_path / "k.cu").write_text(
+        "#include \"range.hpp\"\n"
+        "__global__ void count(const char* text, int* n, size_t len) {\n"
+        "  for (auto i : util::lang::range(0, (int)len)) if (text[i] == 'x') atomicAdd(n, 1);\n}\n")
+    rep = port_file(tmp_path / "k.cu", write=False)
+    v = rep.kernels[0]
+    assert v.status != "verified"
+    assert "the file includes range.hpp, which is not here (pass its folder with -I" in v.reason, v.reason
