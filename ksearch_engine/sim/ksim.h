@@ -1358,55 +1358,26 @@ inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 // directed-rounding arithmetic (_rz/_ru/_rd) computed with the default rounding: within a last place, which the
 // checks' tolerances take; the double forms (__dadd_rn, __drcp_rn, __fma_rn...) in double
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dsub_rn(double a, double b) { return a - b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
-inline double __ddiv_rn(double a, double b) { return a / b; }
-inline double __drcp_rn(double x) { return 1.0 / x; }
-inline double __dsqrt_rn(double x) { return sqrt(x); }
-inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
-inline double __dadd_rz(double a, double b) { return a + b; }
-inline double __dsub_rz(double a, double b) { return a - b; }
-inline double __dmul_rz(double a, double b) { return a * b; }
-inline double __ddiv_rz(double a, double b) { return a / b; }
-inline double __drcp_rz(double x) { return 1.0 / x; }
-inline double __dsqrt_rz(double x) { return sqrt(x); }
-inline double __fma_rz(double a, double b, double c) { return fma(a, b, c); }
-inline float __fadd_rz(float a, float b) { return a + b; }
-inline float __fsub_rz(float a, float b) { return a - b; }
-inline float __fmul_rz(float a, float b) { return a * b; }
-inline float __fdiv_rz(float a, float b) { return a / b; }
-inline float __frcp_rz(float x) { return 1.0f / x; }
-inline float __fsqrt_rz(float x) { return sqrtf(x); }
-inline float __fmaf_rz(float a, float b, float c) { return fmaf(a, b, c); }
-inline double __dadd_ru(double a, double b) { return a + b; }
-inline double __dsub_ru(double a, double b) { return a - b; }
-inline double __dmul_ru(double a, double b) { return a * b; }
-inline double __ddiv_ru(double a, double b) { return a / b; }
-inline double __drcp_ru(double x) { return 1.0 / x; }
-inline double __dsqrt_ru(double x) { return sqrt(x); }
-inline double __fma_ru(double a, double b, double c) { return fma(a, b, c); }
-inline float __fadd_ru(float a, float b) { return a + b; }
-inline float __fsub_ru(float a, float b) { return a - b; }
-inline float __fmul_ru(float a, float b) { return a * b; }
-inline float __fdiv_ru(float a, float b) { return a / b; }
-inline float __frcp_ru(float x) { return 1.0f / x; }
-inline float __fsqrt_ru(float x) { return sqrtf(x); }
-inline float __fmaf_ru(float a, float b, float c) { return fmaf(a, b, c); }
-inline double __dadd_rd(double a, double b) { return a + b; }
-inline double __dsub_rd(double a, double b) { return a - b; }
-inline double __dmul_rd(double a, double b) { return a * b; }
-inline double __ddiv_rd(double a, double b) { return a / b; }
-inline double __drcp_rd(double x) { return 1.0 / x; }
-inline double __dsqrt_rd(double x) { return sqrt(x); }
-inline double __fma_rd(double a, double b, double c) { return fma(a, b, c); }
-inline float __fadd_rd(float a, float b) { return a + b; }
-inline float __fsub_rd(float a, float b) { return a - b; }
-inline float __fmul_rd(float a, float b) { return a * b; }
-inline float __fdiv_rd(float a, float b) { return a / b; }
-inline float __frcp_rd(float x) { return 1.0f / x; }
-inline float __fsqrt_rd(float x) { return sqrtf(x); }
-inline float __fmaf_rd(float a, float b, float c) { return fmaf(a, b, c); }
+#define KSIM_DROUND(r)                                                                   \
+  inline double __dadd_##r(double a, double b) { return a + b; }                         \
+  inline double __dsub_##r(double a, double b) { return a - b; }                         \
+  inline double __dmul_##r(double a, double b) { return a * b; }                         \
+  inline double __ddiv_##r(double a, double b) { return a / b; }                         \
+  inline double __drcp_##r(double x) { return 1.0 / x; }                                 \
+  inline double __dsqrt_##r(double x) { return sqrt(x); }                                \
+  inline double __fma_##r(double a, double b, double c) { return fma(a, b, c); }
+#define KSIM_FROUND(r)                                                                   \
+  inline float __fadd_##r(float a, float b) { return a + b; }                            \
+  inline float __fsub_##r(float a, float b) { return a - b; }                            \
+  inline float __fmul_##r(float a, float b) { return a * b; }                            \
+  inline float __fdiv_##r(float a, float b) { return a / b; }                            \
+  inline float __frcp_##r(float x) { return 1.0f / x; }                                  \
+  inline float __fsqrt_##r(float x) { return sqrtf(x); }                                 \
+  inline float __fmaf_##r(float a, float b, float c) { return fmaf(a, b, c); }
+KSIM_DROUND(rn) KSIM_DROUND(rz) KSIM_DROUND(ru) KSIM_DROUND(rd)
+KSIM_FROUND(rz) KSIM_FROUND(ru) KSIM_FROUND(rd)
+#undef KSIM_DROUND
+#undef KSIM_FROUND
 inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }

@@ -85,7 +85,8 @@ def file_symbols(source: str, preamble: list[str]) -> list[Symbol]:
     for m in _DECL.finditer(code):
         if depth_at(m.start()) != 0:
             continue
-        first, *more = _declarators(m.group("rest"))
+        from ..sim.preprocess import split_top
+        first, *more = split_top(m.group("rest"), "([{", ")]}")
         t = re.match(r"\s*(?P<type>[A-Za-z_][\w\s]*?)\s+(?=[A-Za-z_]\w*\s*(?:\[|=|$))", first)
         if t is None:
             continue
@@ -95,22 +96,6 @@ def file_symbols(source: str, preamble: list[str]) -> list[Symbol]:
             if sym is not None:
                 out.append(sym)
     return out
-
-
-def _declarators(rest: str) -> list[str]:
-    """The declarators of one declaration's text, split at its top-level commas."""
-    parts, depth, cur = [], 0, ""
-    for ch in rest:
-        if ch in "[({":
-            depth += 1
-        elif ch in "])}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return parts + [cur]
 
 
 def _symbol(m, source: str, type_text: str, rest: str, env, preamble) -> "Symbol | None":
