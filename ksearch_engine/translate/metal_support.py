@@ -220,6 +220,20 @@ inline float ks_erf(float x) { return 1.0f - ks_erfc(x); }
 """
 
 
+VOTE = """// ksearch: CUDA's counting and voting barriers (__syncthreads_count/_and/_or) for Metal: every thread adds its
+// predicate to a threadgroup atomic between barriers and reads the total; the first barrier keeps the reset after
+// every thread has read the previous total
+inline int ks_syncthreads_count(bool p, threadgroup atomic_int* c, uint lin) {
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (lin == 0) atomic_store_explicit(c, 0, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (p) atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+  threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device);
+  return atomic_load_explicit(c, memory_order_relaxed);
+}
+"""
+
+
 def metal_support(text: str) -> str:
     """The support code `text` (a rewritten Metal header + body) calls, to put first in its header."""
     out = []
@@ -235,6 +249,8 @@ def metal_support(text: str) -> str:
         out.append(MEMSET)
     if "ks_erf" in text:
         out.append(ERF)
+    if "ks_syncthreads_count(" in text:
+        out.append(VOTE)
     from .curand import support as curand_support, uses_curand   # cuRAND's device API (curand.py)
     if uses_curand(text):
         out.append(curand_support("metal"))

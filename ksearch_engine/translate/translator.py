@@ -302,7 +302,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     ctx.fragment_types = fragment_aliases(parse_result.source)
     rw = Rewriter(table, line_offset=line0, context=ctx)
     _, metal_body = rw.rewrite_function(k.text, helper=False)
-    metal_body = _with_clock(_align_first(_with_hoisted(metal_body, hshared.kernel_decls)))
+    metal_body = _with_vote(_with_clock(_align_first(_with_hoisted(metal_body, hshared.kernel_decls))))
     header_parts = []
     preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers]
                                         + _instantiated_types(k, parse_result.source)
@@ -414,7 +414,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     lctx.dynamic_shared.update(hshared.dynamic)
     lrw = Rewriter(table, line_offset=line0, context=lctx)
     _, launch_metal_body = lrw.rewrite_function(k.text, helper=False)
-    launch_metal_body = _with_clock(_align_first(_with_hoisted(launch_metal_body, hshared.kernel_decls)))
+    launch_metal_body = _with_vote(_with_clock(_align_first(_with_hoisted(launch_metal_body, hshared.kernel_decls))))
     lheader_parts = []
     launch_issues = list(lrw.issues) + wmma_issues   # the launch() port has the same Metal wmma
     lpre = Rewriter(table, line_offset=0, context=lctx)
@@ -584,6 +584,14 @@ def _with_resolved_conditionals(parse_result: ParseResult, kernel_name: str) -> 
     names = {h.name for h in new.helpers}
     new.helpers = [h for h in parse_result.helpers if h.text not in own_helpers and h.name not in names] + new.helpers
     return new
+
+
+def _with_vote(body: str) -> str:
+    """The kernel's Metal body with the threadgroup counter of its voting barriers declared first (metal_support.VOTE)."""
+    if "ks_vote" not in body:
+        return body
+    return "\n    threadgroup atomic_int ks_vote[1];   // ksearch: __syncthreads_count/_and/_or count here\n" \
+        + body.lstrip("\n")
 
 
 def _with_clock(body: str) -> str:

@@ -448,3 +448,22 @@ def test_a_missing_local_header_is_named_in_the_reason(tmp_path):
     v = rep.kernels[0]
     assert v.status != "verified"
     assert "the file includes range.hpp, which is not here (pass its folder with -I" in v.reason, v.reason
+
+
+def test_counting_and_voting_barriers_port_to_metal(tmp_path):
+    # __syncthreads_count / _or / _and: Metal has none; the port counts on a threadgroup atomic between barriers
+    (tmp_path / "vote.cu").write_text(
+        "__global__ void votes(const float* x, int* out, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  float v = i < n ? x[i] : 0.0f;\n"
+        "  int c = __syncthreads_count(v > 0.5f);\n  int any = __syncthreads_or(v > 0.9f);\n"
+        "  int all = __syncthreads_and(v >= 0.0f);\n"
+        "  if (threadIdx.x == 0) { out[3 * blockIdx.x] = c; out[3 * blockIdx.x + 1] = any;"
+        " out[3 * blockIdx.x + 2] = all; }\n}\n"
+        "int main() {\n  const int n = 300; float h[n];\n"
+        "  for (int i = 0; i < n; i++) h[i] = (i * 37 % 100) / 100.0f - (i == 250 ? 1.0f : 0.0f);\n"
+        "  float* x; int* o; cudaMalloc(&x, sizeof h); cudaMalloc(&o, 3 * 3 * sizeof(int));\n"
+        "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);\n  votes<<<3, 128>>>(x, o, n);\n"
+        "  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "vote.cu", write=False)
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "captured", v.reason
