@@ -14,6 +14,7 @@ Python numbers. Every message is one line a user can act on: the buffer, the ind
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Literal
 
 import numpy as np
@@ -342,7 +343,34 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
     else:
         d = next(d for d, s in res.dialects.items() if s != "passed")
         res.message = f"{name.get(d, d)}: {res.dialects[d]}: {res.messages[d]}"
+        if d == "metal" and res.dialects[d] == "mismatch" and res.dialects.get("cuda") == "passed":
+            promoted = _double_promotion(original_source)
+            if promoted:   # a Metal-only difference where the original computes in double
+                res.message += (f"; the CUDA-backend port, which keeps the original's double arithmetic, matches: "
+                                f"the original computes in double where its float values meet double constants "
+                                f"({promoted}), and Metal has no double, so its port computes that in float")
     return res
+
+
+_NUM = r"(?<![\w.])(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.fF])"
+# a double constant as one operand of arithmetic whose other operand is a variable or a parenthesis (`0.32*(v+4)`,
+# `x * 0.5`), not another constant (`1.0 / 7.0` is computed by the compiler)
+_DOUBLE_CONSTANT = re.compile(rf"(?:[A-Za-z_]\w*|\))\s*[-+*/]\s*{_NUM}|{_NUM}\s*[-+*/]\s*(?=[A-Za-z_(])")
+
+
+def _double_promotion(source: str) -> str:
+    """The first expression of `source` where a double constant meets arithmetic (`0.32*(v+47.13)`), as the
+    original's compiler promotes it to double; "" where there is none."""
+    from ..sim.preprocess import mask_comments
+    code = mask_comments(source)
+    for m in _DOUBLE_CONSTANT.finditer(code):
+        start = code.rfind("\n", 0, m.start()) + 1
+        if not code[start:m.start()].lstrip().startswith("#"):
+            line = code.count("\n", 0, m.start()) + 1
+            end = code.find("\n", m.end())
+            text = " ".join(source[start:end if end >= 0 else len(source)].split())
+            return f"line {line}: `{text[:60]}`"
+    return ""
 
 
 def _original_race(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs,

@@ -24,3 +24,13 @@ def test_a_double_beyond_floats_range_is_named():
     got = np.array([np.inf, 2.0])
     problem = _first_problem(DOUBLE_PTR, {"w": got}, {"w": want}, {}, ["w"], {})
     assert problem.startswith("buffer 'w' [0]: got inf") and "exceeds float's range" in problem
+
+
+def test_the_first_double_promotion_of_float_math_is_named():
+    # a Metal-only mismatch is explained by the first place float values meet a double constant; constants folded
+    # by the compiler (`1.0 / 7.0`) and #defines are not such places
+    from ksearch_engine.translate.check import _double_promotion
+    src = ("#define K 0.5 * 2\n__global__ void k(float* y, const float* x) {\n"
+           "  float e = 1.0 / 7.0;\n  y[0] = 0.8 * powf(x[0], e);\n}\n")
+    assert _double_promotion(src) == "line 4: `y[0] = 0.8 * powf(x[0], e);`"
+    assert _double_promotion("__global__ void k(float* y) { y[0] = 2.0f * y[1]; }\n") == ""
