@@ -71,7 +71,10 @@ def run_job(req: SearchRequest, emit=None) -> DoneEvent:
     except Exception as e:  # noqa: BLE001 - reported to the user, with the log kept in the store
         tail = traceback.format_exc()[-4000:]
         store.update_run(req.run_id, log_tail=tail)
-        msg = str(e) if _is_user_error(e) else f"{type(e).__name__}: {e}"
+        # a user's mistake reads as itself; a fault of ksearch's own says so, and where its trace is kept
+        msg = str(e) if _is_user_error(e) else (
+            f"ksearch hit an internal error ({type(e).__name__}: {e}); nothing of yours was changed — the trace "
+            f"is kept with the run (ksearch show {req.run_id} --json), please report it")
         emit(ErrorEvent(message=msg))
         done = DoneEvent(status="failed", message=msg)
     finally:

@@ -80,3 +80,21 @@ def test_porting_a_metal_file_says_it_is_not_cuda_and_what_to_do_instead(tmp_pat
         translate_file(str(src), None)
     msg = str(e.value)
     assert "add.metal" in msg and "add_one (metal)" in msg and "ksearch optimize add.metal" in msg
+
+
+def test_an_internal_error_says_so_and_where_its_trace_is(tmp_path, monkeypatch):
+    # a fault of ksearch's own (not the user's input) is not shown as a bare `NameError: ...`: the message says it is
+    # ksearch's, that nothing of the user's changed, and where the trace is kept (the run's log_tail)
+    import ksearch_engine.port as port_mod
+
+    def broken(req, store, emit):
+        raise NameError("name 're' is not defined")
+    monkeypatch.setattr(port_mod, "run_port", broken)
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(float* x) { x[0] = 1.0f; }\n")
+    req = SearchRequest(kind="port", store_path=str(tmp_path / "k.db"), source_file=str(src), backend="sim")
+    done = run_job(req, emit=lambda e: None)
+    assert done.status == "failed"
+    assert done.message.startswith("ksearch hit an internal error (NameError: name 're' is not defined)")
+    assert f"ksearch show {req.run_id} --json" in done.message
+    assert "NameError" in (Store(tmp_path / "k.db").run(req.run_id) or {}).get("log_tail", "")
