@@ -873,8 +873,9 @@ template <typename T> __device__ inline T ks_shfl_xor(T v, int m, int w = 32) { 
 
 def _device_words(preamble: list[str]) -> set[str]:
     """`__device__` and the file's macros that expand to it (`#define HD __host__ __device__`)."""
-    return {"__device__"} | {m.group(1) for e in preamble for m in [re.match(
-        r"\s*#\s*define\s+([A-Za-z_]\w*)\s+[^\n]*\b__device__\b", e)] if m}
+    # (also inside a conditional block: `#ifdef __CUDACC__ / #define HD __host__ __device__ / #else ...`)
+    return {"__device__"} | {m.group(1) for e in preamble for m in re.finditer(
+        r"(?m)^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+[^\n]*\b__device__\b", e)}
 
 
 def _without_host_members(entry: str, preamble: list[str]) -> str:

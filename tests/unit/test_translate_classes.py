@@ -373,3 +373,15 @@ __global__ void k(float* out) {
 }"""
     _, res = port(src, "k", {"out": np.zeros(64, np.float32)}, grid=(1, 1, 1))
     assert_ported(res)
+
+
+def test_host_only_members_are_left_out_and_device_ones_kept_whatever_macro_marks_them():
+    # a qualifier macro defined inside a conditional block still marks device members; a method that prints on
+    # the host goes (neither port's compiler has the host API), a defaulted constructor stays
+    from ksearch_engine.translate.translator import _without_host_members
+    pre = ["#ifdef __CUDACC__\n#define HD __host__ __device__\n#else\n#define HD\n#endif"]
+    e = ("struct V {\n  float x;\n  HD float get() const { return x; }\n"
+         "  void dump() const { printf(\"%f\", x); }\n  V() = default;\n};")
+    out = _without_host_members(e, pre)
+    assert "HD float get() const { return x; }" in out and "V() = default;" in out
+    assert "dump" not in out and "printf" not in out and out.count("\n") == e.count("\n")
