@@ -395,7 +395,10 @@ def followed_pointer(name: str, preamble: list[str], texts: list[str], source=No
             if not fname:
                 continue
             stars, fname = fname.group(1), fname.group(2)
-            if not re.search(rf"(?:->|\.)\s*{re.escape(fname)}\b", code):
+            # a struct the code reaches as a member (`elem->name[0]`, `elem->name.c_str()`) follows its pointer
+            # field in its own member functions too (`char& operator[](int i) { return data[i]; }`)
+            inside = _depth > 0 and stars and len(re.findall(rf"\b{re.escape(fname)}\b", body)) > 1
+            if not inside and not re.search(rf"(?:->|\.)\s*{re.escape(fname)}\b", code):
                 continue
             if stars:
                 line = _line_of(source, name, fname)

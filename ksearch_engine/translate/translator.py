@@ -244,13 +244,13 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                     message=(f"texture object '{p.name}' ({ctype}): Metal textures are another API "
                                              "that MLX kernels do not take; port by hand")
                                     if analysis_texture(ctype) else
-                                    (f"parameter '{p.name}' is passed by value and {problem}: "
+                                    (f"parameter '{p.name}' is passed {'by reference' if p.reference else 'by value'} and {problem}: "
                                      + ("its pointers mean nothing in another address space; pass the buffers as "
                                         "parameters" if problem.kind == "pointer" else
                                         "both ports compute doubles as float (Metal has no double), so its layout "
                                         "differs there; pass its fields separately"))
                                     if problem is not None and problem.kind in ("pointer", "double") else
-                                    f"parameter '{p.name}' of type {ctype} is passed by value: only scalars "
+                                    f"parameter '{p.name}' of type {ctype} is passed {'by reference' if p.reference else 'by value'}: only scalars "
                                     "and pointers map onto MLX kernel inputs (launch() passes a file-scope struct "
                                     "without pointers as its bytes)"))
             plan.order.append(("scalar", len(plan.scalars)))
@@ -905,8 +905,9 @@ def _without_host_members(entry: str, preamble: list[str]) -> str:
                 return entry
             head = re.sub(r"\b(?:public|private|protected)\s*:(?!:)", lambda m: " " * len(m.group(0)), code[seg:i])
             start = seg + len(head) - len(head.lstrip())
-            is_fn = "(" in head and not re.search(r"\b(?:struct|class|union|enum)\b", head) and "=" not in \
-                head.split("(")[0]
+            # a member function's head (not `T x = {...}`; `operator=` is a name)
+            name_part = re.sub(r"\boperator\s*[^\s(]+", "operator", head.split("(")[0])
+            is_fn = "(" in head and not re.search(r"\b(?:struct|class|union|enum)\b", head) and "=" not in name_part
             if is_fn and not set(re.findall(r"[A-Za-z_]\w*", head)) & device:
                 spans.append((start, close + 1))
             i = close

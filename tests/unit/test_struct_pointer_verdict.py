@@ -93,3 +93,22 @@ __global__ void clear(Job* jobs, int n) {
 """)
     assert v.status == "not_ported", (v.status, v.reason)
     assert "struct Span holds a pointer (field data, nested.cu line 2)" in v.reason, v.reason
+
+
+def test_a_pointer_followed_inside_a_member_class_is_named_and_a_reference_is_called_one(tmp_path):
+    # the unified-memory String idiom: DataElement holds a String whose `char* data` its operator[] follows
+    # (`elem->name[0]`), so the kernel follows a program address through a member function; a parameter taken
+    # by reference is said to be passed by reference
+    from ksearch_engine.portfile import port_file
+    (tmp_path / "de.cu").write_text(
+        "struct String {\n  int length;\n  char *data;\n"
+        "  __host__ __device__ char& operator[](int pos) { return data[pos]; }\n};\n"
+        "struct DataElement {\n  String name;\n  int value;\n};\n"
+        "__global__ void by_pointer(DataElement *elem) { elem->name[0] = 'p'; elem->value++; }\n"
+        "__global__ void by_ref(DataElement &elem) { elem.value++; }\n")
+    rep = port_file(tmp_path / "de.cu", write=False)
+    got = {v.kernel: v for v in rep.kernels}
+    assert got["by_pointer"].status == "not_ported"
+    assert "struct String holds a pointer (field data" in got["by_pointer"].reason
+    assert "the kernel follows that pointer" in got["by_pointer"].reason
+    assert "passed by reference" in got["by_ref"].reason, got["by_ref"].reason
