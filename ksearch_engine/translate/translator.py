@@ -929,7 +929,9 @@ def _device_class_names(k, preamble: list[str]) -> list[str]:
     device_words = _device_words(preamble)
     out = []
     for e in preamble:
-        m = re.match(r"\s*(?:template\s*<[^{;]*>\s*)?(?:struct|class)\s+([A-Za-z_]\w*)[^;{]*\{", analysis.unwrap_namespaces(e))
+        # a plain class at file scope (a template type argument names a complete type; a class template such as
+        # CUB's collectives, or one inside a namespace, is no such argument)
+        m = re.match(r"\s*(?:struct|class)\s+([A-Za-z_]\w*)[^;{]*\{", e)
         if m and set(re.findall(r"[A-Za-z_]\w*", e)) & device_words:
             out.append(m.group(1))
     return out
