@@ -369,9 +369,32 @@ def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
         if name != keep_kernel and body is not None and body.end_byte - body.start_byte > 2:
             spans.append((body.start_byte + 1, body.end_byte - 1))
 
+    # a file's own shorthands for CUDA's qualifiers (`#define HD __host__ __device__`) mark device code too
+    device_macros = set(re.findall(r"(?m)^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+[^\n]*\b__device__\b", source))
+
+    def host_members(cls) -> None:
+        """Member functions of a class that are neither __device__ nor constexpr (an allocation helper calling the
+        driver API, a printer): device code cannot call them, and the file's host helpers they call are blanked."""
+        body = cls.child_by_field_name("body")
+        if body is None:
+            return
+        for m in body.children:
+            fn = m if m.type == "function_definition" else next(
+                (x for x in m.children if x.type == "function_definition"), None) if m.type == "template_declaration" \
+                else None
+            if fn is None or fn.child_by_field_name("body") is None:
+                continue
+            head = _head(fn, src)
+            if _is_device_fn(head) or re.search(r"\bconstexpr\b", head) or set(re.findall(r"\w+", head)) & device_macros:
+                continue
+            spans.append((m.start_byte, m.end_byte))
+
     def visit(node):
         for c in node.children:
             t = c.type
+            for cls in [c] + list(c.children):
+                if cls.type in ("class_specifier", "struct_specifier"):
+                    host_members(cls)
             if t == "function_definition":
                 if re.match(r"\s*(struct|class|union|enum|typedef)\b", _head(c, src)):
                     continue   # `struct __align__(8) P { ... };` parses as a function: it is a type

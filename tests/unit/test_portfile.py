@@ -467,3 +467,20 @@ def test_counting_and_voting_barriers_port_to_metal(tmp_path):
     rep = port_file(tmp_path / "vote.cu", write=False)
     v = rep.kernels[0]
     assert v.status == "verified" and v.workload == "captured", v.reason
+
+
+def test_host_only_members_of_a_class_do_not_stop_the_original_in_the_simulator(tmp_path):
+    # a class whose constructor and destructor call a file-scope host helper (blanked as host code when the
+    # kernel runs alone in the simulator): its host-only members are blanked with it, members a qualifier macro
+    # marks as device code stay
+    (tmp_path / "k.cu").write_text(
+        "#include <cstdio>\n#include <cstdlib>\n#define HD __host__ __device__\n"
+        "static inline void check(int r, const char* what) { if (r) { fprintf(stderr, \"%s\\n\", what); abort(); } }\n"
+        "struct Scaled {\n  float s;\n  HD float apply(float x) const { return s * x; }\n};\n"
+        "class Holder {\n  void* p;\npublic:\n  Holder(size_t n) { check(cudaMalloc(&p, n), \"alloc\"); }\n"
+        "  ~Holder() { check(cudaFree(p), \"free\"); }\n};\n"
+        "__global__ void scale(const float* x, float* y, int n, Scaled f) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = f.apply(x[i]);\n}\n")
+    rep = port_file(tmp_path / "k.cu", write=False)
+    v = rep.kernels[0]
+    assert v.status == "verified", v.reason
