@@ -307,6 +307,13 @@ _CPP_LINKAGE = re.compile(r'^[ \t]*#[ \t]*if(?:def[ \t]+__cplusplus|[ \t]+define
                           r'(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*#[ \t]*endif[^\n]*$', re.M)
 
 
+def device_qualifiers(text: str) -> set[str]:
+    """`__device__` and the file's own shorthands for it (`#define HD __host__ __device__`, also inside a conditional
+    block): the words that mark a function as device code."""
+    return {"__device__"} | set(re.findall(r"(?m)^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+[^\n]*\b__device__\b",
+                                           text))
+
+
 _CONDITIONAL_LINE = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b[^\n]*$", re.M)
 
 
@@ -369,8 +376,7 @@ def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
         if name != keep_kernel and body is not None and body.end_byte - body.start_byte > 2:
             spans.append((body.start_byte + 1, body.end_byte - 1))
 
-    # a file's own shorthands for CUDA's qualifiers (`#define HD __host__ __device__`) mark device code too
-    device_macros = set(re.findall(r"(?m)^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+[^\n]*\b__device__\b", source))
+    device_words = device_qualifiers(source)
 
     def host_members(cls) -> None:
         """Member functions of a class that are neither __device__ nor constexpr (an allocation helper calling the
@@ -385,7 +391,7 @@ def strip_host_code(source: str, keep_kernel: str | None = None) -> str:
             if fn is None or fn.child_by_field_name("body") is None:
                 continue
             head = _head(fn, src)
-            if _is_device_fn(head) or re.search(r"\bconstexpr\b", head) or set(re.findall(r"\w+", head)) & device_macros:
+            if _is_device_fn(head) or re.search(r"\bconstexpr\b", head) or set(re.findall(r"\w+", head)) & device_words:
                 continue
             spans.append((m.start_byte, m.end_byte))
 

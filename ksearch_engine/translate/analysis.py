@@ -219,6 +219,11 @@ def helper_pointer_spaces(kernel: KernelInfo, helpers: list[KernelInfo], shared:
 _ENUM = re.compile(r"\s*(?:typedef\s+)?enum\s+(?!class\b|struct\b)(?:[A-Za-z_]\w*\s*)?(?::\s*[\w\s]+?)?\{(?P<body>[^{}]*)\}")
 
 
+def is_enum(entry: str) -> bool:
+    """Whether a file-scope entry is an enum's definition (`enum E {...};`, `typedef enum {...} E;`)."""
+    return re.match(r"\s*(?:typedef\s+)?enum\b", entry) is not None
+
+
 def _enumerators(entry: str) -> dict[str, str]:
     """{NAME: python expression} for the enumerators of a plain (unscoped) `enum E { A, B = 4, C };`: each is the
     one before it plus one where no value is written, as in C."""
@@ -246,7 +251,7 @@ def define_constants(preamble: list[str]) -> dict[str, str]:
     enumerators of plain enums."""
     out: dict[str, str] = {}
     for line in preamble:
-        if re.match(r"\s*(?:typedef\s+)?enum\b", line):
+        if is_enum(line):
             out.update(_enumerators(line))
             continue
         m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$", line)
@@ -336,7 +341,7 @@ def entry_provides(e: str) -> set[str]:
     """The names a file-scope entry (ParseResult.preamble) defines: a macro, type, constant, enumerators."""
     e2 = re.sub(r"__align__\s*\(\s*\d+\s*\)|alignas\s*\(\s*\d+\s*\)", "", unwrap_namespaces(e))
     out = {_entry_name(e2)} - {None}
-    if re.match(r"\s*(?:typedef\s+)?enum\b", e2):   # an enum provides its enumerators
+    if is_enum(e2):   # an enum provides its enumerators
         body = e2[e2.find("{") + 1:e2.rfind("}")] if "{" in e2 else ""
         out |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:=|,|$)", body.strip()))
     if re.match(r"\s*#\s*if", e2):   # a conditional block of #defines provides each of them

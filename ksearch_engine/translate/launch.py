@@ -184,18 +184,23 @@ def param_table(k: KernelInfo, written: set[str], template_types: set[str], prea
                 else:
                     why = (f"texture object '{p.name}' ({base}): Metal textures are another API that MLX kernels do "
                            "not take; port by hand") if base in TEXTURE_TYPES else \
-                        (f"parameter '{p.name}' is passed {'by reference' if p.reference else 'by value'} and {problem}: its pointers mean nothing in "
+                        (f"parameter '{p.name}' is passed {passing(p)} and {problem}: its pointers mean nothing in "
                          "another address space; pass the buffers as parameters") if problem.kind == "pointer" \
-                        else (f"parameter '{p.name}' is passed {'by reference' if p.reference else 'by value'} and {problem}: Metal has no double, so its "
+                        else (f"parameter '{p.name}' is passed {passing(p)} and {problem}: Metal has no double, so its "
                               "layout differs there; pass its fields separately") if problem.kind == "double" \
-                        else (f"parameter '{p.name}' is passed {'by reference' if p.reference else 'by value'} and {problem}: Metal textures are another "
+                        else (f"parameter '{p.name}' is passed {passing(p)} and {problem}: Metal textures are another "
                               "API that MLX kernels do not take") if problem.kind == "texture" else \
-                        (f"parameter '{p.name}' of type {base} is passed {'by reference' if p.reference else 'by value'} and its definition is not in the "
+                        (f"parameter '{p.name}' of type {base} is passed {passing(p)} and its definition is not in the "
                          "file: launch() passes scalars, pointers and file-scope structs; pass its fields separately")
                     issues.append(Issue(construct=p.text or p.name, line=line0, severity="error", message=why))
                     entry["dtype"] = "int32"
         out.append(entry)
     return out
+
+
+def passing(p) -> str:
+    """How a by-value-or-reference parameter is passed, as a message says it."""
+    return "by reference" if p.reference else "by value"
 
 
 def null_flag(name: str) -> str:

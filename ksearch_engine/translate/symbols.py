@@ -75,7 +75,7 @@ def _number(text: str):
 def file_symbols(source: str, preamble: list[str]) -> list[Symbol]:
     """The file-scope `__constant__` (without contents) and `__device__` variables of `source` whose element type is
     a built-in scalar or vector type and whose size is a constant here."""
-    from ..sim.preprocess import mask_comments
+    from ..sim.preprocess import mask_comments, split_top
     from . import analysis
 
     code = mask_comments(source)
@@ -85,7 +85,6 @@ def file_symbols(source: str, preamble: list[str]) -> list[Symbol]:
     for m in _DECL.finditer(code):
         if depth_at(m.start()) != 0:
             continue
-        from ..sim.preprocess import split_top
         first, *more = split_top(m.group("rest"), "([{", ")]}")
         t = re.match(r"\s*(?P<type>[A-Za-z_][\w\s]*?)\s+(?=[A-Za-z_]\w*\s*(?:\[|=|$))", first)
         if t is None:

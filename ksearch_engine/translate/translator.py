@@ -23,6 +23,7 @@ from ..source.cfamily import in_namespaces_of, param_from_node, parse_bytes
 from ..source.models import KernelInfo, Param, ParseResult
 from . import analysis
 from .hostexpr import HostExprError, expr_to_py, host_functions, host_prelude, py_name
+from .launch import passing
 from .metal_support import THREAD_ATTRIBUTES, metal_support
 from .profiles import Profile, find_profile
 from .rewrite import Issue
@@ -244,13 +245,13 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                     message=(f"texture object '{p.name}' ({ctype}): Metal textures are another API "
                                              "that MLX kernels do not take; port by hand")
                                     if analysis_texture(ctype) else
-                                    (f"parameter '{p.name}' is passed {'by reference' if p.reference else 'by value'} and {problem}: "
+                                    (f"parameter '{p.name}' is passed {passing(p)} and {problem}: "
                                      + ("its pointers mean nothing in another address space; pass the buffers as "
                                         "parameters" if problem.kind == "pointer" else
                                         "both ports compute doubles as float (Metal has no double), so its layout "
                                         "differs there; pass its fields separately"))
                                     if problem is not None and problem.kind in ("pointer", "double") else
-                                    f"parameter '{p.name}' of type {ctype} is passed {'by reference' if p.reference else 'by value'}: only scalars "
+                                    f"parameter '{p.name}' of type {ctype} is passed {passing(p)}: only scalars "
                                     "and pointers map onto MLX kernel inputs (launch() passes a file-scope struct "
                                     "without pointers as its bytes)"))
             plan.order.append(("scalar", len(plan.scalars)))
@@ -304,9 +305,10 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     _, metal_body = rw.rewrite_function(k.text, helper=False)
     metal_body = _with_vote(_with_clock(_align_first(_with_hoisted(metal_body, hshared.kernel_decls))))
     header_parts = []
+    device_classes = _device_class_names(k, parse_result.preamble)
     preamble = analysis.needed_preamble(parse_result.preamble, [k.text] + [h.text for h in helpers]
-                                        + _instantiated_types(k, parse_result.source)
-                                        + _device_class_names(k, parse_result.preamble) + file_shared_decls)
+                                        + _instantiated_types(k, parse_result.source) + device_classes
+                                        + file_shared_decls)
     preamble = _namespace_aliases(parse_result.source, [k.text] + [h.text for h in helpers] + preamble, preamble) \
         + _primary_declarations(helpers, parse_result.source) \
         + [_without_host_members(e, parse_result.preamble) for e in preamble]
@@ -460,10 +462,10 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     macros = [f"{py_name(n)} = {v}" for n, v in analysis.define_constants(parse_result.preamble).items()]
     plan.config_lines = macros + [f"{py_name(n)} = {v}" for n, v in host_fns.items()] + plan.config_lines
     from .layout import double_repack   # functors of the file holding doubles: launch() hands both ports floats
-    plan.struct_repack = {n: (r[0], r[1]) for n in _device_class_names(k, parse_result.preamble)
+    plan.struct_repack = {n: (r[0], r[1]) for n in device_classes
                           for r in [double_repack(n, parse_result.preamble)] if r is not None}
     if any(tp.kind != "typename" for tp in k.template_params):   # `template <test_t T>` launched as <WRITE>
-        enum_env = analysis.constants_env([e for e in parse_result.preamble if re.match(r"\s*(?:typedef\s+)?enum\b", e)], {})
+        enum_env = analysis.constants_env([e for e in parse_result.preamble if analysis.is_enum(e)], {})
         plan.enumerators = {n: v for n, v in enum_env.items() if isinstance(v, int)}
 
     # -- scalar prologue (same text for both dialects, Metal types translated) ---------------------
@@ -871,13 +873,6 @@ template <typename T> __device__ inline T ks_shfl_xor(T v, int m, int w = 32) { 
 """
 
 
-def _device_words(preamble: list[str]) -> set[str]:
-    """`__device__` and the file's macros that expand to it (`#define HD __host__ __device__`)."""
-    # (also inside a conditional block: `#ifdef __CUDACC__ / #define HD __host__ __device__ / #else ...`)
-    return {"__device__"} | {m.group(1) for e in preamble for m in re.finditer(
-        r"(?m)^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+[^\n]*\b__device__\b", e)}
-
-
 def _without_host_members(entry: str, preamble: list[str]) -> str:
     """A class definition without its host-only member functions (no `__device__`, not constexpr: an
     `operator new` that calls cudaMallocManaged, a method that prints): device code cannot call them, and neither
@@ -891,7 +886,8 @@ def _without_host_members(entry: str, preamble: list[str]) -> str:
     open_at = code.find("{")
     if open_at < 0:
         return entry
-    device = _device_words(preamble) | {"constexpr"}
+    from ..sim.preprocess import device_qualifiers
+    device = device_qualifiers("\n".join(preamble)) | {"constexpr"}
     spans, depth, seg, i = [], 0, open_at + 1, open_at + 1
     while i < len(code):
         c = code[i]
@@ -926,7 +922,8 @@ def _device_class_names(k, preamble: list[str]) -> list[str]:
     typenames = {tp.name for tp in k.template_params if tp.kind == "typename"}
     if not any(not p.pointer and re.sub(r"\b(?:const|volatile)\b|[&\s]", "", p.type) in typenames for p in k.params):
         return []
-    device_words = _device_words(preamble)
+    from ..sim.preprocess import device_qualifiers
+    device_words = device_qualifiers("\n".join(preamble))
     out = []
     for e in preamble:
         # a plain class at file scope (a template type argument names a complete type; a class template such as
