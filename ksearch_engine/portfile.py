@@ -488,16 +488,22 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
                         f"preprocessor does not take ({out}); change that condition, or the #define it tests (or pass "
                         f"-D NAME=VALUE), to port it")
             continue
+        cap_k, mode = by_mode.get(k.name, (capture, None))
+        launches = with_deduced_template_args(k, _launches_for(cap_k, k.name))
+        fn_args, launches, fn_note = function_instantiation(k, parsed, launches, cap_k.launches_of(k.name)
+                                                            if cap_k is not None else [])
+        if fn_note:
+            v.notes.append(fn_note)
         try:
-            tr = translate_kernel(parsed, k.name, str(p))
+            tr = translate_kernel(parsed, k.name, str(p), function_args=fn_args)
         except TranslateError as e:
             v.reason = str(e)
             continue
         except Exception as e:  # a translator bug must not stop the other kernels
             v.reason = f"the translator failed on this kernel ({type(e).__name__}: {str(e)[:200]}); please report it"
             continue
-        v.notes = [f"line {i.line + 1 if isinstance(i.line, int) else '?'}: {i.construct}: {i.message}"
-                   for i in tr.report if i.severity != "error"][:12]
+        v.notes = v.notes + [f"line {i.line + 1 if isinstance(i.line, int) else '?'}: {i.construct}: {i.message}"
+                             for i in tr.report if i.severity != "error"][:12]
         err = _first_error(tr)
         if err:
             v.reason = err
@@ -505,11 +511,9 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
         mpath = module_path_for(p, k.name, len(cuda))
         v.module_path = str(mpath)
         v.status = "unverified"
-        cap_k, mode = by_mode.get(k.name, (capture, None))
         if mode:
             v.notes.insert(0, f"launched when its program runs with `{mode}` (the program's own option; the bare run "
                               f"did not launch it)")
-        launches = with_deduced_template_args(k, _launches_for(cap_k, k.name))
         say(f"{k.name}: checking the port on {len(launches) or 'a found'} launch(es)")
         _check_kernel(v, tr, source, k, p, cap_k, launches, define_ints, include_dirs)
         v.module_text = tr.module_text
@@ -974,6 +978,35 @@ def _capture_key(prog: Path, target: Path, argv, defines, include_dirs, sources=
             pass
     h.update(json.dumps([str(prog), list(argv), dict(defines), list(include_dirs)], sort_keys=True).encode())
     return h.hexdigest()[:24]
+
+
+def function_instantiation(k, parsed, launches: list[LaunchRecord], seen: list[LaunchRecord] = ()
+                           ) -> tuple[dict[str, str], list[LaunchRecord], str]:
+    """A kernel templated on a function (`template <fn_ptr F>`): MLX kernels take no function as a template
+    argument, so the port is for the function the first captured launch passes (of those to check on, else of
+    every launch `seen`, recorded or not), and is checked on the launches that pass the same. Returns
+    ({parameter: function}, those launches, a note); nothing to do otherwise."""
+    from .translate.translator import _function_pointer_kind
+
+    idx = [i for i, tp in enumerate(k.template_params) if _function_pointer_kind(tp, parsed.source)]
+    named = [ln for ln in launches if len(ln.template_args) > max(idx, default=-1)]
+    if not idx or not (named or seen):
+        return {}, launches, ""
+    first = (named or [ln for ln in seen if len(ln.template_args) > max(idx)] or [None])[0]
+    if first is None:
+        return {}, launches, ""
+
+    def fns(ln: LaunchRecord) -> dict[str, str]:
+        return {k.template_params[i].name: ln.template_args[i].strip().lstrip("&").strip() for i in idx}
+
+    chosen = fns(first)
+    same = [ln for ln in named if fns(ln) == chosen]
+    others = sorted({", ".join(f"{a} = {b}" for a, b in fns(ln).items()) for ln in named if fns(ln) != chosen})
+    what = ", ".join(f"{a} = {b}" for a, b in chosen.items())
+    note = (f"the port is for {what}, the function the program's launch passes (MLX kernels take no function as "
+            "a template argument)" + (f"; launches with {'; '.join(others)} need a port of their own "
+                                      "(port again with that function written in its place)" if others else ""))
+    return chosen, same, note
 
 
 def with_deduced_template_args(k, launches: list[LaunchRecord]) -> list[LaunchRecord]:

@@ -263,15 +263,15 @@ def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[di
         lines = (workdir / "launches.jsonl").read_text(errors="replace").splitlines()
     except OSError:
         lines = []
-    fn_names = _fn_names(exe, re.findall(r"[\w:]+@fn=0x[0-9a-f]+", "\n".join(lines)))
+    fn_names = _fn_names(exe, _POINTED.findall("\n".join(lines)))
     for ln in lines:
         try:
             ev = json.loads(ln)
         except json.JSONDecodeError:
             continue
         kind = ev.get("ev")
-        if "launch" in ev and "@fn=" in ev["launch"].get("kernel", ""):
-            ev["launch"]["kernel"], ev["launch"]["targs"] = fn_names.get(ev["launch"]["kernel"], (ev["launch"]["kernel"], ""))
+        if "launch" in ev:
+            _name_pointed(ev["launch"], fn_names)
         if kind == "counts":
             ev["counts"] = {(fn_names[k][0] + (f"<{fn_names[k][1]}>" if fn_names[k][1] else "") if k in fn_names else k): v
                             for k, v in ev["counts"].items()}
@@ -295,9 +295,8 @@ def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[di
         cur = (workdir / "current.json").read_bytes()
         if cur[:1] == b"{":
             running = json.loads(cur[1:].split(b"\0")[0].decode("utf-8", "replace"))
-            if "@fn=" in running.get("kernel", ""):
-                running["kernel"], running["targs"] = _fn_names(exe, [running["kernel"]]).get(
-                    running["kernel"], (running["kernel"], ""))
+            _name_pointed(running, fn_names if set(_pointed(running)) <= set(fn_names)
+                          else _fn_names(exe, _pointed(running)))
             begun.setdefault(running["index"], running)
     except (OSError, ValueError, KeyError):
         running = None
@@ -308,6 +307,23 @@ def _read_log(cap: Capture, workdir: Path, prog: Program, exe: Path) -> tuple[di
             cap.launches.append(_to_record(begun[idx], prog, begun[idx]["recorded"]))
     cap.launch_counts = {k: int(v) for k, v in counts.items()}
     return running, stop
+
+
+_POINTED = re.compile(r"[\w:]+@fn=0x[0-9a-f]+")
+
+
+def _pointed(launch: dict) -> list[str]:
+    """The code-offset marks in a launch record: its kernel named through a pointer ("k@fn=0x1a2b"), a function
+    passed as a template argument ("fnarg@fn=0x2c3d")."""
+    return _POINTED.findall(launch.get("kernel", "") + " " + launch.get("targs", ""))
+
+
+def _name_pointed(launch: dict, fn_names: dict[str, tuple[str, str]]) -> None:
+    """Replace the launch's marks by the functions they point to (see _fn_names)."""
+    if "@fn=" in launch.get("kernel", ""):
+        launch["kernel"], launch["targs"] = fn_names.get(launch["kernel"], (launch["kernel"], ""))
+    if "@fn=" in launch.get("targs", ""):
+        launch["targs"] = _POINTED.sub(lambda m: fn_names.get(m.group(0), (m.group(0),))[0], launch["targs"])
 
 
 def _fn_names(exe: Path, marked: list[str]) -> dict[str, tuple[str, str]]:
@@ -1026,8 +1042,7 @@ def _execute(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, timeo
     cap.exit_code = rc
     if stop is not None and stop.get("kind") in ("oversize", "slow") and "launch" in stop:
         launch = stop["launch"]
-        if "@fn=" in launch.get("kernel", ""):
-            launch["kernel"], launch["targs"] = _fn_names(exe, [launch["kernel"]]).get(launch["kernel"], (launch["kernel"], ""))
+        _name_pointed(launch, _fn_names(exe, _pointed(launch)))
         cap.launches = [ln for ln in cap.launches if ln.index != launch.get("index")]
         cap._stopped = stop
         cap.status = "partial"

@@ -525,6 +525,12 @@ template <auto V> inline std::string targ(const char* text) {
   if constexpr (std::is_same<D, bool>::value) return V ? "true" : "false";
   else if constexpr (std::is_integral<D>::value) return std::to_string(V);
   else if constexpr (std::is_enum<D>::value) return std::to_string((long long)V);
+  else if constexpr (std::is_pointer<D>::value && std::is_function<std::remove_pointer_t<D>>::value) {
+    // a function as the argument (template <fn_ptr F>): marked by its code offset, named by capture.py
+    char b[64];
+    snprintf(b, sizeof b, "fnarg@fn=0x%lx", (unsigned long)ksim::code_offset((uintptr_t)V));
+    return b;
+  }
   else return text;
 }
 inline std::string join_targs(std::initializer_list<std::string> l) {

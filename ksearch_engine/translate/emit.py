@@ -128,6 +128,11 @@ def _template_args(template):
     out = []
     for t, v in zip(TEMPLATE_PARAMS, template):
         text = " ".join(str(v).split())
+        if t["kind"] == "function":   # the port is one instantiation: the function is written in its calls
+            if text.lstrip("&").split("::")[-1].strip(" ()") != t["value"]:
+                raise TypeError(f"{NAME}: this port is for {t['name']} = {t['value']} (MLX kernels take no function "
+                                f"as a template argument); port the kernel again for {t['name']} = {text}")
+            continue
         if t["kind"] == "typename":
             dt = _C_DTYPES.get(text.replace("const ", ""))
             if dt is None and text.isidentifier():   # a struct or typedef of the file's

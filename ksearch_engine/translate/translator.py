@@ -117,9 +117,11 @@ def _ctype_dtype(ctype: str, template_types: dict[str, str]) -> str:
 
 
 def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: str | Path | None = None,
-                     rules: RuleTable | None = None) -> Translation:
+                     rules: RuleTable | None = None, function_args: dict[str, str] | None = None) -> Translation:
     """Ports one CUDA kernel of `parse_result` to an MLX module. Raises TranslateError only when there is
-    nothing to translate; everything else the translator cannot do is in `report`."""
+    nothing to translate; everything else the translator cannot do is in `report`. `function_args`: the device
+    function each function template parameter stands for where no launch site of the file names one (a capture
+    does: the port is for that instantiation)."""
     table = rules or load_rules()
     k = parse_result.kernel(kernel_name)
     src_path = str(source_path) if source_path else parse_result.path
@@ -177,6 +179,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     host_fns = _host_functions_cached(source_bytes, tuple(parse_result.preamble)) if launch is not None else {}
     fnames = set(host_fns)
     template_values: dict[str, str] = {}     # name -> python expression
+    fn_args: dict[str, str] = {}             # function template parameter -> the device function it stands for
     template_types: dict[str, str] = {}      # typename param -> mx dtype name
     profile = find_profile(k.name, src_path)
     for i, tp in enumerate(k.template_params):
@@ -187,6 +190,10 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                 message=f"{tp.name} = {arg}, the usual value for a {profile.family} kernel "
                                         "(no launch site gives one)"))
         if _function_pointer_kind(tp, parse_result.source):
+            fn = _device_function_named((function_args or {}).get(tp.name, arg), parse_result, src_path)
+            if fn is not None:   # template <fn_ptr F> at F = a device function of the file: its calls name it
+                fn_args[tp.name] = fn
+                continue
             issues.append(Issue(construct=f"template <{tp.text}>", line=line0, severity="error",
                                 message=f"template parameter '{tp.name}' is a function ({tp.kind}): the ports cannot "
                                         "take a function as a template argument; port by hand with the function a "
@@ -210,6 +217,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                                     scope="launch_config"))
                 template_values[tp.name] = "0"
 
+    declared_tparams = list(k.template_params)
+    if fn_args:
+        k = _with_function_args(k, fn_args)
     written = analysis.written_pointers(k, analysis.called_helpers(k, _helper_pool(parse_result, src_path)))
     plan = _Plan()
     from .launch import tag_params   # std::bool_constant<B>, std::true_type, an empty struct: nothing to pass
@@ -543,8 +553,9 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
                      input_names=_input_names(plan), output_names=[a.name for a in plan.arrays if a.output],
                      atomic_outputs=ctx.atomic, report=issues, rules_applied=list(rw.applied))
     tr.params = params_table
-    tr.template_params = [{"name": t.name, "kind": "typename" if t.kind == "typename" else "value"}
-                          for t in k.template_params]
+    tr.template_params = [{"name": t.name, "kind": "function", "value": fn_args[t.name]} if t.name in fn_args
+                          else {"name": t.name, "kind": "typename" if t.kind == "typename" else "value"}
+                          for t in declared_tparams]
     tr.launch_input_names = lp.launch_input_names(k, params_table) + [x.input_name for x in syms]
     tr.symbols = [x.entry() for x in syms]
     tr.launch_cuda_header = launch_cuda_header
@@ -709,6 +720,30 @@ def _function_pointer_kind(tp, source: str) -> bool:
     kind = re.escape(tp.kind.strip())
     return re.search(rf"\busing\s+{kind}\s*=[^;]*\(\s*\*\s*\)\s*\(|\btypedef\b[^;]*\(\s*\*\s*{kind}\s*\)\s*\(",
                      source) is not None
+
+
+def _device_function_named(arg: str | None, parse_result: ParseResult, src_path: str | None) -> str | None:
+    """The device function of the file (or its local headers) that a function template argument names (`f`,
+    `&f`, `ns::f`), else None."""
+    import re
+    m = re.fullmatch(r"\s*&?\s*\(?\s*(?:[\w]+\s*::\s*)*(\w+)\s*\)?\s*", arg or "")
+    if m is None:
+        return None
+    return m.group(1) if any(h.name == m.group(1) for h in _helper_pool(parse_result, src_path)) else None
+
+
+def _with_function_args(k: KernelInfo, function_args: dict[str, str]) -> KernelInfo:
+    """The kernel instantiated at its function template arguments: the parameter's calls in the body call the
+    function itself (both ports call it directly; Metal has no function pointers), and the parameter leaves the
+    kernel's template list."""
+    def sub(text: str) -> str:
+        for name, fn in function_args.items():
+            text = _replace_word(text, name, fn)
+        return text
+    cut = k.text.find("{")
+    text = k.text if cut < 0 else k.text[:cut] + sub(k.text[cut:])
+    return k.model_copy(update={"body": sub(k.body), "text": text,
+                                "template_params": [tp for tp in k.template_params if tp.name not in function_args]})
 
 
 def _helper_attributes(table: RuleTable, helpers: list[KernelInfo], shared_names: set[str]) -> dict[str, list[str]]:

@@ -484,3 +484,44 @@ def test_host_only_members_of_a_class_do_not_stop_the_original_in_the_simulator(
     rep = port_file(tmp_path / "k.cu", write=False)
     v = rep.kernels[0]
     assert v.status == "verified", v.reason
+
+
+_FN_TEMPLATE = (
+    "#include <cstdlib>\n"
+    "typedef void (*op_fn)(float* y, const float* x, int i);\n"
+    "__device__ void twice(float* y, const float* x, int i) { y[i] = 2.0f * x[i]; }\n"
+    "__device__ void square(float* y, const float* x, int i) { y[i] = x[i] * x[i] + 1.0f; }\n"
+    "template <op_fn OP>\n__global__ void apply(float* y, const float* x, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) OP(y, x, i);\n}\n"
+    "template <op_fn OP> void run(float* y, const float* x, int n) {\n"
+    "  apply<OP><<<(n + 63) / 64, 64>>>(y, x, n);\n}\n"
+    "int main(int argc, char** argv) {\n  const int n = 200; float h[n], *x, *y;\n"
+    "  for (int i = 0; i < n; i++) h[i] = 0.25f * i;\n"
+    "  cudaMalloc(&x, sizeof h); cudaMalloc(&y, sizeof h);\n"
+    "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);\n"
+    "  int which = argc > 1 ? atoi(argv[1]) : 2;\n"
+    "  if (which == 1) run<twice>(y, x, n); else run<&square>(y, x, n);\n"
+    "  cudaDeviceSynchronize();\n  return 0;\n}\n")
+
+
+def test_a_kernel_templated_on_a_function_is_ported_for_the_function_its_launch_passes(tmp_path):
+    # `template <op_fn OP>` launched as apply<OP> inside a host template: the capture names the function the
+    # instantiation holds (&square); the port calls it directly, is checked on that launch, and refuses another
+    from ksearch_engine.portcheck import check_captured
+    from ksearch_engine.source import find_kernels
+    from ksearch_engine.translate import translate_kernel
+
+    path = tmp_path / "fnarg.cu"
+    path.write_text(_FN_TEMPLATE)
+    rep = port_file(path, write=False)
+    v = rep.kernels[0]
+    assert v.status == "verified" and v.workload == "captured" and v.launches_checked == 1, v.reason
+    assert any("OP = square" in n for n in v.notes), v.notes
+    parsed = find_kernels(_FN_TEMPLATE, str(path))
+    from ksearch_engine.sim.capture import capture_program
+    cap = capture_program(path)
+    launch = cap.launches_of("apply")
+    assert [a.strip("& ") for a in launch[0].template_args] == ["square"]
+    wrong = translate_kernel(parsed, "apply", str(path), function_args={"OP": "twice"})
+    bad = check_captured(wrong.module_text, _FN_TEMPLATE, parsed.kernel("apply"), path, cap, launch)
+    assert not bad.passed and "this port is for OP = twice" in (bad.reason or ""), bad.reason
