@@ -27,10 +27,22 @@ class KernelCheck(BaseModel):
     checked: list = Field(default_factory=list, exclude=True)
 
 
-def _args_of(capture: Capture, rec: LaunchRecord, nullable=frozenset()) -> tuple[dict, dict]:
+def _args_of(capture: Capture, rec: LaunchRecord, nullable=frozenset(), lifted: dict | None = None
+             ) -> tuple[dict, dict]:
     """({param: numpy array | number | None}, {param: expected array after the launch}) of a captured launch;
-    `nullable`: the pointer parameters the ports take None for (the kernel compares them with NULL)."""
+    `nullable`: the pointer parameters the ports take None for (the kernel compares them with NULL); `lifted`:
+    {(struct parameter, field byte offset): (the ports' buffer parameter, its dtype)} (translate/lift.py), each
+    given what that pointer field pointed to in the launch."""
     args, expected = {}, {}
+    for name, (buf, dtype) in (lifted or {}).items():
+        e = next((e for e in rec.embedded if e.of_arg is not None and rec.args[e.of_arg].name == name[0]
+                  and e.at == name[1]), None)
+        if e is None or not e.before:
+            raise ValueError(f"the capture holds no buffer for {name[0]}'s pointer field at byte {name[1]} in this "
+                             f"launch (line {rec.line}): the program stored an address the capture does not know")
+        args[buf] = _viewed(capture.load(e.before), dtype)
+        if e.written and e.after:
+            expected[buf] = _viewed(capture.load(e.after), dtype)
     for a in rec.args:
         if a.kind == "buffer":
             before = capture.load(a.before)
@@ -60,6 +72,21 @@ def _args_of(capture: Capture, rec: LaunchRecord, nullable=frozenset()) -> tuple
         expected = {a.name: args[a.name].copy() for a in rec.args if a.kind == "buffer" and a.before}
     expected.update(surfaces)   # what the launch left in its surfaces (captured after it)
     return args, expected
+
+
+def _viewed(a, dtype: str | None):
+    """A captured byte buffer as the dtype the ports take it in (whole elements only)."""
+    import numpy as np
+    if not dtype or a.dtype == np.dtype(dtype):
+        return a
+    raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    size = np.dtype(dtype).itemsize
+    return raw[: raw.size // size * size].view(dtype)
+
+
+def lifted_params(params: list[dict]) -> dict:
+    """{(struct parameter, field byte offset): (buffer parameter, dtype)} of a port's PARAMS (translate/lift.py)."""
+    return {(p["lifted"]["param"], p["lifted"]["at"]): (p["name"], p.get("dtype")) for p in params if p.get("lifted")}
 
 
 def _defaults(k, source: str) -> dict:
@@ -133,13 +160,14 @@ def check_captured(module_text: str, source: str, k, path: Path, capture: Captur
         port_writes = set()
     try:
         nullable = {p["name"] for p in module_constant(module_text, "PARAMS") if p.get("nullable")}
+        lifted = lifted_params(module_constant(module_text, "PARAMS"))
     except (KeyError, SyntaxError, ValueError):
-        nullable = set()
+        nullable, lifted = set(), {}
     prepared, notes = [], []
     defaults = _defaults(k, source)
     for rec in launches:
         try:
-            args, expected = _args_of(capture, rec, nullable)
+            args, expected = _args_of(capture, rec, nullable, lifted)
             args.update({n: v for n, v in defaults.items() if n not in args})
         except (ValueError, OSError) as e:
             return KernelCheck(reason=f"launch #{rec.index + 1}: {e}")

@@ -220,22 +220,25 @@ def _line_of(exe: Path, text: str) -> tuple[str, int | None, str | None]:
 def _to_record(d: dict, prog: Program, recorded: bool) -> LaunchRecord:
     name = d["kernel"]
     info = prog.kernels.get(name.split("::")[-1])
-    args = []
+    args, embedded = [], []
     for i, a in enumerate(d["args"]):
         p = info.params[i] if info is not None and i < len(info.params) else None
         kw = {k: a[k] for k in ("kind", "value", "raw_hex", "buffer", "offset_bytes", "dtype", "elem_bytes",
-                                "nbytes", "memory", "before", "after", "written") if k in a}
+                                "nbytes", "memory", "before", "after", "written", "of_arg", "at") if k in a}
         if not recorded:
             kw.pop("before", None)
             kw.pop("after", None)
         if a.get("kind") == "struct" and a.get("ctype"):   # (a tag's type decides a deduced template argument)
             kw["arg_type"] = a["ctype"]
+        if a.get("of_arg") is not None:   # a buffer a struct argument points to
+            embedded.append(ArgRecord(name=f"{args[a['of_arg']].name}@{a['at']}", ctype="void*", **kw))
+            continue
         args.append(ArgRecord(name=p.name if p else f"arg{i}", ctype=p.type if p else a["ctype"], **kw))
     syms = [SymbolRecord(**s) for s in d.get("symbols", [])] if recorded else []
     return LaunchRecord(index=d["index"], kernel=name, template_args=[t.strip() for t in _split(d["targs"])],
                         line=d["line"], file=prog.display.get(os.path.basename(d["file"]), d["file"]),
                         grid=tuple(d["grid"]), block=tuple(d["block"]), shared_mem=d["shared_mem"], args=args,
-                        symbols=syms, too_large=d["too_large"], seconds=d.get("seconds"))
+                        embedded=embedded, symbols=syms, too_large=d["too_large"], seconds=d.get("seconds"))
 
 
 def _split(s: str) -> list[str]:

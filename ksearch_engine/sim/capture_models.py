@@ -42,6 +42,10 @@ class ArgRecord(BaseModel):
     before: str | None = None                   # .npy file: contents (from the pointer on) before the launch
     after: str | None = None                    # .npy file: contents after, when the kernel changed them
     written: bool = False                       # the contents changed during the launch
+    # a buffer a struct argument points to (LaunchRecord.embedded): that argument's index, and the byte offset of
+    # the pointer in the struct (the struct itself for a by-value one, the first struct of a buffer otherwise)
+    of_arg: int | None = None
+    at: int | None = None
 
 
 class SymbolRecord(BaseModel):
@@ -64,6 +68,7 @@ class LaunchRecord(BaseModel):
     block: tuple[int, int, int]
     shared_mem: int = 0                         # dynamic shared memory, bytes
     args: list[ArgRecord]
+    embedded: list[ArgRecord] = []              # the buffers the struct arguments' pointer fields point to
     symbols: list[SymbolRecord] = []
     too_large: bool = False                     # contents not recorded (over the capture's byte budget)
     sim_error: str | None = None                # the simulator stopped in this launch (message names the line)

@@ -549,7 +549,22 @@ struct ArgInfo {
   std::vector<char> before;
   std::string before_file, after_file;
   bool written = false;
+  // a struct (by value, or the first one a buffer holds) whose 8-byte words hold addresses of allocations: the
+  // buffers it points to ((byte offset in the struct, address)), recorded as arguments of their own (of_arg, at)
+  std::vector<std::pair<size_t, const void*>> inner;
+  int of_arg = -1;
+  size_t at = 0;
 };
+
+// the 8-byte-aligned words of a struct's bytes that hold the address of an allocation (a pointer field)
+inline void embedded_pointers(const void* obj, size_t n, std::vector<std::pair<size_t, const void*>>& out) {
+  if (n < sizeof(void*) || n > 4096) return;
+  for (size_t off = 0; off + sizeof(void*) <= n; off += sizeof(void*)) {
+    const void* p;
+    memcpy(&p, (const char*)obj + off, sizeof p);
+    if (p && find_alloc(p)) out.push_back({off, p});
+  }
+}
 
 template <class T> inline ArgInfo describe(const T& v) {
   ArgInfo a;
@@ -560,6 +575,10 @@ template <class T> inline ArgInfo describe(const T& v) {
     if (!v) { a.kind = "null"; return a; }
     a.alloc = find_alloc((const void*)v);
     a.kind = a.alloc ? "buffer" : "unknown_pointer";
+    using E = std::remove_cv_t<std::remove_pointer_t<T>>;
+    if constexpr (std::is_class<E>::value && !std::is_polymorphic<E>::value)
+      if (a.alloc && (size_t)(a.alloc->ptr + a.alloc->n - (const char*)v) >= sizeof(E))
+        embedded_pointers((const void*)v, sizeof(E), a.inner);
   } else if constexpr (std::is_same<T, bool>::value) {
     a.kind = "scalar"; a.value = v ? "true" : "false";
   } else if constexpr (std::is_enum<T>::value) {
@@ -578,6 +597,7 @@ template <class T> inline ArgInfo describe(const T& v) {
     if (a.value.find_first_of(".enNI") == std::string::npos) a.value += ".0";
   } else {
     a.kind = "struct";
+    if constexpr (!std::is_polymorphic<T>::value) embedded_pointers((const void*)&v, sizeof(T), a.inner);
     const unsigned char* p = (const unsigned char*)&v;
     static const char* hx = "0123456789abcdef";
     for (size_t i = 0; i < sizeof(T); i++) { a.raw_hex += hx[p[i] >> 4]; a.raw_hex += hx[p[i] & 15]; }
@@ -586,7 +606,21 @@ template <class T> inline ArgInfo describe(const T& v) {
 }
 
 template <class Tup, size_t... I> inline std::vector<ArgInfo> describe_all(const Tup& t, std::index_sequence<I...>) {
-  return std::vector<ArgInfo>{describe(std::get<I>(t))...};
+  std::vector<ArgInfo> out{describe(std::get<I>(t))...};
+  size_t n = out.size();
+  for (size_t i = 0; i < n; i++)   // the buffers structs point to, after the parameters (of_arg, at)
+    for (auto& [off, p] : std::vector<std::pair<size_t, const void*>>(out[i].inner)) {
+      ArgInfo e;
+      e.ctype = "void*";
+      e.kind = "buffer";
+      e.ptr = p;
+      e.alloc = find_alloc(p);
+      e.dtype = "uint8"; e.descr = "|u1"; e.item = 1; e.elem = 1;
+      e.of_arg = (int)i;
+      e.at = off;
+      out.push_back(e);
+    }
+  return out;
 }
 
 // The program stops at a launch too big (bytes) or too slow to record: capture.py runs it again at smaller sizes
@@ -730,6 +764,7 @@ inline std::string launch_json(long long index, const Site& s, const Cfg& c, std
     ArgInfo& a = args[i];
     if (i) o += ",";
     o += "{\"ctype\":" + jstr(a.ctype) + ",\"kind\":" + jstr(a.kind);
+    if (a.of_arg >= 0) o += ",\"of_arg\":" + std::to_string(a.of_arg) + ",\"at\":" + std::to_string(a.at);
     if (a.kind == "scalar") o += ",\"value\":" + a.value;
     if (a.kind == "struct") o += ",\"raw_hex\":" + jstr(a.raw_hex);
     if (a.dtype && (a.kind == "buffer" || a.kind == "unknown_pointer" || a.kind == "null")) {

@@ -220,6 +220,17 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     declared_tparams = list(k.template_params)
     if fn_args:
         k = _with_function_args(k, fn_args)
+    from .lift import apply_lifts, plan_lifts   # struct parameters' followed pointer fields: buffers of their own
+    lifts = plan_lifts(k, parse_result.preamble,
+                       [h.text for h in analysis.called_helpers(k, _helper_pool(parse_result, src_path))])
+    if lifts:
+        k, parse_result, lifts = apply_lifts(k, parse_result, lifts)
+    for lf in lifts:
+        issues.append(Issue(construct=f"{lf.param}{'->' if '*' in (k.params[[p.name for p in k.params].index(lf.param)].text or '') else '.'}{lf.field}",
+                            line=line0, severity="warning",
+                            message=f"'{lf.param}' holds a pointer ({lf.struct}::{lf.field}) that the kernel follows: "
+                                    f"both ports take what it points to as the buffer '{lf.name}' (after the kernel's "
+                                    f"own parameters), and the struct with that field as an unused 8-byte word"))
     written = analysis.written_pointers(k, analysis.called_helpers(k, _helper_pool(parse_result, src_path)))
     plan = _Plan()
     from .launch import tag_params   # std::bool_constant<B>, std::true_type, an empty struct: nothing to pass
@@ -411,6 +422,10 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     from .layout import source_files   # (the helpers may follow a struct's pointer field; files place the field)
     params_table = lp.param_table(k, written, set(template_types), parse_result.preamble, issues,
                                   texts=[h.text for h in helpers], sources=source_files(parse_result.source, src_path))
+    for e in params_table:   # a lifted pointer field: which struct argument's field it is (captask, portcheck)
+        lf = next((x for x in lifts if x.name == e["name"]), None)
+        if lf is not None:
+            e["lifted"] = {"param": lf.param, "field": lf.field, "at": lf.at}
     for e in params_table:   # a texture's texels and geometry: launch() takes an unbound texture as an empty one
         head, _, tail = e["name"].rpartition("__")
         if e["name"] in _textures or (head in _textures and tail in ("w", "h", "d", "m")):

@@ -525,3 +525,49 @@ def test_a_kernel_templated_on_a_function_is_ported_for_the_function_its_launch_
     wrong = translate_kernel(parsed, "apply", str(path), function_args={"OP": "twice"})
     bad = check_captured(wrong.module_text, _FN_TEMPLATE, parsed.kernel("apply"), path, cap, launch)
     assert not bad.passed and "this port is for OP = twice" in (bad.reason or ""), bad.reason
+
+
+_STRUCT_POINTERS = (
+    "#include <cstring>\n"
+    "struct Base { };\n"
+    "struct Item : public Base { char* name; int value; };\n"
+    "struct Params { const float* x; float* y; int n; float a; float* unused; };\n"
+    "__global__ void touch(Item* it) { it->name[0] = 'd'; (*it).name[1] += 1; it->value++; }\n"
+    "__global__ void axpy(Params p) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < p.n) p.y[i] = p.a * p.x[i] + p.y[i];\n}\n"
+    "__device__ float first(const Params& q) { return q.x[0]; }\n"
+    "__global__ void head(Params p) { if (threadIdx.x == 0) p.y[0] = first(p); }\n"
+    "int main() {\n"
+    "  Item* e; cudaMallocManaged(&e, sizeof(Item)); e->value = 10;\n"
+    "  cudaMallocManaged(&e->name, 6); strcpy(e->name, \"hello\");\n"
+    "  touch<<<1, 1>>>(e); cudaDeviceSynchronize();\n"
+    "  const int n = 100; Params p; float *x, *y; cudaMalloc(&x, n * 4); cudaMalloc(&y, n * 4);\n"
+    "  float h[n], g[n]; for (int i = 0; i < n; i++) { h[i] = i * 0.5f; g[i] = 1.0f - i; }\n"
+    "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice); cudaMemcpy(y, g, sizeof g, cudaMemcpyHostToDevice);\n"
+    "  p.x = x; p.y = y; p.n = n; p.a = 2.0f; p.unused = 0;\n"
+    "  axpy<<<2, 64>>>(p); head<<<1, 32>>>(p); cudaDeviceSynchronize();\n  return 0;\n}\n")
+
+
+def test_pointer_fields_a_kernel_follows_become_buffers_of_their_own(tmp_path):
+    # a pointer to one struct (`it->name`, `(*it).name`) and a struct by value (`p.x`, `p.y`): the capture records
+    # what each pointer field points to, both ports take it as a buffer of its own and are checked on it; a field
+    # a helper follows keeps the error naming it
+    from ksearch_engine.portcheck import check_captured
+    from ksearch_engine.sim.capture import capture_program
+    from ksearch_engine.source import find_kernels
+
+    path = tmp_path / "fields.cu"
+    path.write_text(_STRUCT_POINTERS)
+    rep = port_file(path, write=False)
+    got = {v.kernel: v for v in rep.kernels}
+    for name in ("touch", "axpy"):
+        assert got[name].status == "verified" and got[name].workload == "captured", (name, got[name].reason)
+    assert any("'it_name'" in n for n in got["touch"].notes), got["touch"].notes
+    assert got["head"].status == "not_ported" and "field x" in got["head"].reason, got["head"].reason
+    # a port that reads the wrong buffer for the field is caught against what the capture recorded
+    wrong = got["axpy"].module_text.replace("p.a * p_x[i]", "p.a * p_y[i]")
+    assert wrong != got["axpy"].module_text
+    cap = capture_program(path)
+    bad = check_captured(wrong, _STRUCT_POINTERS, find_kernels(_STRUCT_POINTERS, str(path)).kernel("axpy"), path,
+                         cap, cap.launches_of("axpy"))
+    assert not bad.passed and "p_y" in (bad.reason or ""), bad.reason

@@ -85,11 +85,22 @@ __global__ void k(par_str par, struct Box box, float* out) {
     assert_ported(res)
 
 
-def test_a_struct_holding_pointers_by_value_is_refused_with_its_reason():
+def test_a_struct_holding_pointers_by_value_takes_the_followed_field_as_a_buffer_or_is_refused_with_its_reason():
+    # followed in the kernel: the field's buffer is a parameter of its own (translate/lift.py); followed in a
+    # helper the struct is passed to: refused, naming the field
+    from ksearch_engine.source import find_kernels as fk
     src = """
 struct View { float* data; int n; };
 __global__ void k(View v, float* out) { out[threadIdx.x] = v.data[threadIdx.x]; }"""
-    from ksearch_engine.source import find_kernels as fk
+    tr = translate_kernel(fk(src, "t.cu"), "k", "t.cu")
+    assert not [i for i in tr.errors if i.scope != "inputs"], tr.errors   # (kernel(*inputs) takes no struct)
+    assert [(p["name"], p.get("lifted")) for p in tr.params] == [
+        ("v", None), ("out", None), ("v_data", {"param": "v", "field": "data", "at": 0})]
+    assert "v_data[" in tr.cuda_source and "v.data" not in tr.cuda_source
+    src = """
+struct View { float* data; int n; };
+__device__ float at(View v, int i) { return v.data[i]; }
+__global__ void k(View v, float* out) { out[threadIdx.x] = at(v, threadIdx.x); }"""
     tr = translate_kernel(fk(src, "t.cu"), "k", "t.cu")
     assert any("struct View holds a pointer (field data)" in i.message for i in tr.errors)
 
