@@ -871,7 +871,15 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
     int_buffers = [p.name for p in k.params if p.pointer and p.name not in structs and p.name not in tex_specs
                    and np.dtype(pointee(p.type, preamble, subst)[0]).kind in "iu"]
     grown: dict[str, str] = {}   # buffer -> how far past its end the last fault was (bytes)
-    shrunk: set[str] = set()     # made-up integer scalars taken small after the kernel ran past its time limit
+    shrunk: set[str] = set()     # made-up integer scalars taken small (the kernel ran too long, or grew too big)
+    start_sizes = dict(sizes)
+
+    def _small_counts() -> set[str]:
+        made = [p for p in k.params if not p.pointer and p.name not in structs and p.name not in tex_specs
+                and not isinstance(scalars.get(p.name), (int, float))
+                and np.dtype(pointee(p.type, preamble, subst)[0]).kind in "iu"]
+        loops = [p.name for p in made if _loop_count(p.name).search(k.body)]
+        return set(loops or [p.name for p in made])
     for _ in range(max_tries):
         args = {}
         for p in k.params:
@@ -896,11 +904,7 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
             if e.kind == "timeout" and not shrunk:
                 # the made-up sizes (the grid's thread count) made a loop run long: the counts its loops run to
                 # (else every made-up integer) are taken small, and the kernel runs once more
-                made = [p for p in k.params if not p.pointer and p.name not in structs and p.name not in tex_specs
-                        and not isinstance(scalars.get(p.name), (int, float))
-                        and np.dtype(pointee(p.type, preamble, subst)[0]).kind in "iu"]
-                loops = [p.name for p in made if _loop_count(p.name).search(k.body)]
-                shrunk = set(loops or [p.name for p in made])
+                shrunk = _small_counts()
                 if shrunk:
                     continue
             if e.kind == "fault" and not m and sym_args and not sym_zero:
@@ -935,6 +939,19 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
                 grown[m.group(1)] = past.group(1)
             sizes[m.group(1)] *= 4
             elem = structs[m.group(1)].dtype.itemsize if m.group(1) in structs else 8
+            if sizes[m.group(1)] * elem > MAX_BUFFER_BYTES and not shrunk:
+                # the made-up sizes multiply into more than a buffer may hold (`dout[b * T * OC + t * OC + o]`
+                # with B, T, OC each the grid's thread count): the counts its loops run to (else every made-up
+                # integer) are taken small, and the buffers start over
+                shrunk = _small_counts()
+                if shrunk:
+                    sizes.update(start_sizes)
+                    grown.clear()
+                    if made_notes is not None:
+                        made_notes.append(f"the made-up sizes {', '.join(sorted(shrunk))} were taken small "
+                                          f"({SHRUNK_COUNT}): at the grid's thread count each, the buffers they "
+                                          f"index grew past {MAX_BUFFER_BYTES >> 20} MB")
+                    continue
             if sizes[m.group(1)] * elem > MAX_BUFFER_BYTES:
                 raise InferError(f"'{m.group(1)}' keeps growing past {MAX_BUFFER_BYTES >> 20} MB on a made-up "
                                  f"workload: give the program that launches the kernel") from None

@@ -265,6 +265,32 @@ def test_a_made_up_loop_count_that_runs_too_long_is_taken_small(tmp_path):
     assert args["steps"] == 8
 
 
+BIAS_SUM = r"""
+__global__ void bias_sum(float *dbias, const float *dout, int B, int T, int OC)
+{
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o < OC) {
+        float sum = 0.0f;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                sum += dout[b * T * OC + t * OC + o];
+        dbias[o] = sum;
+    }
+}
+"""
+
+
+def test_made_up_sizes_whose_product_outgrows_a_buffer_are_taken_small(tmp_path):
+    # B, T and OC at the grid's thread count each index B*T*OC floats (hundreds of MB): the loop counts B and T
+    # are taken small and the buffers start over, so the kernel runs on a workload that fits
+    k = _kernel(BIAS_SUM, tmp_path / "bias.cu", "bias_sum")
+    notes: list[str] = []
+    rec, args = infer_launch(BIAS_SUM, k, {}, filename="bias.cu", geometries=[], notes=notes)
+    assert args["B"] == 8 and args["T"] == 8 and args["OC"] > 8, (args["B"], args["T"], args["OC"])
+    assert args["dout"].size >= 8 * 8 * args["OC"]
+    assert any("B, T were taken small" in n for n in notes), notes
+
+
 # A kernel file that a wrapper source (no main: the program is C) #includes inside `extern "C" {`, after the
 # header that defines the kernel's struct.
 WRAPPER = r"""
