@@ -22,7 +22,10 @@ these changes to the fixed costs that dominate at batch 1:
   fixed cost. Metal renders merge='fused' with the two-kernel merge (MSL before 3.2 gives no cross-threadgroup
   ordering of device memory to rely on); merge='kernel' is the two-kernel merge everywhere.
 
-Knobs: warps (NT = 32 * warps), block_keys (TK), target_blocks (threadgroups to aim for), merge.
+* stages=2: two register sets of K/V, used by alternate tiles, so two tiles' loads are in flight while one is
+  consumed (at the cost of twice the data registers: meant for the smaller tiles and for MHA, G = 1).
+
+Knobs: warps (NT = 32 * warps), block_keys (TK), target_blocks (threadgroups to aim for), merge, stages.
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ def fused_valid(k: dict) -> bool:
     if nt % tk:
         return False
     lpk = nt // tk
-    return lpk in (1, 2, 4, 8, 16) and 16 // lpk <= 8 and k["target_blocks"] > 0 and k["merge"] in ("fused", "kernel")
+    return lpk in (1, 2, 4, 8, 16) and 16 // lpk <= 8 and k["target_blocks"] > 0 and k["merge"] in ("fused", "kernel") \
+        and k.get("stages", 1) in (1, 2)
 
 
 def _pass(kind: str, k: dict, paged: bool, fused: bool) -> str:
@@ -60,23 +64,74 @@ def _pass(kind: str, k: dict, paged: bool, fused: bool) -> str:
         return [f"if ({ok}) {dst} = *reinterpret_cast<const Pk8*>({src});",
                 f"else {{ for (int x = 0; x < 8; ++x) {dst}.v[x] = static_cast<T>(0.0f); }}"]
 
-    def issue_k(j0: str) -> list[str]:
+    st = k.get("stages", 1)
+    step = "TK" if st == 1 else f"{st} * TK"     # a register set's next tile is this far on
+
+    def issue_k(j0: str, n: int) -> list[str]:
         return [f"{{  // K rows of the tile at {j0}",
                 f"  const int j = {j0} + kj; const bool ok = j < s1;",
-                f"  {dev} kp = K + (ok ? {addr('j', 'pk')} : 0);",
+                f"  {dev} kp = K + (ok ? {addr('j', f'pk{n}')} : 0);",
                 "  for (int c = 0; c < KCH; ++c) {",
-                *["    " + s for s in load8("kr[c]", "(kp + (c * LPK + ksub) * 8)", "ok")],
+                *["    " + s for s in load8(f"kr{n}[c]", "(kp + (c * LPK + ksub) * 8)", "ok")],
                 "  }",
-                *([f"  pk = {page_of(j0 + ' + TK + kj')};  // the page of the tile after"] if paged else []),
+                *([f"  pk{n} = {page_of(f'{j0} + {step} + kj')};  // the page of this set's next tile"] if paged else []),
                 "}"]
 
-    def issue_v(j0: str) -> list[str]:
+    def issue_v(j0: str, n: int) -> list[str]:
         return [f"for (int r = 0; r < VR; ++r) {{  // V rows of the tile at {j0}",
                 f"  const int jv = {j0} + r * KG + vkg; const bool okv = jv < s1;",
-                f"  {dev} vp = V + (okv ? {addr('jv', 'pv[r]')} : 0) + vc * 8;",
-                *["  " + s for s in load8("vr[r]", "vp", "okv")],
-                *([f"  pv[r] = {page_of(j0 + ' + TK + r * KG + vkg')};"] if paged else []),
+                f"  {dev} vp = V + (okv ? {addr('jv', f'pv{n}[r]')} : 0) + vc * 8;",
+                *["  " + s for s in load8(f"vr{n}[r]", "vp", "okv")],
+                *([f"  pv{n}[r] = {page_of(f'{j0} + {step} + r * KG + vkg')};"] if paged else []),
                 "}"]
+
+    def tile(j0: str, n: int, buf: str) -> list[str]:
+        """One tile at key j0 from register set n (its loads in flight since `step` keys ago); refills the set
+        with the tile `step` keys on."""
+        tg = "threadgroup " if d.metal else ""
+        return [
+            f"{{  // the tile at {j0}",
+            f"  const int jt = {j0}; const int jn = jt + {step};",
+            f"  {tg}float* ps = p_s + ({buf}) * (G * TK);",
+            f"  {tg}float* ws = w_s + ({buf}) * (W * G);",
+            "  float sc[G];",
+            "  for (int g = 0; g < G; ++g) sc[g] = 0.0f;",
+            "  for (int c = 0; c < KCH; ++c) {",
+            "    const int e0 = (c * LPK + ksub) * 8;",
+            "    for (int x = 0; x < 8; ++x) {",
+            f"      const float kv = static_cast<float>(kr{n}[c].v[x]);",
+            "      for (int g = 0; g < G; ++g) sc[g] += q_s[g * DH + e0 + x] * kv;",
+            "    }",
+            "  }",
+            "  const bool okj = jt + kj < s1;",
+            "  for (int g = 0; g < G; ++g) {",
+            f"    for (int o = LPK / 2; o > 0; o /= 2) sc[g] += {d.shfl_xor('sc[g]', 'o')};",
+            f"    sc[g] = okj ? sc[g] : {ni};",
+            "    if (ksub == 0) ps[g * TK + kj] = sc[g];",
+            f"    for (int o = LPK; o < 32; o *= 2) sc[g] = {d.fmax('sc[g]', d.shfl_xor('sc[g]', 'o'))};",
+            "    if (lane == 0) ws[warp * G + g] = sc[g];   // the max of this warp's keys",
+            "  }",
+            *["  " + s for s in issue_k("jn", n)],
+            f"  {d.barrier()}   // the only barrier of the tile (scores and maxima are double-buffered)",
+            "  for (int g = 0; g < G; ++g) {",
+            "    float mx = ws[g];",
+            f"    for (int w = 1; w < W; ++w) mx = {d.fmax('mx', 'ws[w * G + g]')};",
+            f"    const float mn = {d.fmax('m_run[g]', 'mx')};",
+            f"    const float cr = {exp2}(m_run[g] - mn);",
+            "    m_run[g] = mn; lacc[g] *= cr;",
+            "    for (int x = 0; x < 8; ++x) acc[g * 8 + x] *= cr;",
+            "  }",
+            "  for (int r = 0; r < VR; ++r) {",
+            "    const int jj = r * KG + vkg;",
+            "    for (int g = 0; g < G; ++g) {",
+            f"      const float p = {exp2}(ps[g * TK + jj] - m_run[g]);",
+            "      lacc[g] += p;",
+            f"      for (int x = 0; x < 8; ++x) acc[g * 8 + x] += p * static_cast<float>(vr{n}[r].v[x]);",
+            "    }",
+            "  }",
+            *["  " + s for s in issue_v("jn", n)],
+            "}",
+        ]
 
     L = [
         f"constexpr int NT = {nt};", f"constexpr int TK = {tk};", "constexpr int W = NT / 32;",
@@ -95,18 +150,20 @@ def _pass(kind: str, k: dict, paged: bool, fused: bool) -> str:
         "const int ksub = t % LPK;          // and its chunks ksub, ksub + LPK, ...",
         "const int vc = t % NCH;            // values: this thread's columns (chunk vc)",
         "const int vkg = t / NCH;           // and its keys vkg, vkg + KG, ...",
-        "// Q into registers first: its load is in flight while the first tile's K/V loads are issued",
+        "// Q into registers first: its load is in flight while the first tiles' K/V loads are issued",
         "float qv[QPT];",
         "for (int u = 0; u < QPT; ++u) {",
         "  const int i = t + u * NT;",
         "  qv[u] = i < G * DH ? static_cast<float>(Q[(size_t)(b * HQ + hk * G) * DH + i]) : 0.0f;",
         "}",
-        "Pk8 kr[KCH]; Pk8 vr[VR];",
     ]
-    if paged:
-        L += [f"int pk = {page_of('s0 + kj')};", "int pv[VR];",
-              f"for (int r = 0; r < VR; ++r) pv[r] = {page_of('s0 + r * KG + vkg')};"]
-    L += issue_k("s0") + issue_v("s0")
+    for n in range(st):
+        L.append(f"Pk8 kr{n}[KCH]; Pk8 vr{n}[VR];")
+        if paged:
+            L += [f"int pk{n} = {page_of(f's0 + {n} * TK + kj')};", f"int pv{n}[VR];",
+                  f"for (int r = 0; r < VR; ++r) pv{n}[r] = {page_of(f's0 + {n} * TK + r * KG + vkg')};"]
+    for n in range(st):
+        L += issue_k(f"s0 + {n} * TK", n) + issue_v(f"s0 + {n} * TK", n)
     L += [
         f"const float qscale = {d.rsqrt('(float)DH')} * LOG2E;   // scores in the log2 domain",
         "for (int u = 0; u < QPT; ++u) { const int i = t + u * NT; if (i < G * DH) q_s[i] = qv[u] * qscale; }",
@@ -114,49 +171,18 @@ def _pass(kind: str, k: dict, paged: bool, fused: bool) -> str:
         f"for (int g = 0; g < G; ++g) {{ m_run[g] = {ni}; lacc[g] = 0.0f; }}",
         "for (int i = 0; i < G * 8; ++i) acc[i] = 0.0f;",
         d.barrier(),
-        "int buf = 0;",
-        "for (int j0 = s0; j0 < s1; j0 += TK) {",
-        "  const int jn = j0 + TK;",
-        "  float* ps = p_s + buf * (G * TK);" if not d.metal else "  threadgroup float* ps = p_s + buf * (G * TK);",
-        "  float* ws = w_s + buf * (W * G);" if not d.metal else "  threadgroup float* ws = w_s + buf * (W * G);",
-        "  float sc[G];",
-        "  for (int g = 0; g < G; ++g) sc[g] = 0.0f;",
-        "  for (int c = 0; c < KCH; ++c) {",
-        "    const int e0 = (c * LPK + ksub) * 8;",
-        "    for (int x = 0; x < 8; ++x) {",
-        "      const float kv = static_cast<float>(kr[c].v[x]);",
-        "      for (int g = 0; g < G; ++g) sc[g] += q_s[g * DH + e0 + x] * kv;",
-        "    }",
-        "  }",
-        "  const bool okj = j0 + kj < s1;",
-        "  for (int g = 0; g < G; ++g) {",
-        f"    for (int o = LPK / 2; o > 0; o /= 2) sc[g] += {d.shfl_xor('sc[g]', 'o')};",
-        f"    sc[g] = okj ? sc[g] : {ni};",
-        "    if (ksub == 0) ps[g * TK + kj] = sc[g];",
-        f"    for (int o = LPK; o < 32; o *= 2) sc[g] = {d.fmax('sc[g]', d.shfl_xor('sc[g]', 'o'))};",
-        "    if (lane == 0) ws[warp * G + g] = sc[g];   // the max of this warp's keys",
-        "  }",
-        *["  " + s for s in issue_k("jn")],
-        f"  {d.barrier()}   // the only barrier of the tile (scores and maxima are double-buffered)",
-        "  for (int g = 0; g < G; ++g) {",
-        "    float mx = ws[g];",
-        f"    for (int w = 1; w < W; ++w) mx = {d.fmax('mx', 'ws[w * G + g]')};",
-        f"    const float mn = {d.fmax('m_run[g]', 'mx')};",
-        f"    const float cr = {exp2}(m_run[g] - mn);",
-        "    m_run[g] = mn; lacc[g] *= cr;",
-        "    for (int x = 0; x < 8; ++x) acc[g * 8 + x] *= cr;",
-        "  }",
-        "  for (int r = 0; r < VR; ++r) {",
-        "    const int jj = r * KG + vkg;",
-        "    for (int g = 0; g < G; ++g) {",
-        f"      const float p = {exp2}(ps[g * TK + jj] - m_run[g]);",
-        "      lacc[g] += p;",
-        "      for (int x = 0; x < 8; ++x) acc[g * 8 + x] += p * static_cast<float>(vr[r].v[x]);",
-        "    }",
-        "  }",
-        *["  " + s for s in issue_v("jn")],
-        "  buf ^= 1;",
-        "}",
+    ]
+    if st == 1:
+        L += ["int buf = 0;", "for (int j0 = s0; j0 < s1; j0 += TK) {",
+              *["  " + s for s in tile("j0", 0, "buf")], "  buf ^= 1;", "}"]
+    else:
+        L += ["for (int j0 = s0; j0 < s1; j0 += 2 * TK) {   // two register sets, two tiles in flight",
+              *["  " + s for s in tile("j0", 0, "0")],
+              "  if (j0 + TK < s1) {",
+              *["    " + s for s in tile("j0 + TK", 1, "1")],
+              "  }",
+              "}"]
+    L += [
         "// merge the key groups: lanes of a warp by shuffles, warps through threadgroup memory",
         "for (int g = 0; g < G; ++g) {",
         "  for (int x = 0; x < 8; ++x) {",

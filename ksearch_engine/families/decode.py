@@ -82,8 +82,8 @@ TILES = Template(
 
 FUSED = Template(
     id="decode.gqa_fused", pattern="decode.split_kv", kinds=("metal", "cuda"),
-    knobs={"warps": [4, 8, 2], "block_keys": [64, 32, 128], "target_blocks": [256, 512, 128, 1024],
-           "merge": ["fused", "kernel"]},
+    knobs={"warps": [4, 8, 2], "block_keys": [64, 32, 128], "target_blocks": [256, 512, 128, 384, 1024],
+           "merge": ["fused", "kernel"], "stages": [1, 2]},
     render=lambda k, kind: render_fused("decode", "decode.gqa_fused", k, kind, paged=False),
     description="gqa_tiles with one barrier per tile (per-warp score maxima, private running sums), the prologue's "
                 "Q and K/V loads overlapped, page ids read a tile ahead, and (CUDA) the split merge fused into the "

@@ -105,8 +105,8 @@ TILES = Template(
 
 FUSED = Template(
     id="paged_decode.gqa_fused", pattern="decode.block_table", kinds=("metal", "cuda"),
-    knobs={"warps": [4, 8, 2], "block_keys": [64, 32, 128], "target_blocks": [256, 512, 128, 1024],
-           "merge": ["fused", "kernel"]},
+    knobs={"warps": [4, 8, 2], "block_keys": [64, 32, 128], "target_blocks": [256, 512, 128, 384, 1024],
+           "merge": ["fused", "kernel"], "stages": [1, 2]},
     render=lambda k, kind: render_fused("paged_decode", "paged_decode.gqa_fused", k, kind, paged=True),
     description="gqa_tiles with one barrier per tile (per-warp score maxima, private running sums), the prologue's "
                 "Q and K/V loads overlapped, page ids read a tile ahead, and (CUDA) the split merge fused into the "

@@ -1,7 +1,8 @@
 """decode.gqa_fused / paged_decode.gqa_fused on the CPU simulator: GQA groups over many splits with a partial last
 tile (contiguous and paged, pages smaller than a tile), both dialects, both merges; the fused merge's counters
-back at zero after a call and a second call right; and broken merges being caught (a wrong weight, a dropped
-split, a counter not reset, a running sum not rescaled)."""
+back at zero after a call and a second call right; two register sets (stages=2) over odd tile counts; and broken
+code being caught (a wrong merge weight, a dropped split, an early merge, a counter not reset, a running sum not
+rescaled, the second register set's tiles skipped)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,11 +14,13 @@ from ksearch_engine.task import Workload
 
 # G = 4 query heads per KV head, 200 keys in tiles of 16: 13 splits, the last one 8 keys long
 DEC_W = [Workload(name="b1_hq8_hkv2_s200_d64", dims={"Bt": 1, "Hq": 8, "Hkv": 2, "S": 200, "Dh": 64})]
-# pages of 8 keys under tiles of 16, 56 keys per sequence (a partial last tile), two sequences
-PAGED_W = [Workload(name="b2_hq8_hkv2_p8_blk7_d64",
-                    dims={"Bt": 2, "Hq": 8, "Hkv": 2, "P": 8, "NBLK": 7, "NPAGES": 14, "Dh": 64})]
+# pages of 8 keys under tiles of 16, 72 keys per sequence (a partial last tile), two sequences
+PAGED_W = [Workload(name="b2_hq8_hkv2_p8_blk9_d64",
+                    dims={"Bt": 2, "Hq": 8, "Hkv": 2, "P": 8, "NBLK": 9, "NPAGES": 18, "Dh": 64})]
 SMALL = dict(warps=2, block_keys=16, target_blocks=64)      # decode: 13 splits of one tile each
 MULTI = dict(warps=2, block_keys=16, target_blocks=8)       # decode: 4 splits of 4 tiles (the last 1.5)
+# two register sets over odd tile counts (decode: 3 splits of 5, 5, 2.5 tiles; paged: 2 splits of 3, 1.5)
+STAGED = dict(warps=2, block_keys=16, target_blocks=6, stages=2)
 
 
 def _ev(name, workloads):
@@ -45,6 +48,8 @@ def test_fused_many_splits_both_dialects_both_merges(name, workloads):
         _check(ev, _render(name, "cuda", **MULTI, merge="kernel"), "cuda kernel merge")
         _check(ev, _render(name, "metal", **SMALL, merge="fused"), "metal")
         _check(ev, _render(name, "metal", **MULTI, merge="kernel"), "metal, tiles per split")
+        _check(ev, _render(name, "cuda", **STAGED), "cuda, two register sets")
+        _check(ev, _render(name, "metal", **STAGED), "metal, two register sets")
 
 
 def test_fused_other_thread_shapes_and_one_split():
@@ -56,6 +61,7 @@ def test_fused_other_thread_shapes_and_one_split():
 
 
 @pytest.mark.parametrize("label,old,new", [
+    ("stale register set", "if (j0 + TK < s1) {", "if (false) {"),
     ("merge weight", "const float c = exp2f(mm[g * SPLITS + s] - M);", "const float c = 1.0f;"),
     ("dropped split", "for (int s = 0; s < SPLITS; ++s) {\n        const float c",
      "for (int s = 0; s < SPLITS - 1; ++s) {\n        const float c"),
@@ -63,7 +69,7 @@ def test_fused_other_thread_shapes_and_one_split():
     ("running sum", "m_run[g] = mn; lacc[g] *= cr;", "m_run[g] = mn;"),
 ])
 def test_fused_merge_errors_are_caught(label, old, new):
-    src = _render("decode", "cuda", **MULTI)
+    src = _render("decode", "cuda", **(STAGED if label == "stale register set" else MULTI))
     broken = src.replace(old, new)
     assert broken != src, label
     with _ev("decode", DEC_W) as ev:
