@@ -37,7 +37,7 @@ DEC = [dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=256, mer
        dict(template="gqa_fused", warps=4, block_keys=32, target_blocks=256, merge="fused", stages=2),
        dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=384, merge="fused", stages=1),
        dict(template="gqa_fused", warps=4, block_keys=32, target_blocks=512, merge="fused", stages=2),
-       dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=128, merge="fused", stages=1),
+       dict(template="gqa_fused", warps=8, block_keys=64, target_blocks=256, merge="fused", stages=2),
        dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=256, merge="kernel", stages=1),
        dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=512)]
 MOE = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),

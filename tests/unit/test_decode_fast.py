@@ -5,6 +5,8 @@ code being caught (a wrong merge weight, a dropped split, an early merge, a coun
 rescaled, the second register set's tiles skipped)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -118,3 +120,55 @@ def test_fused_counters_are_zero_again_and_a_second_call_is_right(reset):
     else:
         assert (sem == 26).all(), sem                    # 13 splits counted twice, never zeroed
         assert not np.abs(outs[1] - ref).max() < 1e-2    # the second call's merge never runs
+
+
+# the knob sets bench/headline.py times first (DEC), at the bench shapes
+BENCH_SETS = [dict(warps=4, block_keys=64, target_blocks=256, stages=1), dict(warps=4, block_keys=32, stages=2),
+              dict(warps=8, block_keys=64, stages=2)]
+
+
+def _cuda_unit(name, knobs, dims, fn):
+    """The rendered kernels' bodies inside signatures written the way MLX's cuda_kernel writes them (inputs
+    `const T*`, outputs `T*`, template arguments as constexpr ints and `using T`)."""
+    src = _render(name, "cuda", **knobs)
+    paged = name == "paged_decode"
+    ins = [("Q", "__half"), ("K", "__half"), ("V", "__half")] + ([("table", "int32_t")] if paged else [])
+    outs = [("out", "__half"), ("opart", "float"), ("mpart", "float"), ("lpart", "float")]
+    text = ""
+    for var, extra in (("_SOURCE", []), ("_SOURCE_FUSED", [("sem_inout", "int32_t")])):
+        body = re.search(var + r' = r"""\n(.*?)\n"""', src, re.S).group(1)
+        if not body.strip():
+            continue
+        params = [f"const {t}* {n}" for n, t in ins + extra] + [f"{t}* {n}" for n, t in outs]
+        consts = "".join(f"  constexpr int {a} = {v};\n" for a, v in dims.items())
+        text += (f"namespace mlx {{ namespace core {{ namespace cu {{\n__global__ void {fn}{var.lower()}("
+                 f"{', '.join(params)}) {{\n  using T = __half;\n{consts}{body}\n}}\n}}}}}}\n")
+    return text
+
+
+@pytest.mark.parametrize("sets,spill", [(BENCH_SETS, False),
+                                        ([dict(warps=4, block_keys=64, target_blocks=256, stages=2)], True)])
+def test_fused_bench_sets_compile_for_sm90_without_spills(tmp_path, sets, spill):
+    """nvcc (where installed) on the CUDA renders of the bench's knob sets at the bench shapes: a GPU compile error
+    or register spills show here, before a GPU run (and a set known to spill is seen spilling)."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvcc"):
+        pytest.skip("no nvcc")
+    gqa = dict(HQ=32, HKV=8, DH=128, SEQ=4096, SPLITS=32, CHUNK=128)
+    mha = dict(HQ=32, HKV=32, DH=128, SEQ=4096, SPLITS=16, CHUNK=256)
+    unit = "#include <cuda_fp16.h>\n#include <cstdint>\n"
+    for i, kn in enumerate(sets):
+        unit += _cuda_unit("decode", kn, gqa, f"gqa{i}") + _cuda_unit("decode", kn, mha, f"mha{i}")
+        unit += _cuda_unit("paged_decode", kn, dict(gqa, NBLK=256, PAGE=16), f"paged{i}")
+    (tmp_path / "k.cu").write_text(unit)
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-c", "-o", str(tmp_path / "k.o"), "--ptxas-options=-v",
+                        str(tmp_path / "k.cu")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    info = r.stdout + r.stderr
+    assert info.count("Compiling entry function") == 2 * 3 * len(sets)
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", info)]
+    assert len(spills) == 2 * 3 * len(sets)
+    # the last case: two register sets of 64-key tiles over 4 warps need more than 255 registers at G = 4
+    assert (max(spills) > 0) == spill, info[-3000:]
