@@ -43,11 +43,16 @@ def _check(ev, src, what):
 
 
 @pytest.mark.parametrize("name,workloads", [("decode", DEC_W), ("paged_decode", PAGED_W)])
-def test_fused_many_splits_both_dialects_both_merges(name, workloads):
+def test_fused_many_splits_cuda_both_merges(name, workloads):
     with _ev(name, workloads) as ev:
         _check(ev, _render(name, "cuda", **SMALL, merge="fused"), "cuda fused")
         _check(ev, _render(name, "cuda", **MULTI, merge="fused"), "cuda fused, tiles per split")
         _check(ev, _render(name, "cuda", **MULTI, merge="kernel"), "cuda kernel merge")
+
+
+@pytest.mark.parametrize("name,workloads", [("decode", DEC_W), ("paged_decode", PAGED_W)])
+def test_fused_metal_and_two_register_sets(name, workloads):
+    with _ev(name, workloads) as ev:
         _check(ev, _render(name, "metal", **SMALL, merge="fused"), "metal")
         _check(ev, _render(name, "metal", **MULTI, merge="kernel"), "metal, tiles per split")
         _check(ev, _render(name, "cuda", **STAGED), "cuda, two register sets")
