@@ -32,10 +32,14 @@ from ksearch_engine.task import Workload  # noqa: E402
 
 HBM = 4.8e12  # H200 datasheet bytes/s
 
-DEC = [dict(warps=4, block_keys=64, target_blocks=512), dict(warps=4, block_keys=64, target_blocks=1024),
-       dict(warps=4, block_keys=32, target_blocks=1024), dict(warps=4, block_keys=32, target_blocks=2048),
-       dict(warps=8, block_keys=64, target_blocks=512), dict(warps=8, block_keys=128, target_blocks=512),
-       dict(warps=4, block_keys=64, target_blocks=256), dict(warps=8, block_keys=64, target_blocks=1024)]
+# decode/paged: "template" names the family's template by its suffix (default: the PLAN entry's gqa_tiles)
+DEC = [dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=256, merge="fused", stages=1),
+       dict(template="gqa_fused", warps=4, block_keys=32, target_blocks=256, merge="fused", stages=2),
+       dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=384, merge="fused", stages=1),
+       dict(template="gqa_fused", warps=4, block_keys=32, target_blocks=512, merge="fused", stages=2),
+       dict(template="gqa_fused", warps=8, block_keys=64, target_blocks=256, merge="fused", stages=2),
+       dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=256, merge="kernel", stages=1),
+       dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=512)]
 MOE = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
        dict(block_m=128, block_n=128, block_k=32, warps_m=4, warps_n=2, group_m=8),
        dict(block_m=64, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
@@ -188,11 +192,12 @@ def run(label: str, gpu: GpuTimer, deadline: float, log) -> list[dict]:
     base = load(task.baseline_source(), "baseline").baseline
     srcs = []
     for kn in sweep:
-        full = dict(t.defaults(), **kn)
-        if not t.valid(full):
+        tt = fam.template(f"{fam_name}.{kn['template']}") if "template" in kn else t
+        full = dict(tt.defaults(), **{k: v for k, v in kn.items() if k != "template"})
+        if not tt.valid(full):
             log({"family": label, "candidate": str(kn), "status": "invalid knobs"})
             continue
-        srcs.append((kn, t.render(full, "cuda")))
+        srcs.append((kn, tt.render(full, "cuda")))
     # small-shape checks against the reference (tails, GQA, splits)
     ok_src = []
     for kn, src in srcs:
