@@ -10,6 +10,7 @@ in registers (N/SPT lanes per (head, p) row, C.h reduced by shuffles, inputs loa
 from __future__ import annotations
 
 from ._src import Dialect, header, kernel_ctor, tag
+from ._ssd_chunked import chunked_valid, render_chunked
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
 
@@ -167,7 +168,14 @@ REGISTERS = Template(
     render=_render_kernel, description="state in registers, N/SPT lanes per (head, p) row, shuffles over N",
     difficulty=3, predicted_speedup=10.0, valid=lambda k: k["chunk"] * k["states_per_thread"] <= 256)
 
-FAMILY = Family(name="ssd", make_task=make_task, templates=[OPS, REGISTERS],
+CHUNKED = Template(
+    id="ssd.chunked_kernels", pattern="scan.chunked_two_pass", kinds=("metal", "cuda"),
+    knobs={"chunk": [64, 32, 16], "warps": [8, 4, 2], "k_tile": [16, 8]}, render=render_chunked,
+    description="chunked SSD as three kernels: chunk end states (GEMM over the chunk), a carry over chunks, "
+                "masked intra-chunk scores + inter-chunk term (register-tiled GEMMs through threadgroup memory)",
+    difficulty=4, predicted_speedup=2.0, valid=chunked_valid)
+
+FAMILY = Family(name="ssd", make_task=make_task, templates=[OPS, REGISTERS, CHUNKED],
                 naive=lambda kind: _render_kernel({"states_per_thread": 32, "chunk": 1, "threads_per_group": 64,
                                                    "fast_exp": False}, kind) if kind != "ops" else
                 _render_ops({"chunk": 1, "compile": False}, "ops"),
