@@ -2,19 +2,22 @@
 
 The sequence is cut into chunks of T steps; a chunk c of head h has the cumulative log-decay
 ac_t = sum_{s<=t} dt_s A_h (t within the chunk). With u_t = dt_t x_t:
-  1. `states` (one threadgroup per (batch, chunk, head)): ac by a warp scan, then the chunk's end state from a
-     zero start, S_c[n][p] = sum_t exp(ac_end - ac_t) dt_t B_t[n] x_t[p]  (an N x P GEMM over the T steps),
-     and the chunk's total decay exp(ac_end).
+  1. `states`, two kinds of threadgroups in one launch:
+     - one per (batch, chunk, head): ac by a warp scan, then the chunk's end state from a zero start,
+       S_c[n][p] = sum_t exp(ac_end - ac_t) dt_t B_t[n] x_t[p]  (an N x P GEMM over the T steps), and the
+       chunk's total decay exp(ac_end);
+     - one per (batch, chunk, group): the chunk's scores (C B^T)^T[s][t] = B_s . C_t (a T x T GEMM over N),
+       computed once for all the heads of the group instead of once per head.
   2. `carry` (one thread per (batch, head, n, p)): the state entering each chunk,
      hin_0 = 0, hin_(c+1) = exp(ac_end,c) hin_c + S_c  (NC steps; the loads are issued 8 chunks at a time).
-  3. `output` (one threadgroup per (batch, chunk, head)): ac again, the masked intra-chunk scores
-     Gm[t][s] = (C_t . B_s) exp(ac_t - ac_s) [s <= t] (a T x T GEMM over N, kept in threadgroup memory), then
+  3. `output` (one threadgroup per (batch, chunk, head)): ac again; the scores masked and decayed into threadgroup
+     memory, Gm[t][s] = (C_t . B_s) exp(ac_t - ac_s) for s <= t, else 0; then
      y[t][p] = sum_s Gm[t][s] u_s[p] + exp(ac_t) sum_n C_t[n] hin[n][p] + D x_t[p]: one T x P GEMM whose
-     reduction runs over the T steps of the chunk and then over the N states.
-Every GEMM is register-tiled: a thread owns TM x TN outputs (rows ty + i * RY, columns tx + j * RX; RX = 16
-thread columns, RY = threads / 16 rows), operands staged KT reduction steps at a time through threadgroup
-memory (rows padded by one float), zero-filled past the edges so the inner loop has no bounds checks.
-Steps past the end of the sequence read as dt = 0 (no decay, no input) and their outputs are not written.
+     reduction runs over the T steps of the chunk (k-tiles above a thread's rows skipped) and then the N states.
+Every GEMM is register-tiled: a thread owns TM x TN outputs (rows ty * TM + i, columns tx * TN + j; RX = 16
+thread columns, RY = threads / 16 rows; TM, TN multiples of 4, read as float4 in CUDA), operands staged KT
+reduction steps at a time through threadgroup memory, zero-filled past the edges so the inner loop has no bounds
+checks. Steps past the end of the sequence read as dt = 0 (no decay, no input) and their outputs are not written.
 
 Knobs: chunk (T), warps (threads = 32 * warps), k_tile (KT).
 """
@@ -33,8 +36,25 @@ def _cmin(a: str, b: str) -> str:
     return f"(({a}) < ({b}) ? ({a}) : ({b}))"
 
 
+def _shared(d: Dialect, decl: str) -> str:
+    """A threadgroup array; 16-byte aligned in CUDA, where the GEMMs read it as float4."""
+    return d.shared(decl) if d.metal else f"__shared__ __align__(16) {decl};"
+
+
+def _load4(d: Dialect, dst: str, count: str, addr: str) -> str:
+    """dst[0..count) = threadgroup floats at addr.. (count and addr multiples of 4): float4 reads in CUDA."""
+    if d.metal:
+        return f"for (int q = 0; q < {count}; ++q) {dst}[q] = {addr.replace('@', 'q')};"
+    a4 = addr.replace("@", "4 * q")
+    return (f"#pragma unroll\n      for (int q = 0; q < {count} / 4; ++q) {{ const float4 v = *reinterpret_cast<const float4*>(&{a4}); "
+            f"{dst}[4 * q] = v.x; {dst}[4 * q + 1] = v.y; {dst}[4 * q + 2] = v.z; {dst}[4 * q + 3] = v.w; }}")
+
+
 class _Gemm:
-    """Text of one register-tiled GEMM C[M][NN] (+)= sum over segments of A_seg[m][k] B_seg[k][n]."""
+    """Text of one register-tiled GEMM C[M][NN] (+)= sum over segments of A_seg[m][k] B_seg[k][n].
+
+    A thread owns rows m0 + ty * TM + i and columns n0 + tx * TN + j (TM, TN multiples of 4: float4 reads of
+    the staged tiles As[k][m], Bs[k][n], rows padded by 4 floats)."""
 
     def __init__(self, d: Dialect, name: str, M: str, NN: str, tm_cap: int = 16, tn_cap: int = 8):
         self.d, self.p, self.M, self.NN = d, name, M, NN
@@ -42,69 +62,78 @@ class _Gemm:
 
     def consts(self) -> list[str]:
         p = self.p
-        return [f"constexpr int {p}TM = {_cmin(f'({self.M} + RY - 1) / RY', str(self.tm_cap))};",
-                f"constexpr int {p}TN = {_cmin(f'({self.NN} + RX - 1) / RX', str(self.tn_cap))};",
-                f"constexpr int {p}MS = RY * {p}TM;", f"constexpr int {p}NS = RX * {p}TN;"]
+        tm = _cmin(f"({self.M} + RY - 1) / RY", str(self.tm_cap))
+        tn = _cmin(f"({self.NN} + RX - 1) / RX", str(self.tn_cap))
+        return [f"constexpr int {p}TM = (({tm}) + 3) / 4 * 4;",
+                f"constexpr int {p}TN = (({tn}) + 3) / 4 * 4;",
+                f"constexpr int {p}MS = RY * {p}TM;", f"constexpr int {p}NS = RX * {p}TN;",
+                f"constexpr int {p}LDA = {p}MS + 4;", f"constexpr int {p}LDB = {p}NS + 4;"]
 
     def body(self, segments: list[dict], epilogue: list[str]) -> list[str]:
-        """segments: dicts with K (C expression), a and b: ("stage", load(k, m) -> expr, k_fastest) or
-        ("smem", read(m, k) -> expr, None) for A. Epilogue lines see acc[i][j], row m and column n."""
+        """segments: dicts with K (C expression), a and b: ("stage", load(k, m) -> expr, k_fastest), or for A
+        ("smem", address(m, k) -> expr with contiguous m, None); optional skip: a condition on k0 and the
+        thread's rows (mlo, mhi) under which this thread's products of the k-tile are all zero.
+        Epilogue lines see acc[i][j], row m and column n."""
         d, p = self.d, self.p
+        unroll = "" if d.metal else "#pragma unroll"
         unroll = "" if d.metal else "#pragma unroll"
         L = [f"for (int m0 = 0; m0 < {self.M}; m0 += {p}MS) {{",
              f"for (int n0 = 0; n0 < {self.NN}; n0 += {p}NS) {{",
              f"  float acc[{p}TM][{p}TN];",
-             f"  for (int i = 0; i < {p}TM; ++i) for (int j = 0; j < {p}TN; ++j) acc[i][j] = 0.0f;"]
+             f"  {unroll}\n  for (int i = 0; i < {p}TM; ++i)\n    {unroll}\n    for (int j = 0; j < {p}TN; ++j) acc[i][j] = 0.0f;",
+             f"  const int mlo = m0 + ty * {p}TM; const int mhi = mlo + {p}TM - 1;"]
         for seg in segments:
             K = seg["K"]
             L += [f"  for (int k0 = 0; k0 < {K}; k0 += KT) {{"]
-            for which, spec, rows, tile, ld in (("a", seg["a"], f"{p}MS", "As", f"({p}MS + 1)"),
-                                                ("b", seg["b"], f"{p}NS", "Bs", f"({p}NS + 1)")):
+            for which, spec, rows, tile, ld in (("a", seg["a"], f"{p}MS", "As", f"{p}LDA"),
+                                                ("b", seg["b"], f"{p}NS", "Bs", f"{p}LDB")):
                 mode, fn, kfast = spec
                 if mode != "stage":
                     continue
                 base = "m0" if which == "a" else "n0"
                 lim = self.M if which == "a" else self.NN
-                if kfast:
-                    idx = ["const int kk = e % KT;", f"const int mm = e / KT;"]
-                else:
-                    idx = [f"const int mm = e % {rows};", f"const int kk = e / {rows};"]
+                idx = "const int kk = e % KT; const int mm = e / KT;" if kfast else \
+                      f"const int mm = e % {rows}; const int kk = e / {rows};"
                 L += [f"    for (int e = tid; e < KT * {rows}; e += NTH) {{",
-                      "      " + " ".join(idx),
+                      "      " + idx,
                       f"      const int gk = k0 + kk; const int gm = {base} + mm;",
                       f"      {tile}[kk * {ld} + mm] = (gk < {K} && gm < {lim}) ? ({fn('gk', 'gm')}) : 0.0f;",
                       "    }"]
-            L += [f"    {d.barrier()}", f"    {unroll}", "    for (int kk = 0; kk < KT; ++kk) {",
+            L += [f"    {d.barrier()}"]
+            if seg.get("skip"):
+                L += [f"    if (!({seg['skip']})) {{"]
+            L += [f"    {unroll}", "    for (int kk = 0; kk < KT; ++kk) {",
                   f"      float av[{p}TM]; float bv[{p}TN];"]
             amode, afn, _ = seg["a"]
-            if amode == "stage":
-                L.append(f"      {unroll}\n      for (int i = 0; i < {p}TM; ++i) av[i] = As[kk * ({p}MS + 1) + ty + i * RY];")
-            else:
-                L.append(f"      {unroll}\n      for (int i = 0; i < {p}TM; ++i) av[i] = {afn('m0 + ty + i * RY', 'k0 + kk')};")
-            L += [f"      {unroll}\n      for (int j = 0; j < {p}TN; ++j) bv[j] = Bs[kk * ({p}NS + 1) + tx + j * RX];",
+            aaddr = f"As[kk * {p}LDA + ty * {p}TM + @]" if amode == "stage" else afn("mlo + @", "k0 + kk")
+            L += ["      " + _load4(d, "av", f"{p}TM", aaddr),
+                  "      " + _load4(d, "bv", f"{p}TN", f"Bs[kk * {p}LDB + tx * {p}TN + @]"),
                   f"      {unroll}\n      for (int i = 0; i < {p}TM; ++i)",
-                  f"        for (int j = 0; j < {p}TN; ++j) acc[i][j] += av[i] * bv[j];",
-                  "    }", f"    {d.barrier()}", "  }"]
-        L += [f"  for (int i = 0; i < {p}TM; ++i) {{", "    const int m = m0 + ty + i * RY;",
-              f"    for (int j = 0; j < {p}TN; ++j) {{", "      const int n = n0 + tx + j * RX;"]
+                  f"        {unroll}\n        for (int j = 0; j < {p}TN; ++j) acc[i][j] += av[i] * bv[j];",
+                  "    }"]
+            if seg.get("skip"):
+                L += ["    }"]
+            L += [f"    {d.barrier()}", "  }"]
+        L += [f"  {unroll}\n  for (int i = 0; i < {p}TM; ++i) {{", "    const int m = mlo + i;",
+              f"    {unroll}\n    for (int j = 0; j < {p}TN; ++j) {{", f"      const int n = n0 + tx * {p}TN + j;"]
         L += ["      " + e for e in epilogue]
         L += ["    }", "  }", "}", "}"]
         return L
 
 
-def _prologue(d: Dialect, k: dict) -> list[str]:
-    """Indices, and the chunk's dt (dts) and cumulative log-decay (ac) in threadgroup memory."""
+def _consts(k: dict) -> list[str]:
     return [
         f"constexpr int TCH = {k['chunk']}; constexpr int NTH = {32 * k['warps']}; constexpr int KT = {k['k_tile']};",
         "constexpr int RX = 16; constexpr int RY = NTH / RX;",
         "constexpr int SPL = (TCH + 31) / 32;          // scan elements per lane",
-        f"const int tid = {d.tid()};", "const int tx = tid % RX; const int ty = tid / RX;",
-        f"const int blk = {d.bid('x')};",
-        "const int hh = blk % NH; const int c = (blk / NH) % NC; const int b = blk / (NH * NC);",
-        "const int grp = hh / (NH / NG);", "const int t0 = c * TCH;",
-        "const float ah = A[hh];",
-        d.shared("float dts[TCH]"), d.shared("float ac[TCH]"),
+    ]
+
+
+def _scan(d: Dialect) -> list[str]:
+    """The chunk's dt (dts) and cumulative log-decay (ac) in threadgroup memory (b, c, hh, t0 set)."""
+    return [
         "if (tid < 32) {                                // warp 0: inclusive scan of dt * A over the chunk",
+        "  const float ah = A[hh];",
         "  float v[SPL]; float s = 0.0f;",
         "  for (int i = 0; i < SPL; ++i) {",
         "    const int j = tid * SPL + i;",
@@ -125,10 +154,22 @@ def _prologue(d: Dialect, k: dict) -> list[str]:
 
 
 def _states(kind: str, k: dict) -> str:
+    """Blocks [0, BATCH*NC*NH): a chunk's end state and decay; then BATCH*NC*NG blocks: (C B^T)^T of a chunk."""
     d = Dialect(kind)
-    g = _Gemm(d, "S_", "NST", "HP")
-    L = _prologue(d, k) + g.consts() + [
-        d.shared("float As[KT * (S_MS + 1)]"), d.shared("float Bs[KT * (S_NS + 1)]"), d.shared("float w[TCH]"),
+    gs = _Gemm(d, "S_", "NST", "HP")
+    gc = _Gemm(d, "Q_", "TCH", "TCH", tm_cap=8, tn_cap=8)
+    L = _consts(k) + gs.consts() + gc.consts() + [
+        "constexpr int AMS = S_LDA > Q_LDA ? S_LDA : Q_LDA;",
+        "constexpr int BNS = S_LDB > Q_LDB ? S_LDB : Q_LDB;",
+        _shared(d, "float As[KT * AMS]"), _shared(d, "float Bs[KT * BNS]"),
+        d.shared("float dts[TCH]"), d.shared("float ac[TCH]"), d.shared("float w[TCH]"),
+        f"const int tid = {d.tid()};", "const int tx = tid % RX; const int ty = tid / RX;",
+        f"const int blk = {d.bid('x')};",
+        "constexpr int NSB = BATCH * NC * NH;",
+        "if (blk < NSB) {",
+        "const int hh = blk % NH; const int c = (blk / NH) % NC; const int b = blk / (NH * NC);",
+        "const int grp = hh / (NH / NG);", "const int t0 = c * TCH;",
+    ] + _scan(d) + [
         "const float aend = ac[TCH - 1];",
         f"for (int i = tid; i < TCH; i += NTH) w[i] = {d.exp('aend - ac[i]')} * dts[i];",
         f"if (tid == 0) cd[blk] = {d.exp('aend')};",
@@ -139,7 +180,19 @@ def _states(kind: str, k: dict) -> str:
     seg = {"K": "TCH",
            "a": ("stage", lambda kk, m: f"(t0 + {kk} < SEQ) ? B[((row0 + {kk}) * NG + grp) * NST + {m}] : 0.0f", False),
            "b": ("stage", lambda kk, n: f"(t0 + {kk} < SEQ) ? w[{kk}] * x[((row0 + {kk}) * NH + hh) * HP + {n}] : 0.0f", False)}
-    L += g.body([seg], ["if (m < NST && n < HP) S[sbase + (size_t)m * HP + n] = acc[i][j];"])
+    L += gs.body([seg], ["if (m < NST && n < HP) S[sbase + (size_t)m * HP + n] = acc[i][j];"])
+    L += ["} else {",
+          "const int qb = blk - NSB;",
+          "const int grp = qb % NG; const int c = (qb / NG) % NC; const int b = qb / (NG * NC);",
+          "const int t0 = c * TCH;",
+          "const size_t row0 = (size_t)b * SEQ + t0;",
+          "const size_t qbase = (size_t)qb * TCH * TCH;    // (b, c, g): [s][t] = B_s . C_t",
+          ]
+    cb = {"K": "NST",
+          "a": ("stage", lambda kk, m: f"(t0 + {m} < SEQ) ? B[((row0 + {m}) * NG + grp) * NST + {kk}] : 0.0f", True),
+          "b": ("stage", lambda kk, n: f"(t0 + {n} < SEQ) ? C[((row0 + {n}) * NG + grp) * NST + {kk}] : 0.0f", True)}
+    L += gc.body([cb], ["if (m < TCH && n < TCH) CBT[qbase + m * TCH + n] = acc[i][j];"])
+    L += ["}"]
     return "\n".join(L)
 
 
@@ -172,29 +225,33 @@ def _carry(kind: str) -> str:
 
 def _output(kind: str, k: dict) -> str:
     d = Dialect(kind)
-    g1 = _Gemm(d, "G_", "TCH", "TCH", tm_cap=8, tn_cap=8)
     g2 = _Gemm(d, "Y_", "TCH", "HP", tm_cap=8, tn_cap=8)
-    L = _prologue(d, k) + g1.consts() + g2.consts() + [
-        "constexpr int AMS = G_MS > Y_MS ? G_MS : Y_MS;",
-        "constexpr int BNS = G_NS > Y_NS ? G_NS : Y_NS;",
-        "constexpr int GMR = ((TCH + G_MS - 1) / G_MS) * G_MS;   // every row / column a supertile writes",
-        "constexpr int LDG = ((TCH + G_NS - 1) / G_NS) * G_NS + 1;",
-        d.shared("float As[KT * (AMS + 1)]"), d.shared("float Bs[KT * (BNS + 1)]"),
-        d.shared("float Gm[GMR * LDG]"), d.shared("float eac[TCH]"),
+    L = _consts(k) + g2.consts() + [
+        "constexpr int GMR = ((TCH + Y_MS - 1) / Y_MS) * Y_MS;   // every row a supertile reads",
+        "constexpr int LDT = GMR + 4;",
+        _shared(d, "float As[KT * Y_LDA]"), _shared(d, "float Bs[KT * Y_LDB]"),
+        _shared(d, "float GmT[TCH * LDT]"),
+        d.shared("float dts[TCH]"), d.shared("float ac[TCH]"), d.shared("float eac[TCH]"),
+        f"const int tid = {d.tid()};", "const int tx = tid % RX; const int ty = tid / RX;",
+        f"const int blk = {d.bid('x')};",
+        "const int hh = blk % NH; const int c = (blk / NH) % NC; const int b = blk / (NH * NC);",
+        "const int grp = hh / (NH / NG);", "const int t0 = c * TCH;",
+    ] + _scan(d) + [
         f"for (int i = tid; i < TCH; i += NTH) eac[i] = {d.exp('ac[i]')};",
+        "const size_t qbase = (((size_t)b * NC + c) * NG + grp) * TCH * TCH;",
+        "// the masked, decayed scores, transposed: GmT[s][t] = (C_t . B_s) exp(ac_t - ac_s) for s <= t, else 0",
+        "for (int e = tid; e < TCH * GMR; e += NTH) {",
+        "  const int t = e % GMR; const int s = e / GMR;",
+        f"  GmT[s * LDT + t] = (t < TCH && s <= t) ? CBT[qbase + s * TCH + t] * {d.exp('ac[t] - ac[s]')} : 0.0f;",
+        "}",
         d.barrier(),
         "const size_t row0 = (size_t)b * SEQ + t0;",
         "const size_t hbase = (size_t)blk * NST * HP;   // hin of this (batch, chunk, head): [n][p]",
         "const float dd = D[hh];",
     ]
-    cb = {"K": "NST",
-          "a": ("stage", lambda kk, m: f"(t0 + {m} < SEQ) ? C[((row0 + {m}) * NG + grp) * NST + {kk}] : 0.0f", True),
-          "b": ("stage", lambda kk, n: f"(t0 + {n} < SEQ) ? B[((row0 + {n}) * NG + grp) * NST + {kk}] : 0.0f", True)}
-    # the whole G_MS x G_NS tile is written (zeros outside the causal triangle and the chunk) and read unguarded
-    L += g1.body([cb], [f"Gm[m * LDG + n] = (m < TCH && n <= m) ? acc[i][j] * {d.exp('ac[m] - ac[n]')} : 0.0f;"])
-    L.append(d.barrier())
-    intra = {"K": "TCH", "a": ("smem", lambda m, kk: f"Gm[({m}) * LDG + {kk}]", None),
-             "b": ("stage", lambda kk, n: f"(t0 + {kk} < SEQ) ? dts[{kk}] * x[((row0 + {kk}) * NH + hh) * HP + {n}] : 0.0f", False)}
+    intra = {"K": "TCH", "a": ("smem", lambda m, kk: f"GmT[({kk}) * LDT + {m}]", None),
+             "b": ("stage", lambda kk, n: f"(t0 + {kk} < SEQ) ? dts[{kk}] * x[((row0 + {kk}) * NH + hh) * HP + {n}] : 0.0f", False),
+             "skip": "k0 > mhi"}
     inter = {"K": "NST",
              "a": ("stage", lambda kk, m: f"(t0 + {m} < SEQ) ? eac[{m}] * C[((row0 + {m}) * NG + grp) * NST + {kk}] : 0.0f", True),
              "b": ("stage", lambda kk, n: f"hin[hbase + (size_t)({kk}) * HP + {n}]", False)}
@@ -223,9 +280,9 @@ _OUTPUT = r"""
 {_output(kind, k)}
 """
 _HEADER = ""
-_KS = {kernel_ctor(kind, name + "_states", ["x", "dt", "A", "B"], ["S", "cd"], src_var="_STATES")}
+_KS = {kernel_ctor(kind, name + "_states", ["x", "dt", "A", "B", "C"], ["S", "cd", "CBT"], src_var="_STATES")}
 _KC = {kernel_ctor(kind, name + "_carry", ["S", "cd"], ["hin"], src_var="_CARRY")}
-_KO = {kernel_ctor(kind, name + "_output", INPUTS + ["hin"], ["y"], src_var="_OUTPUT")}
+_KO = {kernel_ctor(kind, name + "_output", ["x", "dt", "A", "C", "D", "hin", "CBT"], ["y"], src_var="_OUTPUT")}
 TCH = {k["chunk"]}
 NTH = {nth}
 
@@ -238,11 +295,12 @@ def kernel(x, dt, A, B, C, D):
     nc = (L + TCH - 1) // TCH
     tmpl = [("BATCH", b), ("SEQ", L), ("NH", H), ("HP", P), ("NG", G), ("NST", N), ("NC", nc)]
     blocks = b * nc * H
-    S, cd = _KS(inputs=[x, dt, A, B], template=tmpl, grid=(blocks * NTH, 1, 1), threadgroup=(NTH, 1, 1),
-                output_shapes=[(b, nc, H, N, P), (b, nc, H)], output_dtypes=[mx.float32, mx.float32])
+    S, cd, cbt = _KS(inputs=[x, dt, A, B, C], template=tmpl, grid=((blocks + b * nc * G) * NTH, 1, 1),
+                     threadgroup=(NTH, 1, 1), output_shapes=[(b, nc, H, N, P), (b, nc, H), (b, nc, G, TCH, TCH)],
+                     output_dtypes=[mx.float32, mx.float32, mx.float32])
     total = b * H * N * P
     hin = _KC(inputs=[S, cd], template=tmpl, grid=(((total + 255) // 256) * 256, 1, 1), threadgroup=(256, 1, 1),
               output_shapes=[(b, nc, H, N, P)], output_dtypes=[mx.float32])[0]
-    return _KO(inputs=[x, dt, A, B, C, D, hin], template=tmpl, grid=(blocks * NTH, 1, 1), threadgroup=(NTH, 1, 1),
+    return _KO(inputs=[x, dt, A, C, D, hin, cbt], template=tmpl, grid=(blocks * NTH, 1, 1), threadgroup=(NTH, 1, 1),
                output_shapes=[x.shape], output_dtypes=[mx.float32])[0]
 '''

@@ -48,9 +48,9 @@ BREAKS = {
     # the carry forgets the decay over the chunk it crosses
     "chunk decay": ("h = dv[u] * h + sv[u];", "h = h + sv[u];"),
     # intra-chunk scores without the decay between the steps
-    "decay mask": ("acc[i][j] * expf(ac[m] - ac[n])", "acc[i][j]"),
+    "decay mask": ("CBT[qbase + s * TCH + t] * expf(ac[t] - ac[s])", "CBT[qbase + s * TCH + t]"),
     # intra-chunk scores without the causal mask
-    "causal mask": ("(m < TCH && n <= m) ?", "(m < TCH) ?"),
+    "causal mask": ("(t < TCH && s <= t) ?", "(t < TCH) ?"),
     # the chunk end state without the decay from each step to the chunk end
     "end-state decay": ("w[i] = expf(aend - ac[i]) * dts[i];", "w[i] = dts[i];"),
 }
