@@ -23,6 +23,7 @@ Knobs: chunk (T), warps (threads = 32 * warps), k_tile (KT).
 """
 from __future__ import annotations
 
+from ._mma import TF32_HEADER
 from ._src import Dialect, header, kernel_ctor, tag
 
 INPUTS = ["x", "dt", "A", "B", "C", "D"]
@@ -56,12 +57,21 @@ class _Gemm:
     A thread owns rows m0 + ty * TM + i and columns n0 + tx * TN + j (TM, TN multiples of 4: float4 reads of
     the staged tiles As[k][m], Bs[k][n], rows padded by 4 floats)."""
 
-    def __init__(self, d: Dialect, name: str, M: str, NN: str, tm_cap: int = 16, tn_cap: int = 8):
+    def __init__(self, d: Dialect, name: str, M: str, NN: str, tm_cap: int = 16, tn_cap: int = 8, mma: bool = False):
         self.d, self.p, self.M, self.NN = d, name, M, NN
         self.tm_cap, self.tn_cap = tm_cap, tn_cap
+        self.mma = mma and not d.metal
 
     def consts(self) -> list[str]:
         p = self.p
+        if self.mma:
+            # warps WM x WN; a warp owns 16 rows and FN 8-column tiles (m16n8k8 fragments); rows padded by 8
+            # floats so that the fragment reads (rows q, q + 4 of a k-step, 8 consecutive columns) hit 32 banks
+            return [f"constexpr int {p}WM = {_cmin('NW', f'({self.M} + 15) / 16')};",
+                    f"constexpr int {p}WN = NW / {p}WM;",
+                    f"constexpr int {p}FN = {_cmin(f'(({self.NN} + 7) / 8 + {p}WN - 1) / {p}WN', '8')};",
+                    f"constexpr int {p}MS = 16 * {p}WM;", f"constexpr int {p}NS = 8 * {p}FN * {p}WN;",
+                    f"constexpr int {p}LDA = {p}MS + 8;", f"constexpr int {p}LDB = {p}NS + 8;"]
         tm = _cmin(f"({self.M} + RY - 1) / RY", str(self.tm_cap))
         tn = _cmin(f"({self.NN} + RX - 1) / RX", str(self.tn_cap))
         return [f"constexpr int {p}TM = (({tm}) + 3) / 4 * 4;",
@@ -73,50 +83,96 @@ class _Gemm:
         """segments: dicts with K (C expression), a and b: ("stage", load(k, m) -> expr, k_fastest), or for A
         ("smem", address(m, k) -> expr with contiguous m, None); optional skip: a condition on k0 and the
         thread's rows (mlo, mhi) under which this thread's products of the k-tile are all zero.
-        Epilogue lines see acc[i][j], row m and column n."""
+        Epilogue lines see VAL (the result), row m and column n."""
         d, p = self.d, self.p
         unroll = "" if d.metal else "#pragma unroll"
-        unroll = "" if d.metal else "#pragma unroll"
         L = [f"for (int m0 = 0; m0 < {self.M}; m0 += {p}MS) {{",
-             f"for (int n0 = 0; n0 < {self.NN}; n0 += {p}NS) {{",
-             f"  float acc[{p}TM][{p}TN];",
-             f"  {unroll}\n  for (int i = 0; i < {p}TM; ++i)\n    {unroll}\n    for (int j = 0; j < {p}TN; ++j) acc[i][j] = 0.0f;",
-             f"  const int mlo = m0 + ty * {p}TM; const int mhi = mlo + {p}TM - 1;"]
+             f"for (int n0 = 0; n0 < {self.NN}; n0 += {p}NS) {{"]
+        if self.mma:
+            L += [f"  float acc[{p}FN][4];",
+                  f"  #pragma unroll\n  for (int f = 0; f < {p}FN; ++f) {{ acc[f][0] = 0.0f; acc[f][1] = 0.0f; acc[f][2] = 0.0f; acc[f][3] = 0.0f; }}",
+                  f"  const int wr = (tid >> 5) % {p}WM; const int wc = (tid >> 5) / {p}WM;",
+                  "  const int lg = (tid & 31) >> 2; const int lq = tid & 3;",
+                  f"  const int mlo = m0 + 16 * wr; const int mhi = mlo + 15; const int nw = n0 + 8 * {p}FN * wc;"]
+        else:
+            L += [f"  float acc[{p}TM][{p}TN];",
+                  f"  {unroll}\n  for (int i = 0; i < {p}TM; ++i)\n    {unroll}\n    for (int j = 0; j < {p}TN; ++j) acc[i][j] = 0.0f;",
+                  f"  const int mlo = m0 + ty * {p}TM; const int mhi = mlo + {p}TM - 1;"]
         for seg in segments:
             K = seg["K"]
-            L += [f"  for (int k0 = 0; k0 < {K}; k0 += KT) {{"]
+            staged = []
             for which, spec, rows, tile, ld in (("a", seg["a"], f"{p}MS", "As", f"{p}LDA"),
                                                 ("b", seg["b"], f"{p}NS", "Bs", f"{p}LDB")):
                 mode, fn, kfast = spec
-                if mode != "stage":
-                    continue
-                base = "m0" if which == "a" else "n0"
-                lim = self.M if which == "a" else self.NN
+                if mode == "stage":
+                    staged.append((which, fn, kfast, rows, tile, ld))
+            # each thread holds its share of the next k-tile in registers while the current one is multiplied
+            L += ["  {"]
+            for which, fn, kfast, rows, tile, ld in staged:
+                L += [f"  constexpr int R{which} = (KT * {rows} + NTH - 1) / NTH;", f"  float r{which}[R{which}];"]
+
+            def fetch(kexpr: str) -> list[str]:
+                out = []
+                for which, fn, kfast, rows, tile, ld in staged:
+                    base = "m0" if which == "a" else "n0"
+                    lim = self.M if which == "a" else self.NN
+                    idx = "const int kk = e % KT; const int mm = e / KT;" if kfast else \
+                          f"const int mm = e % {rows}; const int kk = e / {rows};"
+                    out += [f"    {unroll}", f"    for (int r = 0; r < R{which}; ++r) {{",
+                            f"      const int e = tid + r * NTH; {idx}",
+                            f"      const int gk = {kexpr} + kk; const int gm = {base} + mm;",
+                            f"      r{which}[r] = (e < KT * {rows} && gk < {K} && gm < {lim}) ? ({fn('gk', 'gm')}) : 0.0f;",
+                            "    }"]
+                return out
+
+            L += fetch("0")
+            L += [f"  for (int k0 = 0; k0 < {K}; k0 += KT) {{"]
+            for which, fn, kfast, rows, tile, ld in staged:
                 idx = "const int kk = e % KT; const int mm = e / KT;" if kfast else \
                       f"const int mm = e % {rows}; const int kk = e / {rows};"
-                L += [f"    for (int e = tid; e < KT * {rows}; e += NTH) {{",
-                      "      " + idx,
-                      f"      const int gk = k0 + kk; const int gm = {base} + mm;",
-                      f"      {tile}[kk * {ld} + mm] = (gk < {K} && gm < {lim}) ? ({fn('gk', 'gm')}) : 0.0f;",
+                L += [f"    {unroll}", f"    for (int r = 0; r < R{which}; ++r) {{",
+                      f"      const int e = tid + r * NTH; {idx}",
+                      f"      if (e < KT * {rows}) {tile}[kk * {ld} + mm] = r{which}[r];",
                       "    }"]
-            L += [f"    {d.barrier()}"]
+            L += [f"    {d.barrier()}", f"    if (k0 + KT < {K}) {{"] + ["  " + x for x in fetch("(k0 + KT)")] + ["    }"]
             if seg.get("skip"):
                 L += [f"    if (!({seg['skip']})) {{"]
-            L += [f"    {unroll}", "    for (int kk = 0; kk < KT; ++kk) {",
-                  f"      float av[{p}TM]; float bv[{p}TN];"]
             amode, afn, _ = seg["a"]
-            aaddr = f"As[kk * {p}LDA + ty * {p}TM + @]" if amode == "stage" else afn("mlo + @", "k0 + kk")
-            L += ["      " + _load4(d, "av", f"{p}TM", aaddr),
-                  "      " + _load4(d, "bv", f"{p}TN", f"Bs[kk * {p}LDB + tx * {p}TN + @]"),
-                  f"      {unroll}\n      for (int i = 0; i < {p}TM; ++i)",
-                  f"        {unroll}\n        for (int j = 0; j < {p}TN; ++j) acc[i][j] += av[i] * bv[j];",
-                  "    }"]
+            if self.mma:
+                def aref(mrow: str, kcol: str) -> str:
+                    return f"As[({kcol}) * {p}LDA + {mrow} - m0]" if amode == "stage" else afn(mrow, f"k0 + {kcol}")
+                L += ["    #pragma unroll", "    for (int k8 = 0; k8 < KT; k8 += 8) {",
+                      "      unsigned ah[4], al[4];",
+                      f"      ks_split(ah[0], al[0], {aref('mlo + lg', 'k8 + lq')});",
+                      f"      ks_split(ah[1], al[1], {aref('mlo + lg + 8', 'k8 + lq')});",
+                      f"      ks_split(ah[2], al[2], {aref('mlo + lg', 'k8 + lq + 4')});",
+                      f"      ks_split(ah[3], al[3], {aref('mlo + lg + 8', 'k8 + lq + 4')});",
+                      f"      #pragma unroll\n      for (int f = 0; f < {p}FN; ++f) {{",
+                      "        unsigned bh[2], bl[2];",
+                      f"        ks_split(bh[0], bl[0], Bs[(k8 + lq) * {p}LDB + nw - n0 + 8 * f + lg]);",
+                      f"        ks_split(bh[1], bl[1], Bs[(k8 + lq + 4) * {p}LDB + nw - n0 + 8 * f + lg]);",
+                      "        ks_mma1688(acc[f], al, bh); ks_mma1688(acc[f], ah, bl); ks_mma1688(acc[f], ah, bh);",
+                      "      }", "    }"]
+            else:
+                L += [f"    {unroll}", "    for (int kk = 0; kk < KT; ++kk) {",
+                      f"      float av[{p}TM]; float bv[{p}TN];"]
+                aaddr = f"As[kk * {p}LDA + ty * {p}TM + @]" if amode == "stage" else afn("mlo + @", "k0 + kk")
+                L += ["      " + _load4(d, "av", f"{p}TM", aaddr),
+                      "      " + _load4(d, "bv", f"{p}TN", f"Bs[kk * {p}LDB + tx * {p}TN + @]"),
+                      f"      {unroll}\n      for (int i = 0; i < {p}TM; ++i)",
+                      f"        {unroll}\n        for (int j = 0; j < {p}TN; ++j) acc[i][j] += av[i] * bv[j];",
+                      "    }"]
             if seg.get("skip"):
                 L += ["    }"]
-            L += [f"    {d.barrier()}", "  }"]
-        L += [f"  {unroll}\n  for (int i = 0; i < {p}TM; ++i) {{", "    const int m = mlo + i;",
-              f"    {unroll}\n    for (int j = 0; j < {p}TN; ++j) {{", f"      const int n = n0 + tx * {p}TN + j;"]
-        L += ["      " + e for e in epilogue]
+            L += [f"    {d.barrier()}", "  }", "  }"]
+        if self.mma:
+            L += [f"  #pragma unroll\n  for (int f = 0; f < {p}FN; ++f) {{", "    #pragma unroll\n    for (int r = 0; r < 4; ++r) {",
+                  "      const int m = mlo + lg + 8 * (r >> 1); const int n = nw + 8 * f + 2 * lq + (r & 1);"]
+            L += ["      " + e.replace("VAL", "acc[f][r]") for e in epilogue]
+        else:
+            L += [f"  {unroll}\n  for (int i = 0; i < {p}TM; ++i) {{", "    const int m = mlo + i;",
+                  f"    {unroll}\n    for (int j = 0; j < {p}TN; ++j) {{", f"      const int n = n0 + tx * {p}TN + j;"]
+            L += ["      " + e.replace("VAL", "acc[i][j]") for e in epilogue]
         L += ["    }", "  }", "}", "}"]
         return L
 
@@ -124,7 +180,7 @@ class _Gemm:
 def _consts(k: dict) -> list[str]:
     return [
         f"constexpr int TCH = {k['chunk']}; constexpr int NTH = {32 * k['warps']}; constexpr int KT = {k['k_tile']};",
-        "constexpr int RX = 16; constexpr int RY = NTH / RX;",
+        "constexpr int RX = 16; constexpr int RY = NTH / RX; constexpr int NW = NTH / 32;",
         "constexpr int SPL = (TCH + 31) / 32;          // scan elements per lane",
     ]
 
@@ -153,11 +209,11 @@ def _scan(d: Dialect) -> list[str]:
     ]
 
 
-def _states(kind: str, k: dict) -> str:
+def _states(kind: str, k: dict, mma: bool = False) -> str:
     """Blocks [0, BATCH*NC*NH): a chunk's end state and decay; then BATCH*NC*NG blocks: (C B^T)^T of a chunk."""
     d = Dialect(kind)
-    gs = _Gemm(d, "S_", "NST", "HP")
-    gc = _Gemm(d, "Q_", "TCH", "TCH", tm_cap=8, tn_cap=8)
+    gs = _Gemm(d, "S_", "NST", "HP", mma=mma)
+    gc = _Gemm(d, "Q_", "TCH", "TCH", tm_cap=8, tn_cap=8, mma=mma)
     L = _consts(k) + gs.consts() + gc.consts() + [
         "constexpr int AMS = S_LDA > Q_LDA ? S_LDA : Q_LDA;",
         "constexpr int BNS = S_LDB > Q_LDB ? S_LDB : Q_LDB;",
@@ -180,7 +236,7 @@ def _states(kind: str, k: dict) -> str:
     seg = {"K": "TCH",
            "a": ("stage", lambda kk, m: f"(t0 + {kk} < SEQ) ? B[((row0 + {kk}) * NG + grp) * NST + {m}] : 0.0f", False),
            "b": ("stage", lambda kk, n: f"(t0 + {kk} < SEQ) ? w[{kk}] * x[((row0 + {kk}) * NH + hh) * HP + {n}] : 0.0f", False)}
-    L += gs.body([seg], ["if (m < NST && n < HP) S[sbase + (size_t)m * HP + n] = acc[i][j];"])
+    L += gs.body([seg], ["if (m < NST && n < HP) S[sbase + (size_t)m * HP + n] = VAL;"])
     L += ["} else {",
           "const int qb = blk - NSB;",
           "const int grp = qb % NG; const int c = (qb / NG) % NC; const int b = qb / (NG * NC);",
@@ -191,7 +247,7 @@ def _states(kind: str, k: dict) -> str:
     cb = {"K": "NST",
           "a": ("stage", lambda kk, m: f"(t0 + {m} < SEQ) ? B[((row0 + {m}) * NG + grp) * NST + {kk}] : 0.0f", True),
           "b": ("stage", lambda kk, n: f"(t0 + {n} < SEQ) ? C[((row0 + {n}) * NG + grp) * NST + {kk}] : 0.0f", True)}
-    L += gc.body([cb], ["if (m < TCH && n < TCH) CBT[qbase + m * TCH + n] = acc[i][j];"])
+    L += gc.body([cb], ["if (m < TCH && n < TCH) CBT[qbase + m * TCH + n] = VAL;"])
     L += ["}"]
     return "\n".join(L)
 
@@ -223,12 +279,12 @@ def _carry(kind: str) -> str:
     ])
 
 
-def _output(kind: str, k: dict) -> str:
+def _output(kind: str, k: dict, mma: bool = False) -> str:
     d = Dialect(kind)
-    g2 = _Gemm(d, "Y_", "TCH", "HP", tm_cap=8, tn_cap=8)
+    g2 = _Gemm(d, "Y_", "TCH", "HP", tm_cap=8, tn_cap=8, mma=mma)
     L = _consts(k) + g2.consts() + [
         "constexpr int GMR = ((TCH + Y_MS - 1) / Y_MS) * Y_MS;   // every row a supertile reads",
-        "constexpr int LDT = GMR + 4;",
+        "constexpr int LDT = GMR + 8;                // float4 reads (CUDA cores), conflict-free fragments (mma)",
         _shared(d, "float As[KT * Y_LDA]"), _shared(d, "float Bs[KT * Y_LDB]"),
         _shared(d, "float GmT[TCH * LDT]"),
         d.shared("float dts[TCH]"), d.shared("float ac[TCH]"), d.shared("float eac[TCH]"),
@@ -258,28 +314,28 @@ def _output(kind: str, k: dict) -> str:
     L += g2.body([intra, inter], [
         "if (m < TCH && t0 + m < SEQ && n < HP) {",
         "  const size_t o = ((row0 + m) * NH + hh) * HP + n;",
-        "  y[o] = acc[i][j] + dd * x[o];",
+        "  y[o] = VAL + dd * x[o];",
         "}"])
     return "\n".join(L)
 
 
-def render_chunked(k: dict, kind: str) -> str:
-    if kind not in ("metal", "cuda"):
-        raise ValueError("ssd.chunked_kernels renders metal or cuda candidates")
-    tid = "ssd.chunked_kernels"
+def render_chunked(k: dict, kind: str, mma: bool = False) -> str:
+    tid = "ssd.chunked_mma" if mma else "ssd.chunked_kernels"
+    if kind not in (("cuda",) if mma else ("metal", "cuda")):
+        raise ValueError(f"{tid} renders {'cuda' if mma else 'metal or cuda'} candidates")
     name = tag(tid, k, kind)
     nth = 32 * k["warps"]
     return f'''{header("ssd", tid, k, kind)}
 _STATES = r"""
-{_states(kind, k)}
+{_states(kind, k, mma)}
 """
 _CARRY = r"""
 {_carry(kind)}
 """
 _OUTPUT = r"""
-{_output(kind, k)}
+{_output(kind, k, mma)}
 """
-_HEADER = ""
+_HEADER = r"""{TF32_HEADER if mma else ""}"""
 _KS = {kernel_ctor(kind, name + "_states", ["x", "dt", "A", "B", "C"], ["S", "cd", "CBT"], src_var="_STATES")}
 _KC = {kernel_ctor(kind, name + "_carry", ["S", "cd"], ["hin"], src_var="_CARRY")}
 _KO = {kernel_ctor(kind, name + "_output", ["x", "dt", "A", "C", "D", "hin", "CBT"], ["y"], src_var="_OUTPUT")}
@@ -290,8 +346,9 @@ NTH = {nth}
 def kernel(x, dt, A, B, C, D):
     b, L, H, P = x.shape
     G, N = B.shape[2], B.shape[3]
-    if H % G:
-        raise ValueError(f"{tid}: heads {{H}} must be a multiple of the groups {{G}}")
+    if H % G or ({mma} and N & (N - 1)):
+        raise ValueError(f"{tid}: heads {{H}} must be a multiple of the groups {{G}}"
+                         + (f", the state size {{N}} a power of two" if {mma} else ""))
     nc = (L + TCH - 1) // TCH
     tmpl = [("BATCH", b), ("SEQ", L), ("NH", H), ("HP", P), ("NG", G), ("NST", N), ("NC", nc)]
     blocks = b * nc * H
@@ -304,3 +361,7 @@ def kernel(x, dt, A, B, C, D):
     return _KO(inputs=[x, dt, A, C, D, hin, cbt], template=tmpl, grid=(blocks * NTH, 1, 1), threadgroup=(NTH, 1, 1),
                output_shapes=[x.shape], output_dtypes=[mx.float32])[0]
 '''
+
+
+def render_chunked_mma(k: dict, kind: str) -> str:
+    return render_chunked(k, kind, mma=True)

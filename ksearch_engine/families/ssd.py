@@ -10,7 +10,7 @@ in registers (N/SPT lanes per (head, p) row, C.h reduced by shuffles, inputs loa
 from __future__ import annotations
 
 from ._src import Dialect, header, kernel_ctor, tag
-from ._ssd_chunked import chunked_valid, render_chunked
+from ._ssd_chunked import chunked_valid, render_chunked, render_chunked_mma
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
 
@@ -175,7 +175,14 @@ CHUNKED = Template(
                 "masked intra-chunk scores + inter-chunk term (register-tiled GEMMs through threadgroup memory)",
     difficulty=4, predicted_speedup=2.0, valid=chunked_valid)
 
-FAMILY = Family(name="ssd", make_task=make_task, templates=[OPS, REGISTERS, CHUNKED],
+CHUNKED_MMA = Template(
+    id="ssd.chunked_mma", pattern="scan.chunked_two_pass", kinds=("cuda",),
+    knobs={"chunk": [64, 32, 16], "warps": [8, 4, 2], "k_tile": [16, 8]}, render=render_chunked_mma,
+    description="ssd.chunked_kernels with its three GEMMs on tensor cores: mma.sync m16n8k8 tf32, each operand split "
+                "into two tf32 parts (3xTF32: about fp32 precision), fp32 accumulation (Metal twin: ssd.chunked_kernels)",
+    difficulty=5, predicted_speedup=3.0, valid=chunked_valid)
+
+FAMILY = Family(name="ssd", make_task=make_task, templates=[OPS, REGISTERS, CHUNKED, CHUNKED_MMA],
                 naive=lambda kind: _render_kernel({"states_per_thread": 32, "chunk": 1, "threads_per_group": 64,
                                                    "fast_exp": False}, kind) if kind != "ops" else
                 _render_ops({"chunk": 1, "compile": False}, "ops"),

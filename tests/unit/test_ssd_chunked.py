@@ -1,8 +1,10 @@
-"""ssd.chunked_kernels on the CPU simulator: the chunked SSD as three kernels (chunk end states, a carry over
+"""ssd.chunked_kernels and ssd.chunked_mma on the CPU simulator: the chunked SSD as three kernels (chunk end states, a carry over
 chunks, intra-chunk scores + inter-chunk term), CUDA and Metal. The family's own small workloads are one chunk
 at the default chunk of 64, so the tests use chunk 16 (three chunks at L = 37) and add a workload with the
 bench's head and state sizes (P 64, N 128: the full register tiles) over three chunks of 64 with a ragged end.
-Breaking the carried state, the decay mask or the causal mask must fail the check."""
+Breaking the carried state, the decay mask or the causal mask must fail the check. ssd.chunked_mma (CUDA only: its
+Metal twin is ssd.chunked_kernels) runs its GEMMs as mma.sync m16n8k8 tf32 with 3xTF32 operand splits; the
+simulator runs the exact warp-shuffle twin of the instruction (_mma.py TF32_HEADER), so a wrong fragment shows."""
 from __future__ import annotations
 
 import pytest
@@ -23,8 +25,8 @@ def _ev(wide: bool = False):
     return Evaluator(task.model_copy(update=upd), backend="sim")
 
 
-def _src(kind: str, **knobs) -> str:
-    t = families.get("ssd").template(TID)
+def _src(kind: str, tid: str = TID, **knobs) -> str:
+    t = families.get("ssd").template(tid)
     k = dict(t.defaults(), **knobs)
     assert t.valid(k)
     return t.render(k, kind)
@@ -67,6 +69,35 @@ def test_a_broken_chunked_kernel_is_caught(what):
     assert r.status == "failed" and r.worst is not None, f"{what}: {r.summary()}"
 
 
+MMA = "ssd.chunked_mma"
+
+
+def test_tensor_core_variant_passes_and_carries_the_ptx():
+    src = _src("cuda", MMA)
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src and "cvt.rna.tf32.f32" in src
+    assert "#ifdef KSIM_CUDA" in src
+    with _ev() as ev:
+        for knobs in (dict(chunk=16), dict(chunk=32, warps=2, k_tile=8)):
+            r = ev.evaluate(_src("cuda", MMA, **knobs), timing=False)
+            assert r.status == "passed", f"{knobs}: {r.summary()}\n{r.log_tail}"
+    with _ev(wide=True) as ev:
+        r = ev.evaluate(_src("cuda", MMA, chunk=64), timing=False)
+        assert r.status == "passed", f"{r.summary()}\n{r.log_tail}"
+
+
+@pytest.mark.parametrize("what,old,new", [
+    ("the A fragment rows g+8 zeroed", "ks_split(ah[1], al[1], ", "ks_split(ah[1], al[1], 0.0f * "),
+    ("the small parts of the split dropped", "ks_mma1688(acc[f], al, bh); ks_mma1688(acc[f], ah, bl); ", ""),
+])
+def test_a_broken_tensor_core_path_is_caught(what, old, new):
+    src = _src("cuda", MMA, chunk=16)
+    broken = src.replace(old, new)
+    assert broken != src, what
+    with _ev() as ev:
+        r = ev.evaluate(broken, timing=False)
+    assert r.status == "failed", f"{what}: {r.summary()}"
+
+
 def test_knobs_change_the_code_and_the_sweep_entries_are_valid():
     import importlib.util
     import sys
@@ -83,7 +114,7 @@ def test_knobs_change_the_code_and_the_sweep_entries_are_valid():
         spec.loader.exec_module(mod)
     finally:
         sys.path.remove(str(Path(spec.origin).parent))
-    mine = [k for name, k in mod.SWEEPS["ssd"] if name == "chunked_kernels"]
-    assert mine and mod.SWEEPS["ssd"][0][0] == "chunked_kernels"       # expected best first
-    assert all(t.valid(dict(t.defaults(), **k)) for k in mine)
+    mine = [(name, k) for name, k in mod.SWEEPS["ssd"] if name.startswith("chunked_")]
+    assert mine and mod.SWEEPS["ssd"][0][0] == "chunked_mma"           # expected best first
+    assert all(families.get("ssd").template(f"ssd.{name}").valid(dict(t.defaults(), **k)) for name, k in mine)
     assert not t.valid(dict(t.defaults(), chunk=16, k_tile=32))
