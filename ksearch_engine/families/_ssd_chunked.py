@@ -19,6 +19,13 @@ thread columns, RY = threads / 16 rows; TM, TN multiples of 4, read as float4 in
 reduction steps at a time through threadgroup memory, zero-filled past the edges so the inner loop has no bounds
 checks. Steps past the end of the sequence read as dt = 0 (no decay, no input) and their outputs are not written.
 
+ssd.chunked_mma (CUDA only; its Metal twin is ssd.chunked_kernels) runs the same three GEMMs on tensor cores:
+warps in a WM x WN grid, each owning 16 rows and FN 8-column tiles, mma.sync m16n8k8 tf32 with fp32 accumulation,
+every operand split into tf32 hi + lo and multiplied as lo*hi + hi*lo + hi*hi (3xTF32: about fp32 precision; one
+tf32 product alone misses the task's 3e-4 tolerance). The staged k-tiles are stored already split (hi and lo
+planes); the scores operand (threadgroup GmT) is split per k-step. Tile rows are padded by 8 words so the
+fragment reads are conflict-free.
+
 Knobs: chunk (T), warps (threads = 32 * warps), k_tile (KT).
 """
 from __future__ import annotations
@@ -49,6 +56,13 @@ def _load4(d: Dialect, dst: str, count: str, addr: str) -> str:
     a4 = addr.replace("@", "4 * q")
     return (f"#pragma unroll\n      for (int q = 0; q < {count} / 4; ++q) {{ const float4 v = *reinterpret_cast<const float4*>(&{a4}); "
             f"{dst}[4 * q] = v.x; {dst}[4 * q + 1] = v.y; {dst}[4 * q + 2] = v.z; {dst}[4 * q + 3] = v.w; }}")
+
+
+def _tiles(d: Dialect, mma: bool, a: str, b: str) -> list[str]:
+    """The staged k-tiles: As, Bs (floats), or for tensor cores their tf32 hi and lo planes Ah, Al, Bh, Bl."""
+    if mma and not d.metal:
+        return [_shared(d, f"unsigned {n}[{sz}]") for n, sz in (("Ah", a), ("Al", a), ("Bh", b), ("Bl", b))]
+    return [_shared(d, f"float As[{a}]"), _shared(d, f"float Bs[{b}]")]
 
 
 class _Gemm:
@@ -132,6 +146,8 @@ class _Gemm:
                       f"const int mm = e % {rows}; const int kk = e / {rows};"
                 L += [f"    {unroll}", f"    for (int r = 0; r < R{which}; ++r) {{",
                       f"      const int e = tid + r * NTH; {idx}",
+                      (f"      if (e < KT * {rows}) {{ unsigned hi, lo; ks_split(hi, lo, r{which}[r]); "
+                       f"{tile[0]}h[kk * {ld} + mm] = hi; {tile[0]}l[kk * {ld} + mm] = lo; }}") if self.mma else
                       f"      if (e < KT * {rows}) {tile}[kk * {ld} + mm] = r{which}[r];",
                       "    }"]
             L += [f"    {d.barrier()}", f"    if (k0 + KT < {K}) {{"] + ["  " + x for x in fetch("(k0 + KT)")] + ["    }"]
@@ -139,18 +155,23 @@ class _Gemm:
                 L += [f"    if (!({seg['skip']})) {{"]
             amode, afn, _ = seg["a"]
             if self.mma:
-                def aref(mrow: str, kcol: str) -> str:
-                    return f"As[({kcol}) * {p}LDA + {mrow} - m0]" if amode == "stage" else afn(mrow, f"k0 + {kcol}")
+                # staged tiles hold the operands already split (hi, lo planes); A from a plain smem array is
+                # split here, once per k-step for all FN tiles
+                frag = (("mlo + lg", "k8 + lq"), ("mlo + lg + 8", "k8 + lq"), ("mlo + lg", "k8 + lq + 4"),
+                        ("mlo + lg + 8", "k8 + lq + 4"))
                 L += ["    #pragma unroll", "    for (int k8 = 0; k8 < KT; k8 += 8) {",
-                      "      unsigned ah[4], al[4];",
-                      f"      ks_split(ah[0], al[0], {aref('mlo + lg', 'k8 + lq')});",
-                      f"      ks_split(ah[1], al[1], {aref('mlo + lg + 8', 'k8 + lq')});",
-                      f"      ks_split(ah[2], al[2], {aref('mlo + lg', 'k8 + lq + 4')});",
-                      f"      ks_split(ah[3], al[3], {aref('mlo + lg + 8', 'k8 + lq + 4')});",
-                      f"      #pragma unroll\n      for (int f = 0; f < {p}FN; ++f) {{",
+                      "      unsigned ah[4], al[4];"]
+                for i, (mrow, kcol) in enumerate(frag):
+                    if amode == "stage":
+                        a_ = f"({kcol}) * {p}LDA + {mrow} - m0"
+                        L.append(f"      ah[{i}] = Ah[{a_}]; al[{i}] = Al[{a_}];")
+                    else:
+                        L.append(f"      ks_split(ah[{i}], al[{i}], {afn(mrow, f'k0 + {kcol}')});")
+                b0 = f"(k8 + lq) * {p}LDB + nw - n0 + 8 * f + lg"
+                b1 = f"(k8 + lq + 4) * {p}LDB + nw - n0 + 8 * f + lg"
+                L += [f"      #pragma unroll\n      for (int f = 0; f < {p}FN; ++f) {{",
                       "        unsigned bh[2], bl[2];",
-                      f"        ks_split(bh[0], bl[0], Bs[(k8 + lq) * {p}LDB + nw - n0 + 8 * f + lg]);",
-                      f"        ks_split(bh[1], bl[1], Bs[(k8 + lq + 4) * {p}LDB + nw - n0 + 8 * f + lg]);",
+                      f"        bh[0] = Bh[{b0}]; bl[0] = Bl[{b0}]; bh[1] = Bh[{b1}]; bl[1] = Bl[{b1}];",
                       "        ks_mma1688(acc[f], al, bh); ks_mma1688(acc[f], ah, bl); ks_mma1688(acc[f], ah, bh);",
                       "      }", "    }"]
             else:
@@ -217,7 +238,7 @@ def _states(kind: str, k: dict, mma: bool = False) -> str:
     L = _consts(k) + gs.consts() + gc.consts() + [
         "constexpr int AMS = S_LDA > Q_LDA ? S_LDA : Q_LDA;",
         "constexpr int BNS = S_LDB > Q_LDB ? S_LDB : Q_LDB;",
-        _shared(d, "float As[KT * AMS]"), _shared(d, "float Bs[KT * BNS]"),
+        *_tiles(d, mma, "KT * AMS", "KT * BNS"),
         d.shared("float dts[TCH]"), d.shared("float ac[TCH]"), d.shared("float w[TCH]"),
         f"const int tid = {d.tid()};", "const int tx = tid % RX; const int ty = tid / RX;",
         f"const int blk = {d.bid('x')};",
@@ -285,7 +306,7 @@ def _output(kind: str, k: dict, mma: bool = False) -> str:
     L = _consts(k) + g2.consts() + [
         "constexpr int GMR = ((TCH + Y_MS - 1) / Y_MS) * Y_MS;   // every row a supertile reads",
         "constexpr int LDT = GMR + 8;                // float4 reads (CUDA cores), conflict-free fragments (mma)",
-        _shared(d, "float As[KT * Y_LDA]"), _shared(d, "float Bs[KT * Y_LDB]"),
+        *_tiles(d, mma, "KT * Y_LDA", "KT * Y_LDB"),
         _shared(d, "float GmT[TCH * LDT]"),
         d.shared("float dts[TCH]"), d.shared("float ac[TCH]"), d.shared("float eac[TCH]"),
         f"const int tid = {d.tid()};", "const int tx = tid % RX; const int ty = tid / RX;",
