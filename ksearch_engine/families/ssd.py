@@ -4,8 +4,11 @@ Per head h (group g = h // (H/G)), state (P, N):
     h_t = exp(dt_t * A_h) * h_(t-1) + dt_t * x_t (outer) B_t,     y_t = h_t C_t + D_h * x_t
 Inputs x (batch, L, H, P), dt (batch, L, H) positive, A (H,) negative, B/C (batch, L, G, N), D (H,); fp32.
 Baseline: the chunked SSD formulation in MLX ops that mlx-lm's `ssm_attn` uses (intra-chunk masked matmuls, a
-short recurrence over chunk states). Templates: the same in ops with a chunk knob, and kernels with the state
-in registers (N/SPT lanes per (head, p) row, C.h reduced by shuffles, inputs loaded a chunk of steps at a time).
+short recurrence over chunk states). Templates: the same in ops with a chunk knob, kernels with the state
+in registers (N/SPT lanes per (head, p) row, C.h reduced by shuffles, inputs loaded a chunk of steps at a time),
+and the chunked algorithm as three kernels (_ssd_chunked.py: chunk end states + C B^T per chunk, a carry over
+chunks, intra-chunk scores + inter-chunk term), with fp32 CUDA-core GEMMs (ssd.chunked_kernels, CUDA and Metal)
+or tensor-core 3xTF32 GEMMs (ssd.chunked_mma, CUDA).
 """
 from __future__ import annotations
 
