@@ -78,7 +78,10 @@ SWEEPS = {
                  + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH[:2]],
     "attention_causal": [("ops", dict(gqa="reshape", upcast=False, compile=False))] + [("flash_mma", k) for k in _FMMA]
                         + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH[:2]],
-    "ssd": [("ops_chunked", dict(chunk=64, compile=True))]
+    "ssd": [("chunked_mma", dict(chunk=c, warps=w, k_tile=kt)) for c, w, kt in ((64, 8, 16), (64, 4, 16), (32, 4, 16))]
+           + [("chunked_kernels", dict(chunk=c, warps=w, k_tile=kt))
+              for c, w, kt in ((64, 8, 16), (64, 4, 16), (32, 4, 16), (64, 8, 8))]
+           + [("ops_chunked", dict(chunk=64, compile=True))]
            + [("registers", dict(states_per_thread=s_, chunk=c, threads_per_group=g, fast_exp=True))
               for s_, c, g in ((4, 16, 128), (4, 32, 128), (8, 16, 128), (16, 8, 64), (4, 8, 256))],
     "moe": [("grouped_mma", k) for k in _GMMA] + [("ops", dict(method="dense", compile=False)),

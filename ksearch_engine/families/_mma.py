@@ -68,3 +68,44 @@ __device__ __forceinline__ void ks_ldsm_x4_t(unsigned* r, const __half* p) {
 }
 #endif
 """
+
+# m16n8k8 with tf32 inputs (fp32 bit patterns whose low 13 mantissa bits are ignored), fp32 accumulation, and the
+# 3xTF32 split x = hi + lo (hi = tf32(x), lo = tf32(x - hi)): hi*hi + hi*lo + lo*hi carries about fp32 precision.
+# Fragment layout (PTX ISA, m16n8k8 .tf32): g = lane / 4, q = lane % 4;
+# A (16x8, row) 4 x b32: a0 = A[g][q], a1 = A[g+8][q], a2 = A[g][q+4], a3 = A[g+8][q+4];
+# B (8x8, col) 2 x b32: b0 = B[q][g], b1 = B[q+4][g];  C (16x8 f32) as for m16n8k16.
+TF32_HEADER = r"""
+#ifdef KSIM_CUDA
+__device__ inline unsigned ks_tf32(float x) {               // cvt.rna.tf32.f32: nearest, ties away from zero
+  return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+__device__ inline void ks_mma1688(float* c, const unsigned* a, const unsigned* b) {
+  const int lane = threadIdx.x & 31; const int g = lane >> 2; const int q = lane & 3;
+  float r0 = 0.0f, r1 = 0.0f, r2 = 0.0f, r3 = 0.0f;
+  for (int k = 0; k < 8; ++k) {
+    const int src = k & 3; const int hi = k >> 2;
+    const float ar = __uint_as_float(__shfl_sync(0xffffffffu, a[2 * hi], g * 4 + src));      // A[g][k]
+    const float ar8 = __uint_as_float(__shfl_sync(0xffffffffu, a[2 * hi + 1], g * 4 + src)); // A[g+8][k]
+    const float b0 = __uint_as_float(__shfl_sync(0xffffffffu, b[hi], (2 * q) * 4 + src));   // B[k][2q]
+    const float b1 = __uint_as_float(__shfl_sync(0xffffffffu, b[hi], (2 * q + 1) * 4 + src)); // B[k][2q+1]
+    r0 += ar * b0; r1 += ar * b1; r2 += ar8 * b0; r3 += ar8 * b1;
+  }
+  c[0] += r0; c[1] += r1; c[2] += r2; c[3] += r3;
+}
+#else
+__device__ __forceinline__ unsigned ks_tf32(float x) {
+  unsigned u;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
+  return u;
+}
+__device__ __forceinline__ void ks_mma1688(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+__device__ inline void ks_split(unsigned& hi, unsigned& lo, float x) {   // x = hi + lo, both tf32
+  hi = ks_tf32(x);
+  lo = ks_tf32(x - __uint_as_float(hi));
+}
+"""

@@ -4,12 +4,16 @@ Per head h (group g = h // (H/G)), state (P, N):
     h_t = exp(dt_t * A_h) * h_(t-1) + dt_t * x_t (outer) B_t,     y_t = h_t C_t + D_h * x_t
 Inputs x (batch, L, H, P), dt (batch, L, H) positive, A (H,) negative, B/C (batch, L, G, N), D (H,); fp32.
 Baseline: the chunked SSD formulation in MLX ops that mlx-lm's `ssm_attn` uses (intra-chunk masked matmuls, a
-short recurrence over chunk states). Templates: the same in ops with a chunk knob, and kernels with the state
-in registers (N/SPT lanes per (head, p) row, C.h reduced by shuffles, inputs loaded a chunk of steps at a time).
+short recurrence over chunk states). Templates: the same in ops with a chunk knob, kernels with the state
+in registers (N/SPT lanes per (head, p) row, C.h reduced by shuffles, inputs loaded a chunk of steps at a time),
+and the chunked algorithm as three kernels (_ssd_chunked.py: chunk end states + C B^T per chunk, a carry over
+chunks, intra-chunk scores + inter-chunk term), with fp32 CUDA-core GEMMs (ssd.chunked_kernels, CUDA and Metal)
+or tensor-core 3xTF32 GEMMs (ssd.chunked_mma, CUDA).
 """
 from __future__ import annotations
 
 from ._src import Dialect, header, kernel_ctor, tag
+from ._ssd_chunked import chunked_valid, render_chunked, render_chunked_mma
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
 
@@ -167,7 +171,21 @@ REGISTERS = Template(
     render=_render_kernel, description="state in registers, N/SPT lanes per (head, p) row, shuffles over N",
     difficulty=3, predicted_speedup=10.0, valid=lambda k: k["chunk"] * k["states_per_thread"] <= 256)
 
-FAMILY = Family(name="ssd", make_task=make_task, templates=[OPS, REGISTERS],
+CHUNKED = Template(
+    id="ssd.chunked_kernels", pattern="scan.chunked_two_pass", kinds=("metal", "cuda"),
+    knobs={"chunk": [64, 32, 16], "warps": [8, 4, 2], "k_tile": [16, 8]}, render=render_chunked,
+    description="chunked SSD as three kernels: chunk end states (GEMM over the chunk), a carry over chunks, "
+                "masked intra-chunk scores + inter-chunk term (register-tiled GEMMs through threadgroup memory)",
+    difficulty=4, predicted_speedup=2.0, valid=chunked_valid)
+
+CHUNKED_MMA = Template(
+    id="ssd.chunked_mma", pattern="scan.chunked_two_pass", kinds=("cuda",),
+    knobs={"chunk": [64, 32, 16], "warps": [8, 4, 2], "k_tile": [16, 8]}, render=render_chunked_mma,
+    description="ssd.chunked_kernels with its three GEMMs on tensor cores: mma.sync m16n8k8 tf32, each operand split "
+                "into two tf32 parts (3xTF32: about fp32 precision), fp32 accumulation (Metal twin: ssd.chunked_kernels)",
+    difficulty=5, predicted_speedup=3.0, valid=chunked_valid)
+
+FAMILY = Family(name="ssd", make_task=make_task, templates=[OPS, REGISTERS, CHUNKED, CHUNKED_MMA],
                 naive=lambda kind: _render_kernel({"states_per_thread": 32, "chunk": 1, "threads_per_group": 64,
                                                    "fast_exp": False}, kind) if kind != "ops" else
                 _render_ops({"chunk": 1, "compile": False}, "ops"),
