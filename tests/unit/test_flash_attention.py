@@ -1,0 +1,103 @@
+"""attention.flash_mma2 (FlashAttention-2 style prefill on tensor cores: cp.async double-buffered K/V, ldmatrix.x4
+for Q and K, ldmatrix.x4.trans for V) on the CPU simulator, which runs the exact warp-shuffle twins of the PTX.
+
+The family's small workloads (L 40 / 21) fit in one KV tile of the large knob sets, so these tests add sequences
+that take several query blocks and several KV tiles (the double buffer turning over, diagonal tiles in the middle
+of the sequence, a tail tile), GQA, Dh 64 and 128; and they show that the check catches a wrong ldmatrix row
+address, a dropped mask and a prefetch into the buffer being read."""
+from __future__ import annotations
+
+import pytest
+
+from ksearch_engine import families
+from ksearch_engine.evaluate import Evaluator
+from ksearch_engine.task import Workload
+
+TID = "attention.flash_mma2"
+# several 16..64-row query blocks and 16..64-key tiles; L is no multiple of any tile
+LONG = [Workload(name="b1_hq4_hkv2_l150_d64", dims={"Bt": 1, "Hq": 4, "Hkv": 2, "L": 150, "Dh": 64})]
+LONG128 = [Workload(name="b1_hq2_hkv1_l77_d128", dims={"Bt": 1, "Hq": 2, "Hkv": 1, "L": 77, "Dh": 128})]
+
+
+def _ev(workloads=None, **opts):
+    task = families.get("attention").make_task(**opts)
+    upd = {"seeds": task.seeds[:1]}
+    if workloads:
+        upd["workloads"] = workloads
+    return Evaluator(task.model_copy(update=upd), backend="sim")
+
+
+def _render(**knobs):
+    t = families.get("attention").template(TID)
+    k = dict(t.defaults(), **knobs)
+    assert t.valid(k), k
+    return t.render(k, "cuda")
+
+
+def _check(ev, src):
+    r = ev.evaluate(src, timing=False)
+    assert r.status == "passed", f"{r.summary()}\n{r.log_tail}"
+
+
+def test_flash_mma2_source_has_the_ptx_and_the_twins():
+    src = _render()
+    for ptx in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global",
+                "cp.async.commit_group", "cp.async.wait_group 0", "ex2.approx.ftz.f32"):
+        assert ptx in src, ptx
+    assert "#ifdef KSIM_CUDA" in src and "shared_memory=" in src
+    assert src.count("__syncthreads();") == 1          # one a tile
+    assert _render(rows=16).count("__syncthreads();") == 2   # + one before the loop: Q's fragments to registers
+    assert "#pragma unroll" in src
+
+
+def test_flash_mma2_knob_validity():
+    t = families.get("attention").template(TID)
+    ok = lambda **k: t.valid(dict(t.defaults(), **k))  # noqa: E731
+    assert ok(warps=4, rows=32, block_kv=64) and ok(warps=8, rows=16, block_kv=128)
+    assert not ok(rows=32, block_kv=128)                # 2 x 64 score fragments + 2 x 64 O accumulators
+    assert not ok(rows=24)                               # rows are whole m16 blocks, at most two
+    assert not ok(block_kv=48)
+    for w in t.knobs["warps"]:                          # every valid combination renders
+        for r in t.knobs["rows"]:
+            for b in t.knobs["block_kv"]:
+                if ok(warps=w, rows=r, block_kv=b):
+                    assert "constexpr int BKV" in _render(warps=w, rows=r, block_kv=b)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_flash_mma2_many_tiles_gqa_tail(causal):
+    """L=150, Dh=64, GQA 4:2: 32-row blocks with 16-key tiles (10 tiles, the buffers turn over many times) and
+    64-row blocks (two warps of 32 rows) with 32-key tiles; the task's small workloads too."""
+    with _ev(LONG, causal=causal) as ev:
+        _check(ev, _render(warps=2, rows=16, block_kv=16))
+        _check(ev, _render(warps=2, rows=32, block_kv=32))
+    with _ev(causal=causal) as ev:
+        _check(ev, _render(warps=4, rows=32, block_kv=64))
+
+
+def test_flash_mma2_dh128_expected_best_knobs():
+    """Dh=128 (the benchmark's), L=77, the knob sets headline.py tries first, causal."""
+    with _ev(LONG128, causal=True) as ev:
+        _check(ev, _render(warps=4, rows=32, block_kv=64))
+        _check(ev, _render(warps=2, rows=16, block_kv=32))
+
+
+def test_flash_mma2_wrong_fragment_address_is_caught():
+    src = _render(warps=2, rows=16, block_kv=32)
+    # K's ldmatrix: lanes 8..15 must address the upper 8 head-dim columns (b1), not the next 8 keys
+    wrong = src.replace("kcol = ((lane >> 3) & 1) * 8", "kcol = (lane >> 4) * 8")
+    assert wrong != src
+    with _ev(LONG, causal=False) as ev:
+        _check(ev, src)
+        assert ev.evaluate(wrong, timing=False).status == "failed"
+
+
+def test_flash_mma2_dropped_mask_and_prefetch_into_the_live_buffer_are_caught():
+    src = _render(warps=2, rows=16, block_kv=16)
+    no_mask = src.replace("    if (mask) {", "    if (false) {")
+    same_buffer = src.replace("KS_TILE(j0 + BKV, (tile + 1) & 1)", "KS_TILE(j0 + BKV, tile & 1)")
+    assert no_mask != src and same_buffer != src
+    with _ev(LONG, causal=True) as ev:
+        assert ev.evaluate(no_mask, timing=False).status == "failed"
+        assert ev.evaluate(same_buffer, timing=False).status == "failed"
