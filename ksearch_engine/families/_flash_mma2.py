@@ -1,5 +1,5 @@
-"""Flash attention prefill on tensor cores, second generation (FlashAttention-2 style data movement; fp16 in,
-fp32 accumulation), causal or not (the task's `causal` flag, read on the device), GQA, any L.
+"""Flash attention prefill on tensor cores, second generation (FlashAttention-2 style data movement; fp16 or bf16
+in (mma.sync .f16 / .bf16, chosen by the input dtype), fp32 accumulation), causal or not (the task's `causal` flag, read on the device), GQA, any L.
 
 Differences from attention.flash_mma (_flash_mma.py):
 * all global -> shared traffic is `cp.async.cg` (16 bytes a thread, zero-filled past the end of the sequence),
@@ -48,6 +48,28 @@ __device__ inline void ks_ldsm_x4(unsigned* r, const __half* p) {
 }
 __device__ inline float ks_exp2(float x) { return exp2f(x); }
 __device__ inline unsigned ks_pack2f(float lo, float hi) { return ks_pack2(lo, hi); }
+// bf16: the same m16n8k16 fragment bookkeeping as ks_mma16816 (_mma.py), bf16 halves of each b32
+__device__ inline float ks_blo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ inline float ks_bhi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ inline void ks_mma16816_bf(float* c, const unsigned* a, const unsigned* b) {
+  const int lane = threadIdx.x & 31; const int g = lane >> 2; const int q = lane & 3;
+  float r0 = 0.0f, r1 = 0.0f, r2 = 0.0f, r3 = 0.0f;
+  for (int kp = 0; kp < 8; ++kp) {
+    const int src = kp & 3; const int hi = kp >> 2;
+    const unsigned ar = __shfl_sync(0xffffffffu, a[2 * hi], g * 4 + src);
+    const unsigned ar8 = __shfl_sync(0xffffffffu, a[1 + 2 * hi], g * 4 + src);
+    const unsigned b0 = __shfl_sync(0xffffffffu, b[hi], (2 * q) * 4 + src);
+    const unsigned b1 = __shfl_sync(0xffffffffu, b[hi], (2 * q + 1) * 4 + src);
+    r0 += ks_blo(ar) * ks_blo(b0) + ks_bhi(ar) * ks_bhi(b0);
+    r1 += ks_blo(ar) * ks_blo(b1) + ks_bhi(ar) * ks_bhi(b1);
+    r2 += ks_blo(ar8) * ks_blo(b0) + ks_bhi(ar8) * ks_bhi(b0);
+    r3 += ks_blo(ar8) * ks_blo(b1) + ks_bhi(ar8) * ks_bhi(b1);
+  }
+  c[0] += r0; c[1] += r1; c[2] += r2; c[3] += r3;
+}
+__device__ inline unsigned ks_pack2bf(float lo, float hi) {
+  return (unsigned)__bfloat16_as_ushort(__float2bfloat16(lo)) | ((unsigned)__bfloat16_as_ushort(__float2bfloat16(hi)) << 16);
+}
 #else
 __device__ __forceinline__ void ks_cp16(__half* dst, const __half* src, bool valid) {
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
@@ -67,6 +89,15 @@ __device__ __forceinline__ float ks_exp2(float x) {
 }
 __device__ __forceinline__ unsigned ks_pack2f(float lo, float hi) {   // one cvt.rn.f16x2.f32
   __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<unsigned*>(&h);
+}
+__device__ __forceinline__ void ks_mma16816_bf(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ unsigned ks_pack2bf(float lo, float hi) {  // one cvt.rn.bf16x2.f32
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<unsigned*>(&h);
 }
 #endif
@@ -112,9 +143,10 @@ def _source(k: dict) -> str:
         "const int q0 = (nqb - 1 - (int)blockIdx.y) * BQ;      // longest (causal) blocks first",
         "const int ql = warp * RM * 16;                         // this warp's first row inside the block",
         "const int qw = q0 + ql;",
-        "const __half* Qh = Q + (size_t)(b * HQ + h) * SEQ * DH;",
-        "const __half* Kh = K + (size_t)(b * HKV + hk) * SEQ * DH;",
-        "const __half* Vh = V + (size_t)(b * HKV + hk) * SEQ * DH;",
+        "// fp16 or bf16: the data only moves as 16-bit patterns (cp.async, ldmatrix); the MMA and the packing interpret it",
+        "const __half* Qh = reinterpret_cast<const __half*>(Q) + (size_t)(b * HQ + h) * SEQ * DH;",
+        "const __half* Kh = reinterpret_cast<const __half*>(K) + (size_t)(b * HKV + hk) * SEQ * DH;",
+        "const __half* Vh = reinterpret_cast<const __half*>(V) + (size_t)(b * HKV + hk) * SEQ * DH;",
         "const float sc = rsqrtf((float)DH) * 1.4426950408889634f;   // scale * log2(e), folded into the exponent",
         "// ldmatrix row addresses of this lane: A (Q) and B (K) fragments",
         "const int arow = ((lane >> 3) & 1) * 8 + (lane & 7), acol = (lane >> 4) * 8;",
@@ -222,7 +254,7 @@ def _source(k: dict) -> str:
         "  }",
         "}",
         "#undef KS_TILE",
-        "__half* Oh = out + (size_t)(b * HQ + h) * SEQ * DH;",
+        "__half* Oh = reinterpret_cast<__half*>(out) + (size_t)(b * HQ + h) * SEQ * DH;",
         "for (int m = 0; m < RM; ++m) {",
         "  float l0 = lr[m][0], l1 = lr[m][1];",
         "  for (int x = 1; x < 4; x *= 2) { l0 += __shfl_xor_sync(0xffffffffu, l0, x); l1 += __shfl_xor_sync(0xffffffffu, l1, x); }",
@@ -244,6 +276,12 @@ def _source(k: dict) -> str:
     return "\n".join(out)
 
 
+def _source_bf16(k: dict) -> str:
+    src = _source(k).replace("ks_mma16816(", "ks_mma16816_bf(").replace("ks_pack2f(", "ks_pack2bf(")
+    assert "ks_mma16816(" not in src and "ks_pack2f(" not in src
+    return src
+
+
 def render_flash_mma2(k: dict, kind: str) -> str:
     if kind != "cuda":
         raise ValueError("attention.flash_mma2 renders cuda candidates (tensor cores through inline PTX)")
@@ -253,21 +291,27 @@ def render_flash_mma2(k: dict, kind: str) -> str:
 _SOURCE = r"""
 {_source(k)}
 """
+_SOURCE_BF16 = r"""
+{_source_bf16(k)}
+"""
 _HEADER = r"""
 {MMA_HEADER}
 {LDSM_HEADER}
 {ASYNC_HEADER}
 """
 _K = {kernel_ctor(kind, tag(tid, k, kind), ["Q", "K", "V", "causal"], ["out"], shared_memory=smem_bytes(k))}
+_K_BF16 = {kernel_ctor(kind, tag(tid, k, kind) + "_bf16", ["Q", "K", "V", "causal"], ["out"], src_var="_SOURCE_BF16",
+                       shared_memory=smem_bytes(k))}
 
 
 def kernel(q, k, v, causal):
     Bt, Hq, L, Dh = q.shape
     Hkv = k.shape[1]
-    if q.dtype != mx.float16 or Dh % 16 or Dh > {DH_MAX} or Hq % Hkv or k.shape[2] != L:
-        raise ValueError(f"{tid}: fp16 self-attention with Dh % 16 == 0, Dh <= {DH_MAX} and Hq % Hkv == 0, "
+    if q.dtype not in (mx.float16, mx.bfloat16) or Dh % 16 or Dh > {DH_MAX} or Hq % Hkv or k.shape[2] != L:
+        raise ValueError(f"{tid}: fp16/bf16 self-attention with Dh % 16 == 0, Dh <= {DH_MAX} and Hq % Hkv == 0, "
                          f"got {{q.dtype}} q {{q.shape}} k {{k.shape}}")
-    return _K(inputs=[q, k, v, causal],
+    kern = _K if q.dtype == mx.float16 else _K_BF16
+    return kern(inputs=[q, k, v, causal],
               template=[("HQ", Hq), ("HKV", Hkv), ("DH", Dh), ("SEQ", L)],
               grid=(Bt * Hq * {nth}, (L + {bq} - 1) // {bq}, 1), threadgroup=({nth}, 1, 1),
               output_shapes=[q.shape], output_dtypes=[q.dtype])[0]

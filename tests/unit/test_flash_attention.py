@@ -101,3 +101,14 @@ def test_flash_mma2_dropped_mask_and_prefetch_into_the_live_buffer_are_caught():
     with _ev(LONG, causal=True) as ev:
         assert ev.evaluate(no_mask, timing=False).status == "failed"
         assert ev.evaluate(same_buffer, timing=False).status == "failed"
+
+
+def test_flash_mma2_bf16():
+    """bf16 inputs take the .bf16 MMA (and bf16 packing of P and O); the data path is the same 16-bit moves."""
+    src = _render(warps=2, rows=32, block_kv=32)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src
+    fp16_mma = src.replace("kern = _K if q.dtype == mx.float16 else _K_BF16", "kern = _K")  # bf16 bits read as fp16
+    assert fp16_mma != src
+    with _ev(LONG, causal=True, dtype="bfloat16") as ev:
+        _check(ev, src)
+        assert ev.evaluate(fp16_mma, timing=False).status == "failed"
