@@ -11,6 +11,7 @@ from __future__ import annotations
 from ._decode import render_prefill
 from ._flash_mma import flash_mma_valid, render_flash_mma
 from ._flash_mma2 import flash_mma2_valid, render_flash_mma2
+from ._flash_sg import flash_sg_valid, render_flash_sg
 from ._src import header
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
@@ -121,5 +122,15 @@ FLASH_MMA2 = Template(
                 "only, dynamic shared memory",
     difficulty=5, predicted_speedup=0.5, valid=flash_mma2_valid)
 
-FAMILY = Family(name="attention", make_task=make_task, templates=[OPS, FLASH, FLASH_MMA, FLASH_MMA2], naive=_naive,
+FLASH_SG = Template(
+    id="attention.flash_sg", pattern="attention.simdgroup_mma", kinds=("metal",),
+    knobs={"warps": [4, 2, 8], "block_kv": [32, 16, 8]},
+    render=render_flash_sg,
+    description="flash attention on Apple's matrix units (the Metal twin of flash_mma2): simdgroup_matrix 8x8 "
+                "multiply-accumulate for Q K^T and P V, each simdgroup 8 query rows with Q's fragments kept for the "
+                "pass, K/V tiles through threadgroup memory, online softmax on thread_elements() (fp32), masks on "
+                "diagonal/tail tiles only",
+    difficulty=5, predicted_speedup=0.3, valid=flash_sg_valid)
+
+FAMILY = Family(name="attention", make_task=make_task, templates=[OPS, FLASH, FLASH_MMA, FLASH_MMA2, FLASH_SG], naive=_naive,
                 description="attention prefill, causal or not (make_task(causal=True))")

@@ -112,3 +112,59 @@ def test_flash_mma2_bf16():
     with _ev(LONG, causal=True, dtype="bfloat16") as ev:
         _check(ev, src)
         assert ev.evaluate(fp16_mma, timing=False).status == "failed"
+
+
+# ---- attention.flash_sg: the Metal twin on simdgroup_matrix 8x8 (ksim.h models the tiles and thread_elements())
+
+def _render_sg(**knobs):
+    t = families.get("attention").template("attention.flash_sg")
+    k = dict(t.defaults(), **knobs)
+    assert t.valid(k), k
+    return t.render(k, "metal")
+
+
+def test_flash_sg_knob_validity():
+    t = families.get("attention").template("attention.flash_sg")
+    ok = lambda **k: t.valid(dict(t.defaults(), **k))  # noqa: E731
+    assert ok(warps=4, block_kv=32) and ok(warps=8, block_kv=16)
+    assert not ok(block_kv=128)                          # 256 staged rows of Dh=128: over Metal's 32 KB
+    assert not ok(block_kv=12)                           # tiles are whole 8x8 fragments
+    src = _render_sg()
+    assert "simdgroup_multiply_accumulate" in src and "thread_elements()" in src
+
+
+# the simulator computes every 8x8 product on all 32 lanes: smaller shapes than flash_mma2's
+SG = [Workload(name="b1_hq4_hkv2_l53_d32", dims={"Bt": 1, "Hq": 4, "Hkv": 2, "L": 53, "Dh": 32})]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_flash_sg_many_tiles_gqa_tail(causal):
+    """L=53, Dh=32, GQA 4:2: 16-row blocks with 8-key tiles (7 tiles, 4 query blocks), 32-row blocks with 16-key
+    tiles."""
+    with _ev(SG, causal=causal) as ev:
+        _check(ev, _render_sg(warps=2, block_kv=8))
+        _check(ev, _render_sg(warps=4, block_kv=16))
+
+
+def test_flash_sg_dh128_and_bf16():
+    with _ev(LONG128, causal=True) as ev:
+        _check(ev, _render_sg(warps=4, block_kv=32))
+    with _ev(SG, causal=False, dtype="bfloat16") as ev:
+        _check(ev, _render_sg(warps=8, block_kv=16))
+
+
+def test_flash_sg_wrong_fragment_layout_and_dropped_mask_are_caught():
+    src = _render_sg(warps=2, block_kv=16)
+    # the row of a lane's elements: lane bit 4 (q & 4) picks rows 4..7; without it the mask and the output rows
+    # are wrong for half the lanes
+    wrong_row = src.replace("const int fm = ((lane / 4) & 4) + (lane / 2) % 4;", "const int fm = (lane / 2) % 4;")
+    # a row spans lanes differing in bits 0 and 3: reducing over bits 0 and 1 mixes rows
+    wrong_reduce = src.replace("simd_shuffle_xor(mx, 8)", "simd_shuffle_xor(mx, 2)")
+    no_mask = src.replace("    if (mask) {", "    if (false) {")
+    assert len({src, wrong_row, wrong_reduce, no_mask}) == 4
+    with _ev(SG, causal=True) as ev:
+        # the wrong row mapping also has two lanes writing one output element: the simulator's thread-order
+        # check reports it before the comparison with the reference (a SimError, status compile_error)
+        assert ev.evaluate(wrong_row, timing=False).status in ("failed", "compile_error")
+        assert ev.evaluate(wrong_reduce, timing=False).status == "failed"
+        assert ev.evaluate(no_mask, timing=False).status == "failed"
