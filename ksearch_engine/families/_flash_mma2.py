@@ -96,9 +96,10 @@ __device__ __forceinline__ void ks_mma16816_bf(float* c, const unsigned* a, cons
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-__device__ __forceinline__ unsigned ks_pack2bf(float lo, float hi) {  // one cvt.rn.bf16x2.f32
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<unsigned*>(&h);
+__device__ __forceinline__ unsigned ks_pack2bf(float lo, float hi) {  // cvt's first source goes to the upper half
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
 }
 #endif
 """
@@ -157,8 +158,8 @@ def _source(k: dict) -> str:
         "#define KS_TILE(j0, buf) \\",
         "  { __half* Kd = KVs + (buf) * 2 * BKV * SD; __half* Vd = Kd + BKV * SD; \\",
         "    for (int f = t; f < BKV * DC; f += NTH) { const int r = f / DC; const int c = (f % DC) * 8; \\",
-        "      const int j = (j0) + r; const bool ok = j < SEQ; const size_t o = (size_t)(ok ? j : 0) * DH + c; \\",
-        "      ks_cp16(Kd + r * SD + c, Kh + o, ok); ks_cp16(Vd + r * SD + c, Vh + o, ok); } }",
+        "      const int j = (j0) + r; const bool ok = j < SEQ; const size_t go = (size_t)(ok ? j : 0) * DH + c; \\",
+        "      ks_cp16(Kd + r * SD + c, Kh + go, ok); ks_cp16(Vd + r * SD + c, Vh + go, ok); } }",
         "for (int f = t; f < BQ * DC; f += NTH) {",
         "  const int r = f / DC; const int c = (f % DC) * 8; const int i = q0 + r; const bool ok = i < SEQ;",
         "  ks_cp16(Qs + r * SD + c, Qh + (size_t)(ok ? i : 0) * DH + c, ok);",
