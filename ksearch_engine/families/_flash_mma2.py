@@ -13,7 +13,8 @@ Differences from attention.flash_mma (_flash_mma.py):
   re-read from shared memory each tile (the registers go to the 2 x 64 O accumulators at Dh=128);
 * the softmax scale is folded into the exponent: p = ex2(s * scale*log2e - m * scale*log2e), one FFMA + ex2.approx;
   the row max runs on the raw scores (the scale is positive);
-* the mask is applied only on tiles that cross the diagonal (causal) or the end of the sequence;
+* the mask is applied only on tiles that cross the diagonal (causal) or the end of the sequence; O is rescaled only
+  when a row of the warp got a new maximum (a warp vote; the factor is exactly 1 otherwise);
 * shared memory is dynamic (BQ + 4 BKV padded rows of Dh <= 128 halves), so BKV = 64/128 fit.
 
 The simulator runs the same source with exact warp-shuffle twins of ldmatrix and mma.sync (_mma.py), a plain
@@ -46,6 +47,9 @@ __device__ inline void ks_ldsm_x4(unsigned* r, const __half* p) {
     r[i] = (unsigned)__half_as_ushort(a[2 * q]) | ((unsigned)__half_as_ushort(a[2 * q + 1]) << 16);
   }
 }
+// base + offset forms (the GPU side adds the offset to a 32-bit shared address: fewer registers than pointers)
+__device__ inline void ks_ldsm_x4o(unsigned* r, const __half* base, int off) { ks_ldsm_x4(r, base + off); }
+__device__ inline void ks_ldsm_x4_to(unsigned* r, const __half* base, int off) { ks_ldsm_x4_t(r, base + off); }
 __device__ inline float ks_exp2(float x) { return exp2f(x); }
 __device__ inline unsigned ks_pack2f(float lo, float hi) { return ks_pack2(lo, hi); }
 // bf16: the same m16n8k16 fragment bookkeeping as ks_mma16816 (_mma.py), bf16 halves of each b32
@@ -80,6 +84,16 @@ __device__ __forceinline__ void ks_cp_wait0() { asm volatile("cp.async.wait_grou
 __device__ __forceinline__ void ks_ldsm_x4(unsigned* r, const __half* p) {
   const unsigned a = (unsigned)__cvta_generic_to_shared(p);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ks_ldsm_x4o(unsigned* r, const __half* base, int off) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(base) + 2u * (unsigned)off;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ks_ldsm_x4_to(unsigned* r, const __half* base, int off) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(base) + 2u * (unsigned)off;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 __device__ __forceinline__ float ks_exp2(float x) {
@@ -172,7 +186,7 @@ def _source(k: dict) -> str:
             "unsigned qa[KD][4];",
             "ks_cp_wait0();",
             "__syncthreads();",
-            "for (int kd = 0; kd < KD; ++kd) ks_ldsm_x4(qa[kd], Qs + (ql + arow) * SD + kd * 16 + acol);",
+            "for (int kd = 0; kd < KD; ++kd) ks_ldsm_x4o(qa[kd], ks_smem, (ql + arow) * SD + kd * 16 + acol);",
         ]
     L += [
         "float o[RM][OF][4];",
@@ -185,7 +199,7 @@ def _source(k: dict) -> str:
         "  __syncthreads();                                // everyone's have; everyone is done with tile - 1",
         "  if (tile + 1 < ntile) { KS_TILE(j0 + BKV, (tile + 1) & 1) ks_cp_commit(); }   // overlaps the math below",
         "  if (!(CAUSAL && j0 > qw + RM * 16 - 1)) {       // a warp entirely above the diagonal skips the tile",
-        "    const __half* Kb = KVs + (tile & 1) * 2 * BKV * SD; const __half* Vb = Kb + BKV * SD;",
+        "    const int kb0 = BQ * SD + (tile & 1) * 2 * BKV * SD; const int vb0 = kb0 + BKV * SD;   // offsets in ks_smem",
         "    float s[RM][NF][4];",
         "    for (int m = 0; m < RM; ++m) for (int f = 0; f < NF; ++f) for (int i = 0; i < 4; ++i) s[m][f][i] = 0.0f;",
         "    for (int kd = 0; kd < KD; ++kd) {",
@@ -194,11 +208,11 @@ def _source(k: dict) -> str:
         L += ["      const unsigned* a0 = qa[kd];"]
     else:
         L += ["      unsigned qf[RM][4];",
-              "      for (int m = 0; m < RM; ++m) ks_ldsm_x4(qf[m], Qs + (ql + m * 16 + arow) * SD + kd * 16 + acol);"]
+              "      for (int m = 0; m < RM; ++m) ks_ldsm_x4o(qf[m], ks_smem, (ql + m * 16 + arow) * SD + kd * 16 + acol);"]
     L += [
         "      for (int fp = 0; fp < NF / 2; ++fp) {",
         "        unsigned kb[4];",
-        "        ks_ldsm_x4(kb, Kb + (fp * 16 + krow) * SD + kd * 16 + kcol);",
+        "        ks_ldsm_x4o(kb, ks_smem, kb0 + (fp * 16 + krow) * SD + kd * 16 + kcol);",
         "        for (int m = 0; m < RM; ++m) {",
         "          const unsigned* am = " + ("a0;" if qreg else "qf[m];"),
         "          ks_mma16816(s[m][2 * fp], am, kb);",
@@ -233,7 +247,10 @@ def _source(k: dict) -> str:
         "        l0 += s[m][f][0] + s[m][f][1]; l1 += s[m][f][2] + s[m][f][3];",
         "      }",
         "      lr[m][0] = lr[m][0] * c0 + l0; lr[m][1] = lr[m][1] * c1 + l1;",
-        "      for (int f = 0; f < OF; ++f) { o[m][f][0] *= c0; o[m][f][1] *= c0; o[m][f][2] *= c1; o[m][f][3] *= c1; }",
+        "      // the O rescale (OF * 4 FMULs) only when some row of the warp has a new max (exp2(0) == 1 exactly)",
+        "      if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {",
+        "        for (int f = 0; f < OF; ++f) { o[m][f][0] *= c0; o[m][f][1] *= c0; o[m][f][2] *= c1; o[m][f][3] *= c1; }",
+        "      }",
         "    }",
         "    for (int kk = 0; kk < BKV / 16; ++kk) {",
         "      unsigned pa[RM][4];",
@@ -242,10 +259,10 @@ def _source(k: dict) -> str:
         "        pa[m][2] = ks_pack2f(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);",
         "        pa[m][3] = ks_pack2f(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);",
         "      }",
-        "      const __half* vr = Vb + (kk * 16 + vrow) * SD + vcol;",
+        "      const int vr0 = vb0 + (kk * 16 + vrow) * SD + vcol;",
         "      for (int dp = 0; dp < DH / 16; ++dp) {",
         "        unsigned vb[4];",
-        "        ks_ldsm_x4_t(vb, vr + dp * 16);",
+        "        ks_ldsm_x4_to(vb, ks_smem, vr0 + dp * 16);",
         "        for (int m = 0; m < RM; ++m) {",
         "          ks_mma16816(o[m][2 * dp], pa[m], vb);",
         "          ks_mma16816(o[m][2 * dp + 1], pa[m], vb + 2);",

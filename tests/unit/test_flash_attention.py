@@ -7,6 +7,10 @@ of the sequence, a tail tile), GQA, Dh 64 and 128; and they show that the check 
 address, a dropped mask and a prefetch into the buffer being read."""
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+
 import pytest
 
 from ksearch_engine import families
@@ -169,3 +173,30 @@ def test_flash_sg_wrong_fragment_layout_and_dropped_mask_are_caught():
         assert ev.evaluate(wrong_row, timing=False).status in ("failed", "compile_error")
         assert ev.evaluate(wrong_reduce, timing=False).status == "failed"
         assert ev.evaluate(no_mask, timing=False).status == "failed"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")
+@pytest.mark.parametrize("knobs,dtype,max_spill", [
+    (dict(warps=4, rows=32, block_kv=64), "__half", 16),       # 255 registers: ptxas 13.0 spills 12 bytes (GQA)
+    (dict(warps=4, rows=32, block_kv=64), "__nv_bfloat16", 16),
+    (dict(warps=4, rows=32, block_kv=32), "__half", 0),
+    (dict(warps=8, rows=16, block_kv=64), "__half", 0)])
+def test_flash_mma2_ptx_compiles_for_sm90(tmp_path, knobs, dtype, max_spill):
+    """The GPU side of the source (the inline PTX, not the twins) through nvcc/ptxas for sm_90, in a kernel shaped
+    like MLX's cuda_kernel wrapper, at the benchmark's GQA shape (Dh=128): it compiles, and spills at most a few
+    bytes (registers are at the 255 limit with 2 x 16 rows a warp and 64-key tiles)."""
+    src = _render(**knobs)
+    body = re.search(r'_SOURCE%s = r"""(.*?)"""' % ("_BF16" if "bf" in dtype else ""), src, re.S).group(1)
+    hdr = re.search(r'_HEADER = r"""(.*?)"""', src, re.S).group(1)
+    cu = tmp_path / "k.cu"
+    cu.write_text(f"#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n{hdr}\n"
+                  f"template <int HQ, int HKV, int DH, int SEQ>\n"
+                  f"__global__ void k(const {dtype}* Q, const {dtype}* K, const {dtype}* V, const float* causal, "
+                  f"{dtype}* out) {{\n{body}\n}}\n"
+                  f"template __global__ void k<32, 8, 128, 4096>(const {dtype}*, const {dtype}*, const {dtype}*, "
+                  f"const float*, {dtype}*);\n")
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(cu)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spill = int(re.search(r"(\d+) bytes spill stores", r.stderr).group(1))
+    assert spill <= max_spill, r.stderr
