@@ -45,12 +45,12 @@ MOE = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=
        dict(block_m=128, block_n=128, block_k=16, warps_m=2, warps_n=4, group_m=8)]
 # attention.flash_mma2 (expected best first: FlashAttention-2's 128 x 64 tile, 4 warps of 32 rows); an entry's
 # "template" key names another template of the family (the first generation's best on the H200, for reference)
-# ptxas 13.0 for sm_90 at Dh=128 (local compile, no GPU): 255 / 239 / 168 / 167 / 168 / 239 registers a thread
-# in this order, no spills (the first: 12 bytes at the GQA shape). All but the 7th need more than 48 KB of dynamic
-# shared memory (MLX raises the kernel's limit above 48000 bytes); the 7th (35 KB) tells a launch failure from that
+# ptxas 13.0 for sm_90 at Dh=128 (local compile, no GPU): 255/239/168/166/168/239/235 registers a thread in this
+# order, no spills (the first: 12 bytes at the GQA shape). All but the 4th need more than 48 KB of dynamic shared
+# memory (MLX raises the kernel's limit above 48000 bytes); the 4th (35 KB) tells a launch failure from that
 ATT = [dict(warps=4, rows=32, block_kv=64), dict(warps=4, rows=32, block_kv=32), dict(warps=8, rows=16, block_kv=64),
        dict(warps=4, rows=16, block_kv=32), dict(warps=4, rows=16, block_kv=64), dict(warps=8, rows=32, block_kv=32),
-       dict(warps=4, rows=16, block_kv=16), dict(template="attention.flash_mma", warps=8, block_kv=64)]
+       dict(warps=8, rows=16, block_kv=128), dict(template="attention.flash_mma", warps=8, block_kv=64)]
 
 # the second run: what the first one left open (bench/results/headline_run1.json)
 SWEEP2 = {"decode": [dict(warps=4, block_keys=64, target_blocks=128), dict(warps=8, block_keys=128, target_blocks=256),

@@ -15,7 +15,9 @@ Differences from attention.flash_mma (_flash_mma.py):
   the row max runs on the raw scores (the scale is positive);
 * the mask is applied only on tiles that cross the diagonal (causal) or the end of the sequence; O is rescaled only
   when a row of the warp got a new maximum (a warp vote; the factor is exactly 1 otherwise);
-* shared memory is dynamic (BQ + 4 BKV padded rows of Dh <= 128 halves), so BKV = 64/128 fit.
+* shared memory is dynamic (BQ + 4 BKV padded rows of Dh <= 128 halves, or 4 BKV with 16 rows a warp and
+  2 BKV >= BQ: Q is staged in K/V buffer 1, which tile 1's prefetch overwrites only after Q is in registers),
+  so BKV = 64/128 fit.
 
 The simulator runs the same source with exact warp-shuffle twins of ldmatrix and mma.sync (_mma.py), a plain
 16-byte copy for cp.async (zero fill included) and nothing for commit/wait (the barrier still separates tiles).
@@ -130,8 +132,14 @@ def flash_mma2_valid(k: dict) -> bool:
     return smem_bytes(k) <= 227 * 1024
 
 
+def q_aliased(k: dict) -> bool:
+    """Q staged in K/V buffer 1 (free until tile 1 is prefetched): with 16 rows a warp Q is read once, into
+    registers, before the first tile's barrier; it needs 2 * block_kv >= BQ rows there."""
+    return k["rows"] == 16 and 2 * k["block_kv"] >= k["warps"] * k["rows"]
+
+
 def smem_bytes(k: dict) -> int:
-    bq = k["warps"] * k["rows"]
+    bq = 0 if q_aliased(k) else k["warps"] * k["rows"]
     return (bq + 4 * k["block_kv"]) * (DH_MAX + 8) * 2
 
 
@@ -148,8 +156,11 @@ def _source(k: dict) -> str:
         "constexpr int KD = DH / 16;                  // k-steps over the head dim",
         "constexpr int OF = DH / 8;                   // O fragments (8 columns each) per m16 block",
         "extern __shared__ __align__(16) __half ks_smem[];",
-        "__half* Qs = ks_smem;                        // BQ rows",
-        "__half* KVs = ks_smem + BQ * SD;             // [buffer][K | V][BKV rows]",
+        f"constexpr int QO = {'2 * BKV * SD' if q_aliased(k) else '0'};   // Q's BQ rows: "
+        + ("in K/V buffer 1 (read into registers before tile 1 is prefetched there)" if q_aliased(k) else "their own"),
+        f"constexpr int KVO = {'0' if q_aliased(k) else 'BQ * SD'};   // K/V: [buffer][K | V][BKV rows]",
+        "__half* Qs = ks_smem + QO;",
+        "__half* KVs = ks_smem + KVO;",
         "const bool CAUSAL = causal[0] > 0.5f;",
         "const int t = threadIdx.x; const int lane = t & 31; const int warp = t >> 5;",
         "const int g = lane >> 2; const int q = lane & 3;",
@@ -186,7 +197,7 @@ def _source(k: dict) -> str:
             "unsigned qa[KD][4];",
             "ks_cp_wait0();",
             "__syncthreads();",
-            "for (int kd = 0; kd < KD; ++kd) ks_ldsm_x4o(qa[kd], ks_smem, (ql + arow) * SD + kd * 16 + acol);",
+            "for (int kd = 0; kd < KD; ++kd) ks_ldsm_x4o(qa[kd], ks_smem, QO + (ql + arow) * SD + kd * 16 + acol);",
         ]
     L += [
         "float o[RM][OF][4];",
@@ -199,7 +210,7 @@ def _source(k: dict) -> str:
         "  __syncthreads();                                // everyone's have; everyone is done with tile - 1",
         "  if (tile + 1 < ntile) { KS_TILE(j0 + BKV, (tile + 1) & 1) ks_cp_commit(); }   // overlaps the math below",
         "  if (!(CAUSAL && j0 > qw + RM * 16 - 1)) {       // a warp entirely above the diagonal skips the tile",
-        "    const int kb0 = BQ * SD + (tile & 1) * 2 * BKV * SD; const int vb0 = kb0 + BKV * SD;   // offsets in ks_smem",
+        "    const int kb0 = KVO + (tile & 1) * 2 * BKV * SD; const int vb0 = kb0 + BKV * SD;   // offsets in ks_smem",
         "    float s[RM][NF][4];",
         "    for (int m = 0; m < RM; ++m) for (int f = 0; f < NF; ++f) for (int i = 0; i < 4; ++i) s[m][f][i] = 0.0f;",
         "    for (int kd = 0; kd < KD; ++kd) {",
@@ -208,7 +219,7 @@ def _source(k: dict) -> str:
         L += ["      const unsigned* a0 = qa[kd];"]
     else:
         L += ["      unsigned qf[RM][4];",
-              "      for (int m = 0; m < RM; ++m) ks_ldsm_x4o(qf[m], ks_smem, (ql + m * 16 + arow) * SD + kd * 16 + acol);"]
+              "      for (int m = 0; m < RM; ++m) ks_ldsm_x4o(qf[m], ks_smem, QO + (ql + m * 16 + arow) * SD + kd * 16 + acol);"]
     L += [
         "      for (int fp = 0; fp < NF / 2; ++fp) {",
         "        unsigned kb[4];",
