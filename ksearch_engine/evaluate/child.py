@@ -498,6 +498,10 @@ class Worker:
                 arrays = self.task.make_inputs(wl, seed)
                 xs = [_to_mx(mx, a, s.dtype) for a, s in zip(arrays, self.task.inputs)]
                 mx.eval(*xs)
+                if req.get("check") and any(x.dtype == mx.bfloat16 for x in xs):
+                    # the snapshot the mutation check compares with: the inputs as the candidate gets them (numpy
+                    # has no bfloat16: float32 values made on the host are rounded by the conversion)
+                    arrays = [_to_np(mx, x) for x in xs]
             if self.backend == "mlx-cuda" and not on_device:
                 # MLX's CUDA backend keeps arrays in managed memory: inputs made on the host would migrate to
                 # the GPU inside the first timed kernel (seen on the H200: mx.softmax timed at 6.3 ms instead of

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ._decode import render_prefill
 from ._flash_mma import flash_mma_valid, render_flash_mma
+from ._flash_mma2 import flash_mma2_valid, render_flash_mma2
+from ._flash_sg import flash_sg_valid, render_flash_sg
 from ._src import header
 from .base import Family, Template
 from ..task import InputSpec, KernelTask, Workload
@@ -110,5 +112,25 @@ FLASH_MMA = Template(
                 "softmax on the accumulator fragments, P kept in registers; causal stops at the diagonal",
     difficulty=5, predicted_speedup=0.3, valid=flash_mma_valid)  # H200 run 1: 0.24-0.32x of cuDNN
 
-FAMILY = Family(name="attention", make_task=make_task, templates=[OPS, FLASH, FLASH_MMA], naive=_naive,
+FLASH_MMA2 = Template(
+    id="attention.flash_mma2", pattern="attention.flash_tiling", kinds=("cuda",),
+    knobs={"warps": [4, 8, 2], "rows": [32, 16], "block_kv": [64, 32, 128, 16]},
+    render=render_flash_mma2,
+    description="flash attention on tensor cores, FlashAttention-2 data movement: cp.async double-buffered K/V tiles "
+                "(one barrier a tile), Q through shared memory, ldmatrix.x4 for Q/K and ldmatrix.x4.trans for V, "
+                "16 or 32 query rows a warp, the softmax scale folded into ex2's FFMA, masks on diagonal/tail tiles "
+                "only, dynamic shared memory",
+    difficulty=5, predicted_speedup=0.5, valid=flash_mma2_valid)
+
+FLASH_SG = Template(
+    id="attention.flash_sg", pattern="attention.simdgroup_mma", kinds=("metal",),
+    knobs={"warps": [4, 2, 8], "block_kv": [32, 16, 8]},
+    render=render_flash_sg,
+    description="flash attention on Apple's matrix units (the Metal twin of flash_mma2): simdgroup_matrix 8x8 "
+                "multiply-accumulate for Q K^T and P V, each simdgroup 8 query rows with Q's fragments kept for the "
+                "pass, K/V tiles through threadgroup memory, online softmax on thread_elements() (fp32), masks on "
+                "diagonal/tail tiles only",
+    difficulty=5, predicted_speedup=0.3, valid=flash_sg_valid)
+
+FAMILY = Family(name="attention", make_task=make_task, templates=[OPS, FLASH, FLASH_MMA, FLASH_MMA2, FLASH_SG], naive=_naive,
                 description="attention prefill, causal or not (make_task(causal=True))")
