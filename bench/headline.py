@@ -30,7 +30,18 @@ from common import GpuTimer, as_tuple, compare, input_sets, load, measure, to_mx
 from ksearch_engine import families as F  # noqa: E402
 from ksearch_engine.task import Workload  # noqa: E402
 
-HBM = 4.8e12  # H200 datasheet bytes/s
+HBM = 4.8e12  # bytes/s: the card's own figure from specs/hardware once the device is known (main), else the H200's
+
+
+def _card_bandwidth(device_name: str) -> float:
+    """The memory bandwidth specs/hardware gives for the device MLX names (bytes/s), else HBM."""
+    try:
+        from ksearch_engine.specs import load_specs
+        chip = load_specs().hardware(device_name).chip
+        v = chip.memory_bandwidth_gbs if chip is not None else None
+        return float(sum(v) / 2 if isinstance(v, tuple) else v) * 1e9 if v else HBM
+    except Exception:   # noqa: BLE001 (an unknown device: the H200's figure, said in the info)
+        return HBM
 
 # decode/paged: "template" names the family's template by its suffix (default: the PLAN entry's gqa_tiles)
 DEC = [dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=256, merge="fused", stages=1),
@@ -306,10 +317,14 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "headline.json"))
     ap.add_argument("--budget-s", type=float, default=400.0)
     ap.add_argument("--second", action="store_true", help="the second run's sweeps (SWEEP2), full MoE reference check")
+    ap.add_argument("--moe-reference", action="store_true",
+                    help="check MoE candidates against the expert-by-expert reference (not the baseline's output)")
     args = ap.parse_args()
     t0 = time.monotonic()
-    if args.second:
+    if args.moe_reference:
         global FULL_MOE_CHECK
+        FULL_MOE_CHECK = True
+    if args.second:
         FULL_MOE_CHECK = True
         for k, sw in SWEEP2.items():
             fam, opts, tid, _, x = PLAN[k]
@@ -321,7 +336,9 @@ def main() -> None:
         raw.append(r)
         print(json.dumps(r, default=str), flush=True)
 
-    info = {"device": str(mx.device_info().get("device_name", "")), "mlx": mx.__version__,
+    global HBM
+    HBM = _card_bandwidth(str(mx.device_info().get("device_name", "")))
+    info = {"device": str(mx.device_info().get("device_name", "")), "mlx": mx.__version__, "hbm_bytes_s": HBM,
             "timing": "GPU kernel time per call, torch.profiler (CUPTI), one call per mx.eval + mx.synchronize, "
                       "inputs rotated past the L2" if gpu.ok else "wall: " + gpu.why}
     print(json.dumps(info), flush=True)
