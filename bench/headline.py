@@ -67,9 +67,12 @@ ATT = [dict(warps=4, rows=32, block_kv=64), dict(warps=4, rows=32, block_kv=32),
        dict(warps=4, rows=16, block_kv=32), dict(warps=4, rows=16, block_kv=64), dict(warps=8, rows=32, block_kv=32),
        dict(warps=8, rows=16, block_kv=128), dict(template="attention.flash_mma", warps=8, block_kv=64)]
 
-# the second run: what the first one left open (bench/results/headline_run1.json)
-SWEEP2 = {"decode": [dict(warps=4, block_keys=64, target_blocks=128), dict(warps=8, block_keys=128, target_blocks=256),
-                     dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=512)],
+# the second run: what the first ones left open (bench/results/headline_run1.json, headline_h100_dec5b/): the split
+# count around the GQA best (gqa_tiles, 256 threadgroups), the MHA bests of both templates, MoE on its reference
+SWEEP2 = {"decode": [dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=192),
+                     dict(warps=4, block_keys=64, target_blocks=128), dict(warps=4, block_keys=32, target_blocks=256),
+                     dict(warps=4, block_keys=64, target_blocks=512), dict(warps=8, block_keys=64, target_blocks=512),
+                     dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=256, merge="fused", stages=1)],
           "moe": [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
                   dict(block_m=128, block_n=128, block_k=32, warps_m=4, warps_n=2, group_m=8)]}
 
