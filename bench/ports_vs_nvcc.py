@@ -33,13 +33,18 @@ ROW_MARK = "KSEARCH_ROW "     # run-one's result line (the kernels' own printf o
 
 
 # ------------------------------------------------------------------------------------------- prepare (CPU)
-def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str], shared: Path) -> list[str]:
+def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str], shared: Path, text: str | None = None) -> list[str]:
     """The source file and the headers beside it copied to dest; other include folders copied once under
     `shared` (for all kernels). Returns the -I folders, relative to the manifest's folder."""
     import hashlib
 
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(src, dest / src.name)
+    for f, rel in _local_includes(src, text):   # `#include "define.c"`, `"../main.h"`: where the file finds them
+        target = (dest / rel).resolve()
+        if dest.resolve().parent in target.parents:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, target)
     incs = []
     for d in include_dirs:
         dd = Path(d)
@@ -57,6 +62,33 @@ def _copy_tree_for(src: Path, dest: Path, include_dirs: list[str], shared: Path)
     return incs
 
 
+def _local_includes(src: Path, text: str | None = None) -> list[tuple[Path, str]]:
+    """(file, its path relative to src's folder) of every local `#include "..."` reachable from src (or from
+    `text`, src as its program prefixes it), whatever its suffix (rodinia's `#include "define.c"`) and wherever it
+    lies (`"../main.h"`)."""
+    import os
+    out, todo, seen = [], [src], {src.resolve()}
+    while todo:
+        cur = todo.pop()
+        try:
+            body = text if cur is src and text is not None else cur.read_text(errors="replace")
+        except OSError:
+            continue
+        for inc in re.findall(r'^[ \t]*#\s*include\s*"([^"]+)"', body, re.M):
+            f = cur.parent / inc
+            if f.is_file() and f.resolve() not in seen:
+                seen.add(f.resolve())
+                out.append((f, os.path.relpath(f.resolve(), src.parent.resolve())))
+                todo.append(f)
+    return out
+
+
+def _depth_up(src: Path, text: str | None = None) -> int:
+    """How many folders above src's its local includes reach (`../main.h`: 1)."""
+    return max((len(re.match(r"(?:\.\./)*", rel).group(0)) // 3 for _, rel in _local_includes(src, text)),
+               default=0)
+
+
 def package(f: Path, rep, out: Path, extra_includes: list[str] = ()) -> list[dict]:
     """One file's verified kernels made ready for the GPU machine: per kernel its port module, the launch it was
     checked on (grid, block, shared memory, template arguments, every argument before the launch) and a copy of
@@ -71,18 +103,22 @@ def package(f: Path, rep, out: Path, extra_includes: list[str] = ()) -> list[dic
     f = Path(f)
     out.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9_]+", "_", str(f.relative_to(f.parents[2])))[:80]
-    rel_incs = _copy_tree_for(f, out / slug / "src", [str(f.parent)] + include_dirs_for(f) + list(extra_includes),
-                              out / "includes")
     # nvcc compiles the file as its program does: a file the program #includes sees the includers' text first
     # (their #defines, typedefs and headers: rodinia's `fp`, NUMBER_THREADS), as the ports did
     from ksearch_engine.portfile import with_program_prefix
-    (out / slug / "src" / f.name).write_text(with_program_prefix(f, f.read_text(errors="replace")))
+    text = with_program_prefix(f, f.read_text(errors="replace"))
+    # the file sits as deep under its folder as its includes reach up (`../main.h` lands in the folder itself)
+    sub = "src" + "/up" * _depth_up(f, text)
+    rel_incs = _copy_tree_for(f, out / slug / sub, [str(f.parent)] + include_dirs_for(f) + list(extra_includes),
+                              out / "includes", text)
+    (out / slug / sub / f.name).write_text(text)
     parsed = find_kernels(f.read_text(errors="replace"), str(f))
     entries = []
     for v in verified:
         k = parsed.kernel(v.kernel)
-        entry = {"file": str(f), "dir": slug, "src": f"{slug}/src/{f.name}", "includes": rel_incs,
-                 "kernel": v.kernel, "workload": v.workload, "module": f"{slug}/{v.kernel}_port.py"}
+        entry = {"file": str(f), "dir": slug, "src": f"{slug}/{sub}/{f.name}", "includes": rel_incs,
+                 "kernel": v.kernel, "workload": v.workload, "module": f"{slug}/{v.kernel}_port.py",
+                 "namespaces": [n for n in (k.namespaces if k is not None else []) if n]}
         entries.append(entry)
         # the smallest launch the port was checked on: what travels to the GPU machine is limited
         rec, args = min(v.checked, key=lambda ra: sum(a.nbytes for a in ra[1].values() if isinstance(a, np.ndarray)))
@@ -187,7 +223,8 @@ def _cubin(entry: dict, root: Path, tmp: Path) -> tuple[Path | None, str]:
     incs = [f"-I{src.parent}", *[f"-I{root / i}" for i in entry["includes"]]]
     text = src.read_text(errors="replace")
     targs = entry.get("template_args") or []
-    inst = f"\nvoid* ksearch_instantiate_{entry['kernel']} = (void*)&{entry['kernel']}<{', '.join(targs)}>;\n" \
+    qual = "::".join([*entry.get("namespaces", []), entry["kernel"]])   # a kernel in a namespace (dwt_cuda::)
+    inst = f"\nvoid* ksearch_instantiate_{entry['kernel']} = (void*)&{qual}<{', '.join(targs)}>;\n" \
         if targs else ""
     cubin = tmp / (src.stem + "_" + entry["kernel"] + ".cubin")
     errs = []
