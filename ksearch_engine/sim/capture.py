@@ -612,7 +612,7 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
             new.index = base_index + ln.index
             remap[ln.index] = new.index
             new.scaled = desc
-            for a in new.args:
+            for a in [*new.args, *new.embedded]:
                 a.before = f"{rel}/{a.before}" if a.before else None
                 a.after = f"{rel}/{a.after}" if a.after else None
             for sy in new.symbols:
