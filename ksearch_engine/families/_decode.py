@@ -11,7 +11,7 @@ Knobs: lanes_per_key, warps, splits, fast_exp.
 """
 from __future__ import annotations
 
-from ._src import Dialect, header, kernel_ctor, tag
+from ._src import Dialect, header, kernel_ctor, kv_signature, tag
 
 
 def decode_valid(k: dict) -> bool:
@@ -143,23 +143,15 @@ def _combine(kind: str) -> str:
     ])
 
 
+
+
 def render_decode(family: str, tid: str, k: dict, kind: str, paged: bool) -> str:
     if kind not in ("metal", "cuda"):
         raise ValueError(f"template {tid} renders metal or cuda candidates")
     name = tag(tid, k, kind)
     ins = ["Q", "K", "V"] + (["table"] if paged else [])
     splits, threads = k["splits"], k["warps"] * 32
-    if paged:
-        sig = "q, k_pages, v_pages, block_table"
-        dims = ("    Bt, Hq, _, Dh = q.shape\n    Hkv, P = k_pages.shape[1], k_pages.shape[2]\n"
-                "    nblk = block_table.shape[1]\n    S = nblk * P\n")
-        call_in = "[q, k_pages, v_pages, block_table]"
-        extra_t = '("NBLK", nblk), ("PAGE", P), '
-    else:
-        sig = "q, k, v"
-        dims = "    Bt, Hq, _, Dh = q.shape\n    Hkv, S = k.shape[1], k.shape[2]\n"
-        call_in = "[q, k, v]"
-        extra_t = ""
+    sig, dims, call_in, extra_t = kv_signature(paged)
     return f'''{header(family, tid, k, kind)}
 _SOURCE = r"""
 {_pass1(kind, k, paged)}

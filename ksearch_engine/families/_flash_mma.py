@@ -19,6 +19,18 @@ from ._mma import LDSM_HEADER, MMA_HEADER
 from ._src import header, kernel_ctor, tag
 
 
+
+# a threadgroup's place (batch, query head, its KV head, its query block: causal's longest first) and its lanes'
+# MMA coordinates (g = lane / 4, q = lane % 4), as both tensor-core attention templates start
+BLOCK_PROLOGUE = [
+    "const bool CAUSAL = causal[0] > 0.5f;",
+    "const int t = threadIdx.x; const int lane = t & 31; const int warp = t >> 5;",
+    "const int g = lane >> 2; const int q = lane & 3;",
+    "const int bh = blockIdx.x; const int b = bh / HQ; const int h = bh % HQ; const int hk = h / (HQ / HKV);",
+    "const int nqb = (SEQ + BQ - 1) / BQ;",
+    "const int q0 = (nqb - 1 - (int)blockIdx.y) * BQ;      // longest (causal) blocks first",
+]
+
 def flash_mma_valid(k: dict) -> bool:
     nth, bkv = 32 * k["warps"], k["block_kv"]
     # K and V staging registers at Dh=128: BKV*16/NTH 16-byte chunks each (<= 4)
@@ -41,12 +53,7 @@ def _source(k: dict) -> str:
         "struct alignas(16) Pk8 { __half v[8]; };",
         "__shared__ __align__(16) __half Ks[BKV * SD];",
         "__shared__ __align__(16) __half Vs[BKV * SD];",
-        "const bool CAUSAL = causal[0] > 0.5f;",
-        "const int t = threadIdx.x; const int lane = t & 31; const int warp = t >> 5;",
-        "const int g = lane >> 2; const int q = lane & 3;",
-        "const int bh = blockIdx.x; const int b = bh / HQ; const int h = bh % HQ; const int hk = h / (HQ / HKV);",
-        "const int nqb = (SEQ + BQ - 1) / BQ;",
-        "const int q0 = (nqb - 1 - (int)blockIdx.y) * BQ;      // longest (causal) blocks first",
+        *BLOCK_PROLOGUE,
         "const int qw = q0 + warp * 16;                         // this warp's first row",
         "const __half* Qh = Q + (size_t)(b * HQ + h) * SEQ * DH;",
         "const __half* Kh = K + (size_t)(b * HKV + hk) * SEQ * DH;",

@@ -26,6 +26,7 @@ Knobs: warps (4/8), rows per warp (16/32; BQ = warps * rows), block_kv (keys per
 """
 from __future__ import annotations
 
+from ._flash_mma import BLOCK_PROLOGUE
 from ._mma import LDSM_HEADER, MMA_HEADER
 from ._src import header, kernel_ctor, tag
 
@@ -161,12 +162,7 @@ def _source(k: dict) -> str:
         f"constexpr int KVO = {'0' if q_aliased(k) else 'BQ * SD'};   // K/V: [buffer][K | V][BKV rows]",
         "__half* Qs = ks_smem + QO;",
         "__half* KVs = ks_smem + KVO;",
-        "const bool CAUSAL = causal[0] > 0.5f;",
-        "const int t = threadIdx.x; const int lane = t & 31; const int warp = t >> 5;",
-        "const int g = lane >> 2; const int q = lane & 3;",
-        "const int bh = blockIdx.x; const int b = bh / HQ; const int h = bh % HQ; const int hk = h / (HQ / HKV);",
-        "const int nqb = (SEQ + BQ - 1) / BQ;",
-        "const int q0 = (nqb - 1 - (int)blockIdx.y) * BQ;      // longest (causal) blocks first",
+        *BLOCK_PROLOGUE,
         "const int ql = warp * RM * 16;                         // this warp's first row inside the block",
         "const int qw = q0 + ql;",
         "// fp16 or bf16: the data only moves as 16-bit patterns (cp.async, ldmatrix); the MMA and the packing interpret it",

@@ -30,7 +30,12 @@ Knobs: warps (NT = 32 * warps), block_keys (TK), target_blocks (threadgroups to 
 from __future__ import annotations
 
 from ._gqa_decode import _combine
-from ._src import Dialect, header, kernel_ctor, tag
+from ._src import Dialect, header, kernel_ctor, kv_signature, tag
+
+
+FUSED_DESCRIPTION = ("gqa_tiles with one barrier per tile (per-warp score maxima, private running sums), the prologue's "
+                     "Q and K/V loads overlapped, page ids read a tile ahead, and (CUDA) the split merge fused into "
+                     "the split pass by its last threadgroup per KV head")
 
 
 def fused_valid(k: dict) -> bool:
@@ -260,17 +265,7 @@ def render_fused(family: str, tid: str, k: dict, kind: str, paged: bool) -> str:
     fused = k["merge"] == "fused" and kind == "cuda"
     ins = ["Q", "K", "V"] + (["table"] if paged else [])
     nt, tk, target = 32 * k["warps"], k["block_keys"], k["target_blocks"]
-    if paged:
-        sig = "q, k_pages, v_pages, block_table"
-        dims = ("    Bt, Hq, _, Dh = q.shape\n    Hkv, P = k_pages.shape[1], k_pages.shape[2]\n"
-                "    nblk = block_table.shape[1]\n    S = nblk * P\n")
-        call_in = "[q, k_pages, v_pages, block_table]"
-        extra_t = '("NBLK", nblk), ("PAGE", P), '
-    else:
-        sig = "q, k, v"
-        dims = "    Bt, Hq, _, Dh = q.shape\n    Hkv, S = k.shape[1], k.shape[2]\n"
-        call_in = "[q, k, v]"
-        extra_t = ""
+    sig, dims, call_in, extra_t = kv_signature(paged)
     fused_ctor = (kernel_ctor(kind, name + "_fused", ins + ["sem_inout"], ["out", "opart", "mpart", "lpart"],
                               src_var="_SOURCE_FUSED") if fused else "None")
     fused_src = _pass(kind, k, paged, True) if fused else ""

@@ -97,3 +97,14 @@ class Dialect:
             lines.append(f"{var} = {self.fmax(var, other)};" if op == "max" else f"{var} += {other};")
             off //= 2
         return lines
+
+
+def kv_signature(paged: bool) -> tuple[str, str, str, str]:
+    """What a decode candidate's kernel() takes and reads off its inputs, contiguous or paged: (its parameters, the
+    lines that read the sizes, the MLX inputs, the extra template arguments)."""
+    if paged:
+        return ("q, k_pages, v_pages, block_table",
+                "    Bt, Hq, _, Dh = q.shape\n    Hkv, P = k_pages.shape[1], k_pages.shape[2]\n"
+                "    nblk = block_table.shape[1]\n    S = nblk * P\n",
+                "[q, k_pages, v_pages, block_table]", '("NBLK", nblk), ("PAGE", P), ')
+    return "q, k, v", "    Bt, Hq, _, Dh = q.shape\n    Hkv, S = k.shape[1], k.shape[2]\n", "[q, k, v]", ""
