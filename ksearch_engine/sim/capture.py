@@ -419,14 +419,24 @@ def capture_program(path, *, argv=(), defines=None, include_dirs=(), timeout_s: 
 
         def early(args) -> bool:   # stop at an oversized launch only where a smaller run can be made
             return quick_build and bool(sites or capture_scale.host_sites({}, list(args)))
-        _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early(cap.argv))
-        if not argv and entry == "main" and _needs_arguments(cap):
+        known = _FIRST_PLANS.get(_program_key(path, texts, defines)) if quick_build and argv else None
+        done = False
+        if known is not None:   # this program, run before with other arguments, needed smaller sizes at once
+            quick = _smaller(cap, path, wd, exe, prog, texts, dirs, defines, timeout_s, byte_budget,
+                             max_per_kernel, entry, srcs, t0, first_plan=known)
+            done = any(_usable(ln) for ln in quick.launches)
+            cap = quick if done else Capture(file=str(path), dir=str(wd.resolve()), argv=[str(a) for a in argv],
+                                             defines=defines)
+        if not done:
+            _execute(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early(cap.argv))
+        if not done and not argv and entry == "main" and _needs_arguments(cap):
             cap = _with_documented_argv(cap, path, wd, exe, prog, timeout_s, byte_budget, max_per_kernel, early,
                                         texts)
-        if not argv and entry == "main" and not cap.launches and cap.status == "failed" \
+        if not done and not argv and entry == "main" and not cap.launches and cap.status == "failed" \
                 and any(n.kind == "input" for n in cap.notes):
             cap = _with_size_option(cap, path, wd, exe, prog, texts, timeout_s, byte_budget, max_per_kernel, early)
-        if sites or cap._stopped or (quick_build and capture_scale.device_plan(_evidence(cap, timeout_s))):
+        if not done and (sites or cap._stopped or
+                         (quick_build and capture_scale.device_plan(_evidence(cap, timeout_s)))):
             cap = _smaller(cap, path, wd, exe, prog, texts, dirs, defines, timeout_s, byte_budget, max_per_kernel,
                            entry, srcs, t0)
         if quick_build:
@@ -526,10 +536,20 @@ def _note_device_sizes(cap: Capture, texts: dict[Path, str], timeout_s: float, b
 
 
 _FACTORS: dict[tuple, int] = {}   # (program, attempt, sites changed) -> the factor chosen last
+# (program, its texts, defines) -> the plan of the first smaller run of an earlier run of it (host constants only):
+# the same program run again with another kernel-choosing argument (portfile._mode_captures) starts at those sizes
+# rather than spending its time on a run at the program's own sizes that stops at the same oversized launch
+_FIRST_PLANS: dict[tuple, capture_scale.ScalePlan] = {}
+
+
+def _program_key(path: Path, texts: dict[Path, str], defines: dict[str, str]) -> tuple:
+    return (str(path.resolve()), hashlib.sha256("\0".join(texts[f] for f in sorted(texts)).encode()).hexdigest(),
+            tuple(sorted(defines.items())))
 
 
 def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts: dict[Path, str], dirs, defines,
-             timeout_s: float, byte_budget: int, max_per_kernel: int, entry: str, sources, t0: float) -> Capture:
+             timeout_s: float, byte_budget: int, max_per_kernel: int, entry: str, sources, t0: float,
+             first_plan: capture_scale.ScalePlan | None = None) -> Capture:
     """Kernels whose launches were too big or too slow to record: the program run again with the host-side sizes
     those launches show divided by a power of two (capture_scale.py), at most twice; their launches from that
     run join the capture. A run stopped early for it, where no smaller run gives its kernel, runs again whole."""
@@ -545,7 +565,9 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
     for attempt in (1, 2):
         evs = _evidence(latest, timeout_s)
         sites = capture_scale.host_sites(cur_texts, cur_argv)
-        if evs:
+        if attempt == 1 and first_plan is not None:   # an earlier run of this program chose it (_FIRST_PLANS)
+            pl = first_plan
+        elif evs:
             pl = capture_scale.plan(sites, evs, byte_budget, SLOW_S / 4)
             if pl is None and attempt == 1:   # no host size shows: a grid sized from the SM count may
                 pl = capture_scale.device_plan(evs)
@@ -565,6 +587,10 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
         if len(_FACTORS) > 256:
             _FACTORS.clear()
         _FACTORS[memo] = pl.factor
+        if attempt == 1 and first_plan is None and all(site.kind != "argv" for site, _ in pl.changes):
+            if len(_FIRST_PLANS) > 64:
+                _FIRST_PLANS.clear()
+            _FIRST_PLANS[_program_key(path, texts, defines)] = pl
         for site, _new in pl.changes:
             original.setdefault(site.name, (site.value, site.where(lambda f: prog.display.get(f.name, f.name))))
         new_texts, new_argv = capture_scale.apply(pl, cur_texts, cur_argv)
@@ -625,7 +651,9 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
         base_index += max([ln.index for ln in att.launches] + [0]) + 1
     if not added:
         return cap
-    if stop is not None or no_launch:   # the smaller run ran the whole program: its ending is the capture's
+    if stop is not None or no_launch or first_plan is not None:
+        # the smaller run ran the whole program (the run at its own sizes stopped early, or was not made): its
+        # ending is the capture's
         last = smaller[-1][0]
         cap.status, cap.error, cap.exit_code = last.status, last.error, last.exit_code
         cap.stdout_tail, cap.launch_counts = last.stdout_tail, last.launch_counts

@@ -568,3 +568,29 @@ def test_a_size_in_a_header_beside_the_programs_folder_is_scaled(tmp_path):
     (ln,) = [ln for ln in cap.launches if not ln.too_large]
     n = [a.value for a in ln.args if a.kind == "scalar"][0]
     assert n < 1 << 18 and ln.scaled and "N_ITEMS" in ln.scaled
+
+
+# BIG with its kernel chosen by argv[1] (as llm.c's dev programs choose theirs)
+BIG_CHOSEN = BIG.replace("int main() {", "int main(int argc, char** argv) {\n  int which = argc > 1 ? atoi(argv[1]) : 1;") \
+    .replace("  scale_by<<<", "  if (which == 1) scale_by<<<").replace("  add_into<<<", "  else add_into<<<")
+
+
+@needs_gxx
+def test_the_same_program_run_again_with_another_kernel_starts_at_the_smaller_sizes(tmp_path, monkeypatch):
+    # the first run (kernel 1) stops at its oversized launch and runs again smaller; the second (kernel 2, as
+    # portfile's kernel-choosing runs make it) starts at the sizes the first chose: no run at the program's own
+    # sizes (its workdir has no launch log of its own), the same kind of scaled launch, the smaller run's ending
+    monkeypatch.setattr(capture_mod, "_FIRST_PLANS", {})
+    prog = write(tmp_path, "chosen.cu", BIG_CHOSEN)
+    first = capture_program(prog, workdir=tmp_path / "one", byte_budget=1 << 20)
+    assert first.status == "ok" and [ln.kernel for ln in first.launches if ln.scaled] == ["scale_by"], first.error
+    assert (tmp_path / "one" / "launches.jsonl").exists()
+    second = capture_program(prog, argv=["2"], workdir=tmp_path / "two", byte_budget=1 << 20)
+    assert second.status == "ok", second.error
+    add = [ln for ln in second.launches if ln.kernel == "add_into" and not ln.too_large]
+    assert add and add[0].scaled and "NUM_ITEMS" in add[0].scaled
+    assert not (tmp_path / "two" / "launches.jsonl").exists()
+    n = add[0].args[2].value
+    assert n == first.launches[-1].args[1].value and f"n={n}" in second.stdout_tail
+    x0 = second.load(add[0].args[0].before)
+    np.testing.assert_array_equal(second.load(add[0].args[1].after), x0 + (np.arange(n) % 97).astype(np.float32))
