@@ -120,7 +120,7 @@ FLASH_MMA2 = Template(
                 "(one barrier a tile), Q through shared memory, ldmatrix.x4 for Q/K and ldmatrix.x4.trans for V, "
                 "16 or 32 query rows a warp, the softmax scale folded into ex2's FFMA, masks on diagonal/tail tiles "
                 "only, dynamic shared memory",
-    difficulty=5, predicted_speedup=0.5, valid=flash_mma2_valid)
+    difficulty=5, predicted_speedup=0.5, valid=flash_mma2_valid)  # H100: 0.51x of cuDNN, 0.60x causal
 
 FLASH_SG = Template(
     id="attention.flash_sg", pattern="attention.simdgroup_mma", kinds=("metal",),
