@@ -153,16 +153,13 @@ def check_captured(module_text: str, source: str, k, path: Path, capture: Captur
     from .captask import module_constant
 
     try:
-        # `stored`: the kernel stores through it (every non-const pointer is `written`: launch() returns it)
-        port_writes = {p["name"] for p in module_constant(module_text, "PARAMS")
-                       if p.get("stored", p.get("written"))}
+        params = module_constant(module_text, "PARAMS")
     except (KeyError, SyntaxError, ValueError):
-        port_writes = set()
-    try:
-        nullable = {p["name"] for p in module_constant(module_text, "PARAMS") if p.get("nullable")}
-        lifted = lifted_params(module_constant(module_text, "PARAMS"))
-    except (KeyError, SyntaxError, ValueError):
-        nullable, lifted = set(), {}
+        params = []
+    # `stored`: the kernel stores through it (every non-const pointer is `written`: launch() returns it)
+    port_writes = {p["name"] for p in params if p.get("stored", p.get("written"))}
+    nullable = {p["name"] for p in params if p.get("nullable")}
+    lifted = lifted_params(params)
     prepared, notes = [], []
     defaults = _defaults(k, source)
     for rec in launches:

@@ -986,20 +986,19 @@ def function_instantiation(k, parsed, launches: list[LaunchRecord], seen: list[L
     argument, so the port is for the function the first captured launch passes (of those to check on, else of
     every launch `seen`, recorded or not), and is checked on the launches that pass the same. Returns
     ({parameter: function}, those launches, a note); nothing to do otherwise."""
-    from .translate.translator import _function_pointer_kind
+    from .translate.translator import _function_pointer_kind, function_name
 
     idx = [i for i, tp in enumerate(k.template_params) if _function_pointer_kind(tp, parsed.source)]
     named = [ln for ln in launches if len(ln.template_args) > max(idx, default=-1)]
-    if not idx or not (named or seen):
-        return {}, launches, ""
-    first = (named or [ln for ln in seen if len(ln.template_args) > max(idx)] or [None])[0]
-    if first is None:
+    pool = named or [ln for ln in seen if len(ln.template_args) > max(idx, default=-1)]
+    if not idx or not pool:
         return {}, launches, ""
 
     def fns(ln: LaunchRecord) -> dict[str, str]:
-        return {k.template_params[i].name: ln.template_args[i].strip().lstrip("&").strip() for i in idx}
+        return {k.template_params[i].name: function_name(ln.template_args[i]) or ln.template_args[i].strip()
+                for i in idx}
 
-    chosen = fns(first)
+    chosen = fns(pool[0])
     same = [ln for ln in named if fns(ln) == chosen]
     others = sorted({", ".join(f"{a} = {b}" for a, b in fns(ln).items()) for ln in named if fns(ln) != chosen})
     what = ", ".join(f"{a} = {b}" for a, b in chosen.items())

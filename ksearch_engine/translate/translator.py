@@ -220,18 +220,19 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     declared_tparams = list(k.template_params)
     if fn_args:
         k = _with_function_args(k, fn_args)
+    called = analysis.called_helpers(k, _helper_pool(parse_result, src_path))
     from .lift import apply_lifts, plan_lifts   # struct parameters' followed pointer fields: buffers of their own
-    lifts = plan_lifts(k, parse_result.preamble,
-                       [h.text for h in analysis.called_helpers(k, _helper_pool(parse_result, src_path))])
+    lifts = plan_lifts(k, parse_result.preamble, [h.text for h in called])
     if lifts:
         k, parse_result, lifts = apply_lifts(k, parse_result, lifts)
+    pointers = {p.name for p in k.params if p.pointer}
     for lf in lifts:
-        issues.append(Issue(construct=f"{lf.param}{'->' if '*' in (k.params[[p.name for p in k.params].index(lf.param)].text or '') else '.'}{lf.field}",
+        issues.append(Issue(construct=f"{lf.param}{'->' if lf.param in pointers else '.'}{lf.field}",
                             line=line0, severity="warning",
                             message=f"'{lf.param}' holds a pointer ({lf.struct}::{lf.field}) that the kernel follows: "
                                     f"both ports take what it points to as the buffer '{lf.name}' (after the kernel's "
                                     f"own parameters), and the struct with that field as an unused 8-byte word"))
-    written = analysis.written_pointers(k, analysis.called_helpers(k, _helper_pool(parse_result, src_path)))
+    written = analysis.written_pointers(k, called)   # (lifting renames fields, never a call)
     plan = _Plan()
     from .launch import tag_params   # std::bool_constant<B>, std::true_type, an empty struct: nothing to pass
     plan.tags = set(tag_params(k, parse_result.preamble))
@@ -737,14 +738,17 @@ def _function_pointer_kind(tp, source: str) -> bool:
                      source) is not None
 
 
-def _device_function_named(arg: str | None, parse_result: ParseResult, src_path: str | None) -> str | None:
-    """The device function of the file (or its local headers) that a function template argument names (`f`,
-    `&f`, `ns::f`), else None."""
+def function_name(arg: str | None) -> str | None:
+    """The function a function template argument names (`f`, `&f`, `ns::f`, `(&f)`), else None."""
     import re
-    m = re.fullmatch(r"\s*&?\s*\(?\s*(?:[\w]+\s*::\s*)*(\w+)\s*\)?\s*", arg or "")
-    if m is None:
-        return None
-    return m.group(1) if any(h.name == m.group(1) for h in _helper_pool(parse_result, src_path)) else None
+    m = re.fullmatch(r"\s*\(?\s*&?\s*\(?\s*(?:[\w]+\s*::\s*)*(\w+)\s*\)?\s*\)?\s*", arg or "")
+    return m.group(1) if m else None
+
+
+def _device_function_named(arg: str | None, parse_result: ParseResult, src_path: str | None) -> str | None:
+    """The device function of the file (or its local headers) that a function template argument names, else None."""
+    name = function_name(arg)
+    return name if name and any(h.name == name for h in _helper_pool(parse_result, src_path)) else None
 
 
 def _with_function_args(k: KernelInfo, function_args: dict[str, str]) -> KernelInfo:
