@@ -133,3 +133,104 @@ def measure(fn, sets, gpu: GpuTimer, budget_s: float = 1.5, max_repeats: int = 5
     med = statistics.median(w)
     q = np.percentile(w, [25, 75])
     return {"wall_ms": med, "wall_iqr_ms": float(q[1] - q[0]), "gpu_ms": g, "kernels_per_call": nk, "repeats": reps}
+
+
+# -- torch's op on the same tensors: the peer column of bench/families.py and bench/headline.py ---------------------
+def torch_gpu_ms(fn, n_sets: int, repeats: int = 30) -> float | None:
+    """GPU kernel time per call of a torch function (profiler), one call per synchronize, inputs rotated."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for i in range(3):
+        fn(i % n_sets)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(repeats):
+            fn(i % n_sets)
+            torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            ev = json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    kern = [e for e in ev if e.get("cat") == "kernel" and "dur" in e]
+    return sum(float(e["dur"]) for e in kern) / 1e3 / repeats if kern else None
+
+
+def _to_torch(x):
+    import torch
+    if x.dtype in (mx.float16, mx.bfloat16):
+        t = torch.from_numpy(np.array(x.astype(mx.float32))).cuda()
+        return t.half() if x.dtype == mx.float16 else t.bfloat16()
+    return torch.from_numpy(np.array(x)).cuda()
+
+
+def _peer_fns(family: str, ts):
+    """(function of a set index, the op's name) for the family's torch peer, or (None, why)."""
+    import torch
+    import torch.nn.functional as tf
+
+    if family == "softmax":
+        return (lambda i: torch.softmax(ts[i][0], dim=-1)), "torch.softmax"
+    if family == "layernorm":
+        return (lambda i: tf.layer_norm(ts[i][0], ts[i][0].shape[-1:], ts[i][1], ts[i][2], 1e-5)), "F.layer_norm"
+    if family == "rmsnorm":
+        return (lambda i: tf.rms_norm(ts[i][0], ts[i][0].shape[-1:], ts[i][1], 1e-5)), "F.rms_norm"
+    if family == "moe_gating":
+        def gate(i):
+            logits, k_slots, renorm = ts[i]
+            w, e = torch.topk(torch.softmax(logits.float(), dim=-1), k_slots.shape[0], dim=-1)
+            return (w / w.sum(-1, keepdim=True) if float(renorm[0]) else w), e
+        return gate, "torch.softmax + torch.topk"
+    if family == "decode":
+        def dec(i):
+            q, k, v = ts[i]
+            return tf.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
+        return dec, "torch sdpa (enable_gqa)"
+    if family.startswith("attention"):
+        causal = family.endswith("causal")
+
+        def att(i):
+            q, k, v, _ = ts[i]
+            return tf.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+        return att, "torch sdpa"
+    if family in ("paged", "paged_decode"):
+        def paged(i):
+            q, kp, vp, bt = ts[i]
+            B, nb = bt.shape
+            _, Hkv, P, Dh = kp.shape
+            k = kp[bt.long().reshape(-1)].reshape(B, nb, Hkv, P, Dh).transpose(1, 2).reshape(B, Hkv, nb * P, Dh)
+            v = vp[bt.long().reshape(-1)].reshape(B, nb, Hkv, P, Dh).transpose(1, 2).reshape(B, Hkv, nb * P, Dh)
+            return tf.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        return paged, "torch index pages + sdpa"
+    if family == "moe":
+        if not hasattr(torch, "_grouped_mm"):
+            return None, "torch has no _grouped_mm"
+
+        def moe(i):
+            x, w, route = ts[i]
+            E = w.shape[0]
+            idx = (route % E).reshape(-1)
+            order = torch.argsort(idx)
+            offs = torch.cumsum(torch.bincount(idx, minlength=E), 0).to(torch.int32)
+            return torch._grouped_mm(x[order // route.shape[1]], w.transpose(-2, -1), offs=offs)
+        return moe, "torch._grouped_mm (sorted)"
+    return None, "no torch op for this family"
+
+
+def torch_peer(family: str, sets, repeats: int = 30) -> tuple[float | None, str]:
+    """torch's op on the same tensors as the MLX sets: (GPU ms per call, the op's name); None where there is none."""
+    try:
+        import torch  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return None, f"no torch: {e}"
+    fn, name = _peer_fns(family, [[_to_torch(x) for x in s] for s in sets])
+    if fn is None:
+        return None, name
+    try:
+        return torch_gpu_ms(fn, len(sets), repeats=5 if family == "moe" else repeats), name
+    except Exception as e:  # noqa: BLE001
+        return None, f"{name} failed: {type(e).__name__}: {str(e)[:200]}"

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common import GpuTimer, as_tuple, compare, input_sets, load, measure, to_mx  # noqa: E402
+from common import GpuTimer, as_tuple, compare, input_sets, load, measure, to_mx, torch_peer  # noqa: E402
 from ksearch_engine import families as F  # noqa: E402
 from ksearch_engine.task import Workload  # noqa: E402
 
@@ -84,78 +83,6 @@ PLAN = {
     "attention": ("attention", {}, "attention.flash_mma2", ATT, None),
     "attention_causal": ("attention", {"causal": True}, "attention.flash_mma2", ATT, None),
 }
-
-
-def torch_gpu_ms(fn, n_sets: int, repeats: int = 30) -> float | None:
-    """Torch peer: GPU kernel time per call (profiler), one call per synchronize."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    for i in range(3):
-        fn(i % n_sets)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(repeats):
-            fn(i % n_sets)
-            torch.cuda.synchronize()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        ev = json.load(open(path)).get("traceEvents", [])
-    finally:
-        os.unlink(path)
-    kern = [e for e in ev if e.get("cat") == "kernel" and "dur" in e]
-    return sum(float(e["dur"]) for e in kern) / 1e3 / repeats if kern else None
-
-
-def torch_peer(label: str, sets) -> tuple[float | None, str]:
-    try:
-        import torch
-        import torch.nn.functional as tf
-    except Exception as e:  # noqa: BLE001
-        return None, f"no torch: {e}"
-    ts = [[torch.from_numpy(np.array(x.astype(mx.float32) if x.dtype == mx.float16 else x)).cuda() for x in s] for s in sets]
-    ts = [[x.half() if x.dtype == torch.float32 else x for x in s] for s in ts]
-    if label == "decode":
-        def f(i):
-            q, k, v = ts[i]
-            return tf.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
-        return torch_gpu_ms(f, len(ts)), "torch sdpa (enable_gqa)"
-    if label.startswith("attention"):
-        causal = label.endswith("causal")
-
-        def f(i):
-            q, k, v, _ = ts[i]
-            return tf.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
-        return torch_gpu_ms(f, len(ts)), "torch sdpa"
-    if label == "paged":
-        def f(i):
-            q, kp, vp, bt = ts[i]
-            B, nb = bt.shape
-            _, Hkv, P, Dh = kp.shape
-            k = kp[bt.long().reshape(-1)].reshape(B, nb, Hkv, P, Dh).transpose(1, 2).reshape(B, Hkv, nb * P, Dh)
-            v = vp[bt.long().reshape(-1)].reshape(B, nb, Hkv, P, Dh).transpose(1, 2).reshape(B, Hkv, nb * P, Dh)
-            return tf.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-        return torch_gpu_ms(f, len(ts)), "torch index pages + sdpa"
-    if label == "moe":
-        if not hasattr(torch, "_grouped_mm"):
-            return None, "torch has no _grouped_mm"
-
-        def f(i):
-            x, w, route = ts[i]
-            E = w.shape[0]
-            idx = (route % E).reshape(-1)
-            order = torch.argsort(idx)
-            counts = torch.bincount(idx, minlength=E)
-            offs = torch.cumsum(counts, 0).to(torch.int32)
-            xs = x[order // route.shape[1]]
-            return torch._grouped_mm(xs, w.transpose(-2, -1), offs=offs)
-        try:
-            return torch_gpu_ms(f, len(ts), repeats=5), "torch._grouped_mm (sorted)"
-        except Exception as e:  # noqa: BLE001
-            return None, f"torch._grouped_mm failed: {type(e).__name__}: {str(e)[:200]}"
-    return None, ""
 
 
 def moe_slice_check(fn_out, x, w, route, n_tok: int = 64) -> float:

@@ -116,6 +116,6 @@ def test_knobs_change_the_code_and_the_sweep_entries_are_valid():
     finally:
         sys.path.remove(str(Path(spec.origin).parent))
     mine = [(name, k) for name, k in mod.SWEEPS["ssd"] if name.startswith("chunked_")]
-    assert mine and mod.SWEEPS["ssd"][0][0] == "chunked_mma"           # expected best first
+    assert mine and mod.SWEEPS["ssd"][0][0] == "chunked_kernels"       # the H100 best (headline_h100_dec5b) first
     assert all(families.get("ssd").template(f"ssd.{name}").valid(dict(t.defaults(), **k)) for name, k in mine)
     assert not t.valid(dict(t.defaults(), chunk=16, k_tile=32))
