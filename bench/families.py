@@ -200,13 +200,41 @@ def table(summaries: list[dict], gpu_ok: bool) -> str:
     return "\n".join(lines)
 
 
+def markdown(summaries: list[dict], info: dict) -> str:
+    """The README's table from a families.json: one row a (family, workload), GPU time, torch as the peer column."""
+    t = "gpu" if "profiler" in info.get("timing", "") else "wall"
+    lines = [f"| family | workload | baseline (MLX) | baseline ms | ours ms | speedup | target | torch ms | ours |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def ms(m):
+        return (m.get(f"{t}_ms") or m.get("wall_ms")) if m else None
+    for s in summaries:
+        rows = [(s["workload"], s["base"], s["best"], s.get("torch"))] + [
+            (o["workload"], o.get("base"), o.get("best"), o.get("torch")) for o in s.get("others", [])]
+        for wl, b, c, p in rows:
+            bm, cm, pm = ms(b), ms(c), (p or {}).get("gpu_ms")
+            if bm is None:
+                continue
+            sp = f"**{bm / cm:.2f}x**" if cm else "-"
+            lines.append(f"| {s['family']} | {wl} | {s['baseline']} | {bm:.4f} | {f'{cm:.4f}' if cm else '-'} | {sp} | "
+                         f"{TARGETS.get(s['family'], 0)}x | {f'{pm:.4f}' if pm else '-'} | "
+                         f"`{(c or {}).get('candidate', 'none passed')}` |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default=",".join(SWEEPS))
     ap.add_argument("--out", default="bench/results/families.json")
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--small", action="store_true", help="time the small correctness shapes (a smoke test on CPU)")
+    ap.add_argument("--markdown", metavar="JSON", help="print the README's table from a families.json and stop")
     args = ap.parse_args()
+    if args.markdown:
+        d = json.loads(Path(args.markdown).read_text())
+        print(f"{d['info'].get('device')}, MLX {d['info'].get('mlx')}; {d['info'].get('timing')}\n")
+        print(markdown(d["summaries"], d["info"]))
+        return
     t0 = time.monotonic()
     deadline = t0 + args.budget_s
     gpu = GpuTimer()
