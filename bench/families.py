@@ -64,12 +64,12 @@ SWEEPS = {
     "softmax": [("ops", dict(formulation="max_sub", upcast=True, compile=True))] + _row_sweep(True, True),
     "rmsnorm": [("ops", dict(formulation="mean_square", upcast=True, compile=True))] + _row_sweep(False, False),
     "layernorm": [("ops", dict(formulation="two_pass", upcast=True, compile=True))] + _row_sweep(False, True),
-    # scan: the one-kernel chunked scan first (expected best first: 16 channels x 32 chunks, 16 warps an SM, pass 1
-    # backwards so pass 2 finds its first steps in L2; the same in plain order; 4 staged steps, more memory latency
-    # hidden with 128 registers, none to spare; 8 channels, 2 groups an SM), then the best register kernel of
-    # families_run2 for reference; the three-kernel chunked scan (0.47 ms), the ops and naive kernels (5+ ms) are left out
+    # scan: the one-kernel chunked scan first (expected best first: 16 channels x 32 chunks, 16 warps an SM, 4 steps
+    # staged, pass 1 backwards so pass 2 finds its first steps in L2; 2 steps staged; pass 1 forwards; 8 channels,
+    # 2 groups an SM), then the best register kernel of families_run2 for reference; the three-kernel chunked scan
+    # (0.47 ms), the ops and naive kernels (5+ ms) are left out
     "scan": [*[("chunked_fused", dict(channels_per_group=c, seq_chunks=n, stage_steps=s_, warm_l2=w, fast_exp=True))
-               for c, n, s_, w in ((16, 32, 2, True), (16, 32, 2, False), (16, 32, 4, True), (8, 32, 2, True))],
+               for c, n, s_, w in ((16, 32, 4, True), (16, 32, 2, True), (16, 32, 4, False), (8, 32, 4, True))],
              ("registers", dict(states_per_thread=1, chunk=32, threads_per_group=64, fast_exp=True))],
     "decode": [("ops", dict(upcast=True, compile=False))] + [("gqa_tiles", k) for k in _TILES]
               + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC[:4]],

@@ -31,8 +31,8 @@ from ksearch_engine.families import scan as scan_family  # noqa: E402
 
 # --scan: template -> knobs. chunked_fused: the sweep's expected best (bench/families.py, not yet timed on a GPU);
 # registers: the best on the H200 (run 1)
-SCANS = {"chunked_fused": ("scan.chunked_fused", {"channels_per_group": 16, "seq_chunks": 32, "stage_steps": 2,
-                                                  "fast_exp": True}),
+SCANS = {"chunked_fused": ("scan.chunked_fused", {"channels_per_group": 16, "seq_chunks": 32, "stage_steps": 4,
+                                                  "warm_l2": True, "fast_exp": True}),
          "registers": ("scan.registers", {"states_per_thread": 2, "chunk": 32, "threads_per_group": 64, "fast_exp": True})}
 CONFIG_370M = dict(model_type="mamba", vocab_size=50280, hidden_size=1024, intermediate_size=2048, state_size=16,
                    num_hidden_layers=48, conv_kernel=4, use_bias=False, use_conv_bias=True, time_step_rank=64,

@@ -33,14 +33,14 @@ from ksearch_engine.families._scan_fused import chunked_fused_problem  # noqa: E
 from ksearch_engine.families.scan import render_stateful  # noqa: E402
 
 TARGET_MS = 0.1
-# beyond the sweep: 8 warps an SM with deeper staging, 32 channels a group (64 groups: half the SMs), the
-# accurate exp (its cost), 64 chunks of 8 channels
+# beyond the sweep: 8 warps an SM (16 chunks) with 4 and 8 staged steps, 64 chunks of 8 channels, 32 channels a
+# group (64 groups: half the SMs at D 2048), the accurate exp (its cost), 2 steps forwards
 EXTRA = [dict(channels_per_group=16, seq_chunks=16, stage_steps=4, warm_l2=True, fast_exp=True),
          dict(channels_per_group=16, seq_chunks=16, stage_steps=8, warm_l2=True, fast_exp=True),
-         dict(channels_per_group=8, seq_chunks=32, stage_steps=4, warm_l2=True, fast_exp=True),
          dict(channels_per_group=8, seq_chunks=64, stage_steps=2, warm_l2=True, fast_exp=True),
          dict(channels_per_group=32, seq_chunks=16, stage_steps=4, warm_l2=True, fast_exp=True),
-         dict(channels_per_group=16, seq_chunks=32, stage_steps=2, warm_l2=True, fast_exp=False)]
+         dict(channels_per_group=16, seq_chunks=32, stage_steps=4, warm_l2=True, fast_exp=False),
+         dict(channels_per_group=16, seq_chunks=32, stage_steps=2, warm_l2=False, fast_exp=True)]
 
 
 def knob_sets(which: str) -> tuple[list[tuple[str, dict]], dict]:

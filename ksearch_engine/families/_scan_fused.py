@@ -8,8 +8,8 @@ step); its chunks cover the whole sequence, LC steps each (LC a multiple of TS; 
 delta = x = 0, which leaves the state alone, and write nothing).
   1. Pass 1: every thread scans its chunk from a zero state; it keeps the end state and the chunk's summed delta
      (the chunk's decay is exp(A[d, n] * sum delta)). Under warm_l2 it walks the chunk backwards,
-     h_end = sum_t g_t * delta_t x_t B_t with g_t the decay from after step t to the chunk end (one multiply more a
-     state and step), so the chunk starts, which pass 2 reads first, are the freshest lines in L2 when it starts.
+     h_end = sum_t exp(A * sd_t) * delta_t x_t B_t with sd_t the deltas summed after step t (as many operations as
+     the forward recurrence), so the chunk starts, which pass 2 reads first, are the freshest lines in L2 then.
   2. Carry (through threadgroup memory, NSL states at a time): one thread per (channel, state) walks the S chunks
      in order, hin_0 = h0 (zeros, or the caller's state), hin_(c+1) = exp(A * sum delta_c) hin_c + hend_c, and
      hands each chunk its start state (the last value is the final state, written out by the stateful variant).
@@ -43,11 +43,10 @@ REGS_PER_GROUP = 65536       # CUDA: registers one threadgroup may use
 
 
 def est_registers(k: dict) -> int:
-    """About the registers a thread needs at the bench shape (N 16): ~16 more per staged step (the prefetched x,
-    delta, B, C and the steps ptxas interleaves), a few more for the accurate exp. ptxas 13.0, sm_90, 16 channels:
-    80 / 96 (stage_steps 2, warm_l2 off / on), 126 / 128 (4), 193 (8); 8 channels: 98 (2), 162 (4). A guard against
-    threadgroups that cannot launch (tests/unit/test_scan_fused.py compiles the bench's sets), not an exact count."""
-    return 64 + 16 * k["stage_steps"] + (0 if k["fast_exp"] else 8)
+    """About (a little above) the registers a thread needs at the bench shape (N 16), for a guard against
+    threadgroups that cannot launch; tests/unit/test_scan_fused.py compiles the bench's sets with nvcc. ptxas 13.0,
+    sm_90: 80-96 (stage_steps 2), 96-123 (4), 128 (8); the accurate exp a few more."""
+    return 80 + 8 * k["stage_steps"] + (0 if k["fast_exp"] else 8)
 
 
 LOG2E = "1.4426950408889634f"
@@ -118,25 +117,34 @@ def _source(kind: str, k: dict, stateful: bool = False) -> str:
         ld = (lambda a: f"__ldcs(&{a})") if stream and cu else (lambda a: a)
         src = "(arr ? C[gi] : B[gi])" if second else "B[gi]"
         return [
-            f"{unroll}",
-            "for (int i = 0; i < TS; ++i) {",
-            f"  const int t = c * LC + {kb} * TS + i;",
-            "  const bool in = live && t < SEQ;",
-            "  const size_t at = ((size_t)b * SEQ + (in ? t : 0)) * DIM + dA;",
-            f"  xn[i] = in ? {ld('x[at]')} : 0.0f;",
-            f"  vn[i] = in ? {ld('delta[at]')} : 0.0f;",
+            # a block inside the sequence (all but the tail of the last chunks) loads without per-step masks
+            f"if (live && c * LC + ({kb} + 1) * TS <= SEQ) {{",
+            f"  {unroll}",
+            "  for (int i = 0; i < TS; ++i) {",
+            f"    xn[i] = {ld(f'xp[({kb} * TS + i) * DIM]')};",
+            f"    vn[i] = {ld(f'vp[({kb} * TS + i) * DIM]')};",
+            "  }",
+            "} else {",
+            f"  {unroll}",
+            "  for (int i = 0; i < TS; ++i) {",
+            f"    const bool in = live && c * LC + {kb} * TS + i < SEQ;",
+            f"    xn[i] = in ? {ld(f'xp[({kb} * TS + i) * DIM]')} : 0.0f;",
+            f"    vn[i] = in ? {ld(f'vp[({kb} * TS + i) * DIM]')} : 0.0f;",
+            "  }",
             "}",
-            f"{unroll}",
-            f"for (int r = 0; r < ({na} * EW + 31) / 32; ++r) {{",
-            "  const int e = lane + 32 * r;",
-            "  const int f = e % (TS * NST);",
-            f"  const int g2 = e / (TS * NST);",
-            *(["  const int arr = g2 % 2;", "  const int ch = warp * WCH + g2 / 2;"] if second else
-              ["  const int ch = warp * WCH + g2;"]),
-            f"  const int t = ch * LC + {kb} * TS + f / NST;",
-            f"  const bool in = e < {na} * EW && t < SEQ;",
-            f"  const size_t gi = ((size_t)b * SEQ + ch * LC + {kb} * TS) * NST + f;",
-            f"  pf[r] = in ? {src} : 0.0f;",
+            f"{{  // B{' and C' if second else ''}: the rows of this warp's chunks",
+            f"  const bool full = ({na} * EW) % 32 == 0 && (warp * WCH + WCH - 1) * LC + ({kb} + 1) * TS <= SEQ;",
+            f"  {unroll}",
+            f"  for (int r = 0; r < ({na} * EW + 31) / 32; ++r) {{",
+            "    const int e = lane + 32 * r;",
+            "    const int f = e % (TS * NST);",
+            "    const int g2 = e / (TS * NST);",
+            *(["    const int arr = g2 % 2;", "    const int ch = warp * WCH + g2 / 2;"] if second else
+              ["    const int ch = warp * WCH + g2;"]),
+            f"    const bool in = full || (e < {na} * EW && ch * LC + {kb} * TS + f / NST < SEQ);",
+            f"    const size_t gi = ((size_t)b * SEQ + ch * LC + {kb} * TS) * NST + f;",
+            f"    pf[r] = in ? {src} : 0.0f;",
+            "  }",
             "}",
         ]
 
@@ -170,8 +178,7 @@ def _source(kind: str, k: dict, stateful: bool = False) -> str:
 
     def one_pass(second: bool) -> list[str]:
         back = warm and not second      # pass 1 from the chunk's end to its start
-        ystore = "__stcs(&y[((size_t)b * SEQ + t) * DIM + d], y0 + y1);" if cu and warm else \
-            "y[((size_t)b * SEQ + t) * DIM + d] = y0 + y1;"
+        ystore = "__stcs(&yp[(k * TS + i) * DIM], y0 + y1);" if cu and warm else "yp[(k * TS + i) * DIM] = y0 + y1;"
         if second:
             step = [
                 "const float dx = dv * xc[i];",
@@ -188,15 +195,12 @@ def _source(kind: str, k: dict, stateful: bool = False) -> str:
                 "if (live && t < SEQ) " + ystore,
             ]
         elif back:
-            # h_end = sum_t g_t * dt_t x_t B_t, g_t = the decay from after step t to the chunk end (a running product)
+            # h_end = sum_t exp(A * sd_t) * dt_t x_t B_t, sd_t = the deltas summed after step t up to the chunk end
             step = [
                 "const float dx = dv * xc[i];",
-                "sd += dv;",
                 unroll,
-                "for (int n = 0; n < NST; ++n) {",
-                "  h[n] += g[n] * (dx * bb[n]);",
-                f"  g[n] *= {ex('dv * a[n]')};",
-                "}",
+                "for (int n = 0; n < NST; ++n) " + f"h[n] += {ex('sd * a[n]')} * (dx * bb[n]);",
+                "sd += dv;",
             ]
         else:
             step = [
@@ -207,8 +211,6 @@ def _source(kind: str, k: dict, stateful: bool = False) -> str:
             ]
         nxt = "(NB - 2 - k)" if back else "(k + 1)"
         body = ["{", "  float xn[TS]; float vn[TS]; float xc[TS]; float vc[TS]; float pf[(2 * EW + 31) / 32];"]
-        if back:
-            body += ["  float g[NST];", "  for (int n = 0; n < NST; ++n) g[n] = 1.0f;"]
         body += ["  " + ln for ln in loads("(NB - 1)" if back else "0", second, stream=second and warm)]
         body += ["  for (int k = 0; k < NB; ++k) {",
                  "    for (int i = 0; i < TS; ++i) { xc[i] = xn[i]; vc[i] = vn[i]; }"]
@@ -281,6 +283,10 @@ def _source(kind: str, k: dict, stateful: bool = False) -> str:
         "const int d = d0 + dc;",
         "const bool live = d < DIM;",
         "const int dA = live ? d : 0;",
+        "const size_t xb = ((size_t)b * SEQ + (size_t)c * LC) * DIM + dA;   // x, delta, y of this chunk's first step",
+        f"{d.device_ptr('float')} xp = x + xb;",
+        f"{d.device_ptr('float')} vp = delta + xb;",
+        f"{'device float*' if d.metal else 'float*'} yp = y + xb;",
         "float a[NST];",
         "float h[NST];",
         unroll,
@@ -305,6 +311,8 @@ def _wrapper_lines(tid: str) -> str:
     N = A.shape[1]
     if N % 4 or N > {N_MAX}:
         raise ValueError(f"{tid} keeps a channel's N states in one thread: N must be a multiple of 4 and at most {N_MAX}, got {{N}}")
+    if L * Dm >= 2 ** 31:
+        raise ValueError("{tid} indexes a sequence's x, delta and y with 32-bit offsets: L * D must stay below 2**31")
     groups = Bt * ((Dm + CPG - 1) // CPG)"""
 
 

@@ -416,7 +416,7 @@ CHUNKED = Template(
 
 FUSED = Template(
     id="scan.chunked_fused", pattern="scan.chunked_two_pass", kinds=("metal", "cuda"),
-    knobs={"channels_per_group": [16, 8, 32], "seq_chunks": [32, 16, 64, 8], "stage_steps": [2, 4, 8],
+    knobs={"channels_per_group": [16, 8, 32], "seq_chunks": [32, 16, 64, 8], "stage_steps": [4, 2, 8],
            "warm_l2": [True, False], "fast_exp": [True, False]},
     render=render_chunked_fused,
     description="one kernel: a thread per (channel, sequence chunk) holds the channel's N states in registers (no "

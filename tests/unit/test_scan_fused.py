@@ -40,11 +40,12 @@ def _src(kind: str, **kn) -> str:
     return families.get("scan").template(TID).render(_knobs(**kn), kind)
 
 
-# (8 channels, 4 chunks): L37 -> 4 chunks of 10 steps (the last 7 long), D12 -> 2 groups, one half dead;
-# (32 channels, 2 chunks, 4 staged steps, pass 1 forwards, accurate exp): one chunk per warp, L37 -> 2 chunks of 20
-SETS = {"cuda": [dict(channels_per_group=8, seq_chunks=4),
-                 dict(channels_per_group=32, seq_chunks=2, stage_steps=4, warm_l2=False, fast_exp=False)],
-        "metal": [dict(channels_per_group=8, seq_chunks=4)]}
+# (8 channels, 4 chunks, 2 staged steps): L37 -> 4 chunks of 10 steps (the last 7 long: a partial block), D12 -> 2
+# groups, one half dead; (32 channels, 2 chunks, 4 staged steps, pass 1 forwards, accurate exp): one chunk per
+# warp, L37 -> 2 chunks of 20. The defaults (16 channels x 32 chunks, 4 steps) run in test_families.py.
+SMALL = dict(channels_per_group=8, seq_chunks=4, stage_steps=2)
+SETS = {"cuda": [SMALL, dict(channels_per_group=32, seq_chunks=2, stage_steps=4, warm_l2=False, fast_exp=False)],
+        "metal": [SMALL]}
 
 
 @pytest.mark.parametrize("kind", ["cuda", "metal"])
@@ -65,7 +66,7 @@ BREAKS = {
 
 @pytest.mark.parametrize("what", list(BREAKS))
 def test_a_broken_carry_is_caught(what):
-    src = _src("cuda", channels_per_group=8, seq_chunks=4)
+    src = _src("cuda", **SMALL)
     old, new = BREAKS[what]
     broken = src.replace(old, new)
     assert broken != src, f"{what}: the text to break is not in the source"
@@ -91,7 +92,7 @@ def test_stateful_variant_starts_from_h0_and_returns_the_final_state(kind):
     from ksearch_engine.sim import install_mlx_shim, uninstall_mlx_shim
 
     rng = np.random.default_rng(3)
-    Bt, L, Dm, N = 2, 29, 12, 8           # 3 chunks of 10 steps (the last 9), 2 groups a batch row (one half dead)
+    Bt, L, Dm, N = 2, 29, 12, 8           # 4 chunks of 8 steps (the last 5), 2 groups a batch row (one half dead)
     x = rng.standard_normal((Bt, L, Dm)).astype(np.float32)
     dl = rng.uniform(0.01, 0.5, (Bt, L, Dm)).astype(np.float32)
     A = rng.uniform(-4.0, -0.1, (Dm, N)).astype(np.float32)
@@ -102,7 +103,7 @@ def test_stateful_variant_starts_from_h0_and_returns_the_final_state(kind):
     y_ref, h_ref = _ref_with_state(x, dl, A, Bm, Cm, D, h0)
     y_zero, _ = _ref_with_state(x, dl, A, Bm, Cm, D, np.zeros_like(h0))
     assert np.abs(y_ref - y_zero).max() > 0.1             # h0 matters to y
-    src = render_stateful(_knobs(channels_per_group=8, seq_chunks=4), kind, TID)
+    src = render_stateful(_knobs(**SMALL), kind, TID)
     install_mlx_shim(check_races=False)
     try:
         ns: dict = {}
@@ -121,8 +122,9 @@ def test_stateful_variant_starts_from_h0_and_returns_the_final_state(kind):
     (dict(channels_per_group=8, seq_chunks=2), "whole number of warps"),
     (dict(channels_per_group=16, seq_chunks=32, stage_steps=8), "registers"),
     (dict(channels_per_group=32, seq_chunks=8, stage_steps=2), "carry needs stage_steps"),
+    (dict(channels_per_group=32, seq_chunks=8, stage_steps=1), "carry needs stage_steps"),
     (dict(channels_per_group=8, seq_chunks=64, stage_steps=4), "threadgroup memory"),
-    (dict(channels_per_group=16, seq_chunks=32, stage_steps=4, fast_exp=False), "registers"),
+    (dict(channels_per_group=32, seq_chunks=16, stage_steps=8), "registers"),
 ])
 def test_invalid_knobs_are_refused_with_a_reason(knobs, reason):
     t = families.get("scan").template(TID)
