@@ -2,12 +2,12 @@
 
 The family's small workloads (B2 L37 D8 N16, B1 L64 D12 N8) run at knob sets that give several sequence chunks
 per channel with a ragged last chunk (L 37 is no multiple of the chunk length), several threadgroups (D 12 over
-8 channels a group, two batch rows), a group with dead channels, one chunk per warp (32 channels) and two (16),
-and the accurate exp. Dropping the state carried across chunks, or its decay, must fail the check. The
+8 channels a group, two batch rows), a group with dead channels, one chunk per warp (32 channels) and four (8),
+pass 1 backwards (warm_l2) and forwards, and the accurate exp. Dropping the state carried across chunks, or its decay, must fail the check. The
 stateful variant (bench/mamba_prefill.py) starts from h0 and returns the final state. Invalid knob sets are
 refused with a reason. nvcc (where installed) compiles the bench sweep's knob sets at the bench shape: no
 spills, and registers x threads within what one threadgroup may use (else the launch fails on the GPU).
-Kept small: each simulator evaluation is ~2.5 s."""
+Kept small: each simulator evaluation is ~2.5-3.5 s; the file takes ~25 s here with a cold simulator cache."""
 from __future__ import annotations
 
 import re
