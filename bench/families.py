@@ -60,12 +60,13 @@ SWEEPS = {
     "softmax": [("ops", dict(formulation="max_sub", upcast=True, compile=True))] + _row_sweep(True, True),
     "rmsnorm": [("ops", dict(formulation="mean_square", upcast=True, compile=True))] + _row_sweep(False, False),
     "layernorm": [("ops", dict(formulation="two_pass", upcast=True, compile=True))] + _row_sweep(False, True),
-    # scan: the two best register configurations of families_run2 first, then the sequence-chunked kernels (three
-    # kernels: their compiles take a while, so the sweep is short); the ops and naive kernels (5+ ms) are left out
-    "scan": [("registers", dict(states_per_thread=1, chunk=32, threads_per_group=64, fast_exp=True)),
-             ("registers", dict(states_per_thread=2, chunk=32, threads_per_group=64, fast_exp=True)),
-             *[("chunked_registers", dict(seq_chunks=n, states_per_thread=1, chunk=c, threads_per_group=g, fast_exp=True))
-               for n, c, g in ((32, 16, 128), (16, 16, 128), (64, 8, 128), (32, 32, 64))]],
+    # scan: the one-kernel chunked scan first (expected best first: 16 channels x 32 chunks, 16 warps an SM, 4 steps
+    # staged, pass 1 backwards so pass 2 finds its first steps in L2; 2 steps staged; pass 1 forwards; 8 channels,
+    # 2 groups an SM), then the best register kernel of families_run2 for reference; the three-kernel chunked scan
+    # (0.47 ms), the ops and naive kernels (5+ ms) are left out
+    "scan": [*[("chunked_fused", dict(channels_per_group=c, seq_chunks=n, stage_steps=s_, warm_l2=w, fast_exp=True))
+               for c, n, s_, w in ((16, 32, 4, True), (16, 32, 2, True), (16, 32, 4, False), (8, 32, 4, True))],
+             ("registers", dict(states_per_thread=1, chunk=32, threads_per_group=64, fast_exp=True))],
     "decode": [("ops", dict(upcast=True, compile=False))] + [("gqa_tiles", k) for k in _TILES]
               + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC[:4]],
     "paged_decode": [("ops", dict(gather="take", compile=False))] + [("gqa_tiles", k) for k in _TILES]

@@ -1,12 +1,13 @@
 """mlx-lm's Mamba-1 at mamba-370m's configuration (random weights, no downloads): prefill tokens/s at L512 and
 L4096 and decode tokens/s, stock vs with our kernels patched into `MambaBlock._process_sequence`.
 
-    python bench/mamba_prefill.py [--lengths 512,4096] [--out bench/results/mamba_prefill.json]
+    python bench/mamba_prefill.py [--lengths 512,4096] [--scan chunked_fused|registers] [--out bench/results/mamba_prefill.json]
 
 Stock runs mlx-lm's per-token Python loop (x_proj, dt_proj and the state update once per token). Patched: the
 projections run once over the whole sequence, the depthwise causal conv + SiLU is one CUDA kernel, and the
-selective scan is the `scan.registers` CUDA kernel (with the initial state from the cache and the final state
-written back). One-token decode steps keep mlx-lm's own path (a kernel launch does not pay for T = 1).
+selective scan is the `scan.chunked_fused` CUDA kernel (one kernel, sequence chunks inside each threadgroup;
+`--scan registers`: the earlier `scan.registers` kernel), with the initial state from the cache and the final
+state written back. One-token decode steps keep mlx-lm's own path (a kernel launch does not pay for T = 1).
 Time: wall time of one forward per `mx.eval` + `mx.synchronize()` (prefill takes milliseconds to seconds).
 mlx-lm 0.32.2 must be importable; its package __init__ (which imports transformers) is bypassed.
 """
@@ -28,7 +29,11 @@ import mlx.nn as nn  # noqa: E402
 
 from ksearch_engine.families import scan as scan_family  # noqa: E402
 
-SCAN_KNOBS = {"states_per_thread": 2, "chunk": 32, "threads_per_group": 64, "fast_exp": True}  # best on the H200 (run 1)
+# --scan: template -> knobs. chunked_fused: the sweep's expected best (bench/families.py, not yet timed on a GPU);
+# registers: the best on the H200 (run 1)
+SCANS = {"chunked_fused": ("scan.chunked_fused", {"channels_per_group": 16, "seq_chunks": 32, "stage_steps": 4,
+                                                  "warm_l2": True, "fast_exp": True}),
+         "registers": ("scan.registers", {"states_per_thread": 2, "chunk": 32, "threads_per_group": 64, "fast_exp": True})}
 CONFIG_370M = dict(model_type="mamba", vocab_size=50280, hidden_size=1024, intermediate_size=2048, state_size=16,
                    num_hidden_layers=48, conv_kernel=4, use_bias=False, use_conv_bias=True, time_step_rank=64,
                    tie_word_embeddings=True)
@@ -59,9 +64,10 @@ def import_mamba():
     return mamba
 
 
-def make_patch(mamba):
+def make_patch(mamba, scan: str = "chunked_fused"):
+    template, knobs = SCANS[scan]
     ns: dict = {}
-    exec(compile(scan_family.render_stateful(SCAN_KNOBS, "cuda"), "<scan_with_state>", "exec"), ns)
+    exec(compile(scan_family.render_stateful(knobs, "cuda", template), "<scan_with_state>", "exec"), ns)
     scan_with_state = ns["scan_with_state"]
     conv_k = mx.fast.cuda_kernel(name="ks_dwconv_silu", input_names=["xf", "w", "bias"], output_names=["out"],
                                  source=CONV_SOURCE)
@@ -148,6 +154,8 @@ def main() -> None:
     ap.add_argument("--stock-repeats", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--decode-steps", type=int, default=20)
+    ap.add_argument("--scan", choices=sorted(SCANS), default="chunked_fused",
+                    help="the scan kernel patched in (registers: the earlier one, a fallback)")
     ap.add_argument("--out", default="bench/results/mamba_prefill.json")
     args = ap.parse_args()
     mamba = import_mamba()
@@ -155,9 +163,10 @@ def main() -> None:
     mx.random.seed(0)
     model = mamba.Model(mamba.ModelArgs(**cfg))
     mx.eval(model.parameters())
-    stock, patched = make_patch(mamba)
+    stock, patched = make_patch(mamba, args.scan)
     info = {"device": str(mx.device_info().get("device_name", "")), "mlx": mx.__version__, "config": cfg,
-            "dtype": "float32 weights and activations", "scan_knobs": SCAN_KNOBS,
+            "dtype": "float32 weights and activations", "scan": SCANS[args.scan][0],
+            "scan_knobs": SCANS[args.scan][1],
             "timing": "wall time per forward, one mx.eval + mx.synchronize each; decode: median per token after 2"}
     print(json.dumps(info), flush=True)
     results = []
