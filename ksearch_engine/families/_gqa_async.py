@@ -376,7 +376,7 @@ def _source(kind: str, k: dict, paged: bool, fused: bool) -> str:
             "  const int r = lane + 32 * kq; const bool ok = r < TK && jt + r < s1;",
             "  float a[G];",
             "  for (int g = 0; g < G; ++g) a[g] = 0.0f;",
-            *["  " + s for s in kload],
+            *kload,
             "    for (int x = 0; x < 8; ++x) {",
             "      const float kf = static_cast<float>(kv.v[x]);",
             "      for (int g = 0; g < G; ++g) a[g] += q_s[g * DH + c * 8 + x] * kf;",

@@ -304,8 +304,8 @@ def _async_plan(name, knobs, Bt, Hkv, S, G, Dh):
 
 def test_async_bench_sets_compile_for_sm90_without_spills(tmp_path):
     """nvcc (where installed) on the kernel each bench knob set runs (the fused pass, or the pass of the two-kernel
-    merge) at the bench shapes (GQA 32/8, MHA 32/32, paged GQA page 16; D = 128, 4096 keys): a GPU compile error,
-    a register spill or a kernel over 255 registers shows here, before a GPU run."""
+    merge) at the bench shapes (GQA 32/8, MHA 32/32; paged GQA page 16 once per compute path; D = 128, 4096 keys):
+    a GPU compile error, a register spill or a kernel over 255 registers shows here, before a GPU run."""
     import shutil
     import subprocess
 
@@ -319,6 +319,8 @@ def test_async_bench_sets_compile_for_sm90_without_spills(tmp_path):
     for i, kn in enumerate(BENCH_KNOBS):
         for name, hkv, extra, tag_ in (("decode", 8, {}, "gqa"), ("decode", 32, {}, "mha"),
                                        ("paged_decode", 8, dict(NBLK=256, PAGE=16), "paged")):
+            if name == "paged_decode" and kn["compute"] == "mma" and i:
+                continue                                # paged addressing: once per compute path (CI time)
             splits, chunk = _async_plan(name, kn, 1, hkv, 4096, 32 // hkv, 128)
             dims = dict(HQ=32, HKV=hkv, DH=128, SEQ=4096, **extra, SPLITS=splits, CHUNK=chunk)
             src = _async_src(name, "cuda", **kn)
