@@ -92,6 +92,7 @@ class GpuTimer:
     def __init__(self):
         self.ok = False
         self.why = ""
+        self.last_kernels: dict[str, float] = {}
         try:
             import torch  # noqa: F401
             from torch.profiler import ProfilerActivity, profile  # noqa: F401
@@ -118,7 +119,14 @@ class GpuTimer:
             os.unlink(path)
         kern = [e for e in ev if e.get("cat") == "kernel" and "dur" in e]
         if not kern:
+            self.last_kernels = {}
             return None, 0
+        # per kernel name, its GPU ms per call (a split pass vs its merge kernel, say)
+        by: dict[str, float] = {}
+        for e in kern:
+            n = str(e.get("name", "?"))[:120]
+            by[n] = by.get(n, 0.0) + float(e["dur"]) / 1e3 / repeats
+        self.last_kernels = by
         return sum(float(e["dur"]) for e in kern) / 1e3 / repeats, len(kern) // max(repeats, 1)
 
 
@@ -132,7 +140,11 @@ def measure(fn, sets, gpu: GpuTimer, budget_s: float = 1.5, max_repeats: int = 5
     g, nk = gpu.per_call_ms(fn, sets, reps)
     med = statistics.median(w)
     q = np.percentile(w, [25, 75])
-    return {"wall_ms": med, "wall_iqr_ms": float(q[1] - q[0]), "gpu_ms": g, "kernels_per_call": nk, "repeats": reps}
+    out = {"wall_ms": med, "wall_iqr_ms": float(q[1] - q[0]), "gpu_ms": g, "kernels_per_call": nk, "repeats": reps}
+    per = getattr(gpu, "last_kernels", {})
+    if len(per) > 1:   # several kernels a call: each one's share
+        out["kernel_ms"] = {n: round(v, 5) for n, v in per.items()}
+    return out
 
 
 # -- torch's op on the same tensors: the peer column of bench/families.py and bench/headline.py ---------------------

@@ -25,6 +25,7 @@ import mlx.core as mx  # noqa: E402
 
 from common import GpuTimer, as_tuple, compare, input_sets, load, measure, to_mx, torch_peer  # noqa: E402
 from ksearch_engine import families as F  # noqa: E402
+from ksearch_engine.families._gqa_async import BENCH_KNOBS  # noqa: E402
 
 TARGETS = {"softmax": 1.5, "layernorm": 2.0, "rmsnorm": 1.0, "scan": 100.0, "decode": 1.5, "paged_decode": 5.0,
            "attention": 0.6, "attention_causal": 0.6, "moe_gating": 3.0, "ssd": 1.5, "moe": 1.0}  # issue 15's must-show
@@ -41,10 +42,6 @@ def _row_sweep(fast: bool, online: bool):
     return s
 
 
-_DEC = [dict(lanes_per_key=16, warps=4, splits=32, unroll=2), dict(lanes_per_key=16, warps=4, splits=32, unroll=4),
-        dict(lanes_per_key=16, warps=4, splits=16, unroll=4), dict(lanes_per_key=8, warps=4, splits=32, unroll=2),
-        dict(lanes_per_key=8, warps=4, splits=32, unroll=1), dict(lanes_per_key=32, warps=4, splits=32, unroll=4),
-        dict(lanes_per_key=16, warps=2, splits=64, unroll=4), dict(lanes_per_key=16, warps=4, splits=32, unroll=4, fast_exp=True)]
 _FLASH = [dict(q_per_group=8, lanes_per_key=16, warps=4, unroll=2), dict(q_per_group=8, lanes_per_key=8, warps=4, unroll=2),
           dict(q_per_group=4, lanes_per_key=16, warps=8, unroll=2), dict(q_per_group=16, lanes_per_key=16, warps=2, unroll=4),
           dict(q_per_group=8, lanes_per_key=32, warps=4, unroll=4), dict(q_per_group=8, lanes_per_key=16, warps=4, unroll=2, fast_exp=True)]
@@ -67,10 +64,10 @@ SWEEPS = {
     "scan": [*[("chunked_fused", dict(channels_per_group=c, seq_chunks=n, stage_steps=s_, warm_l2=w, fast_exp=True))
                for c, n, s_, w in ((16, 32, 4, True), (16, 32, 2, True), (16, 32, 4, False), (8, 32, 4, True))],
              ("registers", dict(states_per_thread=1, chunk=32, threads_per_group=64, fast_exp=True))],
-    "decode": [("ops", dict(upcast=True, compile=False))] + [("gqa_tiles", k) for k in _TILES]
-              + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC[:4]],
-    "paged_decode": [("ops", dict(gather="take", compile=False))] + [("gqa_tiles", k) for k in _TILES]
-                    + [("split_kv", dict({"fast_exp": False}, **k)) for k in _DEC[:4]],
+    # decode: the six gqa_async sets first (_gqa_async.BENCH_KNOBS), then the two gqa_tiles bests (H100 dec5c: GQA
+    # 256 groups, MHA 512); the ops and split_kv entries (0.4-0.97x in families_run1/2) and the other tiles are left out
+    "decode": [("gqa_async", k) for k in BENCH_KNOBS] + [("gqa_tiles", k) for k in _TILES[:2]],
+    "paged_decode": [("gqa_async", k) for k in BENCH_KNOBS] + [("gqa_tiles", k) for k in _TILES[:2]],
     "attention": [("ops", dict(gqa="reshape", upcast=False, compile=False))] + [("flash_mma", k) for k in _FMMA]
                  + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH[:2]],
     "attention_causal": [("ops", dict(gqa="reshape", upcast=False, compile=False))] + [("flash_mma", k) for k in _FMMA]

@@ -2,8 +2,9 @@
 
     python bench/headline.py [--only decode,paged,moe,attention] [--out $OUT/headline.json] [--budget-s 400]
 
-For each family: the task's baseline (MLX), a sweep of the new templates' knobs (decode.gqa_tiles,
-paged_decode.gqa_tiles, moe.grouped_mma, attention.flash_mma2 / flash_mma) and torch's op on the same tensors (a peer column).
+For each family: the task's baseline (MLX), a sweep of the new templates' knobs (decode / paged_decode: gqa_async
+first, then gqa_tiles; moe.grouped_mma, attention.flash_mma2 / flash_mma) and torch's op on the same tensors (a peer
+column). A candidate of several kernels a call also gets each kernel's GPU ms (`kernel_ms`: a split pass vs its merge).
 Every candidate is checked against the task's reference on the small workloads, then at the timed shape against
 the reference (MoE: against the baseline's output plus an expert-by-expert reference on a slice of the tokens).
 GPU time per call from torch.profiler (CUPTI), one call per mx.eval + mx.synchronize, inputs rotated past the L2
@@ -27,6 +28,7 @@ import numpy as np  # noqa: E402
 
 from common import GpuTimer, as_tuple, compare, input_sets, load, measure, to_mx, torch_peer  # noqa: E402
 from ksearch_engine import families as F  # noqa: E402
+from ksearch_engine.families._gqa_async import BENCH_KNOBS  # noqa: E402
 from ksearch_engine.task import Workload  # noqa: E402
 
 HBM = 4.8e12  # bytes/s: the card's own figure from specs/hardware once the device is known (main), else the H200's
@@ -42,14 +44,13 @@ def _card_bandwidth(device_name: str) -> float:
     except Exception:   # noqa: BLE001 (an unknown device: the H200's figure, said in the info)
         return HBM
 
-# decode/paged: "template" names the family's template by its suffix (default: the PLAN entry's gqa_tiles)
-DEC = [dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=256, merge="fused", stages=1),
-       dict(template="gqa_fused", warps=4, block_keys=32, target_blocks=256, merge="fused", stages=2),
-       dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=384, merge="fused", stages=1),
-       dict(template="gqa_fused", warps=4, block_keys=32, target_blocks=512, merge="fused", stages=2),
-       dict(template="gqa_fused", warps=8, block_keys=64, target_blocks=256, merge="fused", stages=2),
-       dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=256, merge="kernel", stages=1),
-       dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=512)]
+# decode/paged: "template" names the family's template by its suffix (default: the PLAN entry's gqa_tiles).
+# First the six decode.gqa_async sets (_gqa_async.BENCH_KNOBS, why each: there; never timed before this run), then
+# the two bests so far (H100, bench/results/headline_h100_dec5c): gqa_tiles 4 warps x 64 keys at 256 groups (GQA
+# 0.0160-0.0162 ms) and at 512 (MHA 0.0314). Left out as slower in those runs: gqa_fused (GQA 0.0184-0.0261, MHA
+# 0.0332 vs 0.0314), gqa_tiles at 128/192 groups or 32-key tiles.
+DEC = [dict(template="gqa_async", **k) for k in BENCH_KNOBS] + \
+      [dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=512)]
 MOE = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
        dict(block_m=128, block_n=128, block_k=32, warps_m=4, warps_n=2, group_m=8),
        dict(block_m=64, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
@@ -68,10 +69,14 @@ ATT = [dict(warps=4, rows=32, block_kv=64), dict(warps=4, rows=32, block_kv=32),
 
 # the second run: what the first ones left open (bench/results/headline_run1.json, headline_h100_dec5b/): the split
 # count around the GQA best (gqa_tiles, 256 threadgroups), the MHA bests of both templates, MoE on its reference
-SWEEP2 = {"decode": [dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=192),
-                     dict(warps=4, block_keys=64, target_blocks=128), dict(warps=4, block_keys=32, target_blocks=256),
-                     dict(warps=4, block_keys=64, target_blocks=512), dict(warps=8, block_keys=64, target_blocks=512),
-                     dict(template="gqa_fused", warps=4, block_keys=64, target_blocks=256, merge="fused", stages=1)],
+SWEEP2 = {"decode": [  # gqa_async around the first run's sets: what they leave open (split count, ring depth, warps)
+                     dict(template="gqa_async", warps=8, block_keys=32, stages=1, target_blocks=132, compute="mma", merge="fused"),
+                     dict(template="gqa_async", warps=4, block_keys=32, stages=2, target_blocks=264, compute="mma", merge="fused"),
+                     dict(template="gqa_async", warps=4, block_keys=32, stages=2, target_blocks=66, compute="mma", merge="fused"),
+                     dict(template="gqa_async", warps=4, block_keys=16, stages=4, target_blocks=132, compute="mma", merge="fused"),
+                     dict(template="gqa_async", warps=2, block_keys=64, stages=3, target_blocks=264, compute="mma", merge="fused"),
+                     dict(template="gqa_async", warps=8, block_keys=16, stages=3, target_blocks=132, compute="mma", merge="kernel"),
+                     dict(template="gqa_async", **BENCH_KNOBS[0]), dict(warps=4, block_keys=64, target_blocks=256)],
           "moe": [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
                   dict(block_m=128, block_n=128, block_k=32, warps_m=4, warps_n=2, group_m=8)]}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ._decode import decode_valid, naive_decode, render_decode
 from ._gqa_decode import render_tiles, tiles_valid
+from ._gqa_async import ASYNC_DESCRIPTION, async_valid, render_async
 from ._gqa_fused import FUSED_DESCRIPTION, fused_valid, render_fused
 from ._src import header
 from .base import Family, Template
@@ -88,6 +89,14 @@ FUSED = Template(
     description=FUSED_DESCRIPTION,
     difficulty=3, predicted_speedup=1.2, valid=fused_valid)  # H100: 1.18x MHA; GQA slower than gqa_tiles
 
-FAMILY = Family(name="decode", make_task=make_task, templates=[OPS, SPLIT, TILES, FUSED],
+ASYNC = Template(
+    id="decode.gqa_async", pattern="decode.split_kv", kinds=("metal", "cuda"),
+    knobs={"warps": [4, 8, 2], "block_keys": [32, 16, 64], "stages": [2, 3, 4, 1],
+           "target_blocks": [132, 264, 528, 66], "compute": ["mma", "fma"], "merge": ["fused", "kernel"]},
+    render=lambda k, kind: render_async("decode", "decode.gqa_async", k, kind, paged=False),
+    description=ASYNC_DESCRIPTION,
+    difficulty=4, predicted_speedup=1.5, valid=async_valid)  # not yet timed on a GPU
+
+FAMILY = Family(name="decode", make_task=make_task, templates=[OPS, SPLIT, TILES, FUSED, ASYNC],
                 naive=lambda kind: naive_decode("decode", kind, paged=False) if kind != "ops" else _render_ops({"upcast": True, "compile": False}, "ops"),
                 description="single-token decode attention over a contiguous KV cache")

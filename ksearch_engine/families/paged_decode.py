@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ._decode import decode_valid, naive_decode, render_decode
 from ._gqa_decode import render_tiles, tiles_valid
+from ._gqa_async import ASYNC_DESCRIPTION, async_valid, render_async
 from ._gqa_fused import FUSED_DESCRIPTION, fused_valid, render_fused
 from ._src import header
 from .base import Family, Template
@@ -111,6 +112,14 @@ FUSED = Template(
     description=FUSED_DESCRIPTION,
     difficulty=3, predicted_speedup=5.6, valid=fused_valid)  # H100: 5.6x B1
 
-FAMILY = Family(name="paged_decode", make_task=make_task, templates=[OPS, SPLIT, TILES, FUSED],
+ASYNC = Template(
+    id="paged_decode.gqa_async", pattern="decode.block_table", kinds=("metal", "cuda"),
+    knobs={"warps": [4, 8, 2], "block_keys": [32, 16, 64], "stages": [2, 3, 4, 1],
+           "target_blocks": [132, 264, 528, 66], "compute": ["mma", "fma"], "merge": ["fused", "kernel"]},
+    render=lambda k, kind: render_async("paged_decode", "paged_decode.gqa_async", k, kind, paged=True),
+    description=ASYNC_DESCRIPTION,
+    difficulty=4, predicted_speedup=5.0, valid=async_valid)  # not yet timed on a GPU
+
+FAMILY = Family(name="paged_decode", make_task=make_task, templates=[OPS, SPLIT, TILES, FUSED, ASYNC],
                 naive=lambda kind: naive_decode("paged_decode", kind, paged=True) if kind != "ops" else _render_ops({"gather": "take", "compile": False}, "ops"),
                 description="single-token decode attention over a paged KV cache")

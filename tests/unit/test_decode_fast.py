@@ -2,7 +2,12 @@
 tile (contiguous and paged, pages smaller than a tile), both dialects, both merges; the fused merge's counters
 back at zero after a call and a second call right; two register sets (stages=2) over odd tile counts; and broken
 code being caught (a wrong merge weight, a dropped split, an early merge, a counter not reset, a running sum not
-rescaled, the second register set's tiles skipped)."""
+rescaled, the second register set's tiles skipped).
+
+decode.gqa_async / paged_decode.gqa_async (the second half): both compute paths (tensor cores, CUDA cores), both
+merges, Metal, one split, G = 16, G = 1 at D = 128, against a tight numpy reference; broken merge weights, an early
+merge, a tile read before its cp.async group lands, unswizzled reads, unmasked keys and a missing rescale caught;
+(nvcc) the bench knob sets compiling at the bench shapes without spills."""
 from __future__ import annotations
 
 import re
@@ -127,7 +132,7 @@ def test_fused_counters_are_zero_again_and_a_second_call_is_right(reset):
         assert not np.abs(outs[1] - ref).max() < 1e-2    # the second call's merge never runs
 
 
-# the knob sets bench/headline.py times first (DEC), at the bench shapes
+# the gqa_fused knob sets bench/headline.py timed first in the H100 runs (dec5b, dec5c), at the bench shapes
 BENCH_SETS = [dict(warps=4, block_keys=64, target_blocks=256, stages=1), dict(warps=4, block_keys=32, stages=2),
               dict(warps=8, block_keys=64, stages=2)]
 
@@ -177,3 +182,168 @@ def test_fused_bench_sets_compile_for_sm90_without_spills(tmp_path, sets, spill)
     assert len(spills) == 2 * 3 * len(sets)
     # the last case: two register sets of 64-key tiles over 4 warps need more than 255 registers at G = 4
     assert (max(spills) > 0) == spill, info[-3000:]
+
+
+# ---- decode.gqa_async / paged_decode.gqa_async: warp-private cp.async rings, tensor-core or CUDA-core tiles -------
+# The kernel runs through the MLX shim directly (one compile a source, both thread orders: the race check) against a
+# numpy reference with a tight tolerance; q is scaled up so that the splits' maxima differ and a wrong weight shows.
+
+def _async_src(name, kind, **knobs):
+    t = families.get(name).template(f"{name}.gqa_async")
+    k = dict(t.defaults(), **knobs)
+    assert t.valid(k), k
+    return t.render(k, kind)
+
+
+def _paged_reference(q, kp, vp, bt):
+    B, nb = bt.shape
+    _, Hkv, P, Dh = kp.shape
+
+    def gather(pages):
+        return pages[bt.reshape(-1)].reshape(B, nb, Hkv, P, Dh).transpose(0, 2, 1, 3, 4).reshape(B, Hkv, nb * P, Dh)
+    return _reference(q, gather(kp), gather(vp))
+
+
+def _async_err(name, src, dims, calls=1, check_races=True, qmul=3.0):
+    """Max |out - reference| over `calls` calls of the candidate `src` on one workload (seed 0), and its module."""
+    import mlx.core as mx
+    from ksearch_engine.sim import install_mlx_shim, uninstall_mlx_shim
+
+    task = families.get(name).make_task()
+    xs = task.make_inputs(Workload(name="w", dims=dims), 0)
+    xs[0] = (xs[0].astype(np.float32) * qmul).astype(np.float16)
+    ref = (_paged_reference if name == "paged_decode" else _reference)(*xs)
+    install_mlx_shim(check_races=check_races)
+    try:
+        ns: dict = {}
+        exec(compile(src, "candidate", "exec"), ns)
+        errs = [float(np.abs(np.array(ns["kernel"](*[mx.array(x) for x in xs]).astype(mx.float32)) - ref).max())
+                for _ in range(calls)]
+    finally:
+        uninstall_mlx_shim()
+    return max(errs), ns
+
+
+TOL = 5e-3   # fp16 output of values within about +-2, P rounded to fp16 on the tensor cores
+# G = 4, 200 keys (tiles of 16 / 32 with a partial last one); paged: two sequences of 25 pages of 8 keys
+A_DEC = {"Bt": 1, "Hq": 8, "Hkv": 2, "S": 200, "Dh": 64}
+A_PAGED = {"Bt": 2, "Hq": 8, "Hkv": 2, "P": 8, "NBLK": 25, "NPAGES": 50, "Dh": 64}
+# mma, fused merge: 3 splits (decode) / 3 (paged) of 80 keys: warp 0 refills its first buffer, the last split short
+MMA_FUSED = dict(warps=2, block_keys=16, stages=2, compute="mma", merge="fused")
+# fma, two-kernel merge, 2 splits of 112 keys: 32-key tiles over 3 stages
+FMA_KERNEL = dict(warps=2, block_keys=32, stages=3, compute="fma", merge="kernel")
+
+
+@pytest.mark.parametrize("name,dims", [("decode", A_DEC), ("paged_decode", A_PAGED)])
+def test_async_cuda_mma_fused_and_fma_two_kernel(name, dims):
+    bh = dims["Bt"] * dims["Hkv"]
+    src = _async_src(name, "cuda", target_blocks=3 * bh, **MMA_FUSED)
+    err, ns = _async_err(name, src, dims, calls=2)
+    assert ns["plan"](dims["Bt"], dims["Hkv"], 200, 1 << 30) == (3, 80)
+    assert err < TOL, err
+    assert (np.array(ns["_SEM"][bh]) == 0).all()          # the counters are zero again after each call
+    err, ns = _async_err(name, _async_src(name, "cuda", target_blocks=2 * bh, **FMA_KERNEL), dims)
+    assert ns["plan"](dims["Bt"], dims["Hkv"], 200, 1 << 30) == (2, 128)
+    assert err < TOL, err
+
+
+def test_async_metal_paged():
+    """Metal reads K/V straight from device memory (paged: a page id a row); the contiguous Metal render at its
+    defaults is test_families.py's."""
+    dims = A_PAGED
+    err, _ = _async_err("paged_decode", _async_src("paged_decode", "metal", warps=2, block_keys=16, target_blocks=12), dims)
+    assert err < TOL, err
+
+
+def test_async_one_split_deep_ring_sixteen_heads_and_mha_d128():
+    """One split of 13 tiles over one warp and 3 stages (every buffer refilled several times, no merge); G = 16 (the
+    mma's rows 8..15) at D = 32; G = 1 at D = 128 (16 chunks a row, 4 ldmatrix k-steps) over 4 splits."""
+    err, _ = _async_err("decode", _async_src("decode", "cuda", warps=1, block_keys=16, stages=3, target_blocks=1), A_DEC)
+    assert err < TOL, err
+    err, _ = _async_err("decode", _async_src("decode", "cuda", warps=2, block_keys=16, stages=2, target_blocks=3),
+                        {"Bt": 1, "Hq": 16, "Hkv": 1, "S": 90, "Dh": 32})
+    assert err < TOL, err
+    err, _ = _async_err("decode", _async_src("decode", "cuda", warps=2, block_keys=32, stages=2, target_blocks=8),
+                        {"Bt": 1, "Hq": 2, "Hkv": 2, "S": 130, "Dh": 128}, qmul=1.0)
+    assert err < TOL, err
+
+
+@pytest.mark.parametrize("label,knobs,old,new", [
+    ("fused merge weight", MMA_FUSED, "const float c = kd_exp2(__ldcg(mpart + pr + s) - M);", "const float c = 1.0f;"),
+    ("warp merge weight", MMA_FUSED, "const float c = kd_exp2(ml_s[(w * G + g) * 2] - M);", "const float c = 1.0f;"),
+    ("early fused merge", MMA_FUSED, "atomicAdd(sem + bh, 1) == SPLITS - 1", "atomicAdd(sem + bh, 1) == SPLITS - 2"),
+    ("tile read before its wait", MMA_FUSED, "kd_wait<ST - 1>(pipe);", "kd_wait<ST>(pipe);"),
+    ("unswizzled V", MMA_FUSED, "ks_ldsm_x4_t(vf, vb + key * DH + ((ch ^ (key & SWM)) * 8));",
+     "ks_ldsm_x4_t(vf, vb + key * DH + (ch * 8));"),
+    ("keys past the end", MMA_FUSED, "const bool ok = jt + nb * 8 + fq + e < s1;", "const bool ok = true;"),
+    ("fma rescale", FMA_KERNEL, "acc[g * 8 + x] *= cr[g];", "acc[g * 8 + x] *= 1.0f;"),
+])
+def test_async_errors_are_caught(label, knobs, old, new):
+    src = _async_src("decode", "cuda", target_blocks=6, **knobs)
+    broken = src.replace(old, new)
+    assert broken != src, label
+    from ksearch_engine.sim import SimError
+    short = label == "keys past the end"        # 20 keys in 2 tiles of 16: 12 of the 32 past the end
+    try:
+        err, _ = _async_err("decode", broken, dict(A_DEC, S=20) if short else A_DEC, qmul=0.5 if short else 3.0)
+    except SimError:
+        return                                          # a race or a fault: caught too
+    assert not err < TOL, f"{label}: {err}"
+
+
+def _async_plan(name, knobs, Bt, Hkv, S, G, Dh):
+    """(splits, chunk) the candidate's own plan() gives at a shape (its module run under the simulator's shim)."""
+    from ksearch_engine.sim import install_mlx_shim, uninstall_mlx_shim
+    install_mlx_shim()
+    try:
+        ns: dict = {}
+        exec(compile(_async_src(name, "cuda", **knobs), "candidate", "exec"), ns)
+        ring = knobs["stages"] * 2 * knobs["block_keys"] * Dh * 2
+        return ns["plan"](Bt, Hkv, S, (knobs["warps"] * ring) // (4 * G) if knobs["merge"] == "fused" else 1 << 30)
+    finally:
+        uninstall_mlx_shim()
+
+
+def test_async_bench_sets_compile_for_sm90_without_spills(tmp_path):
+    """nvcc (where installed) on the kernel each bench knob set runs (the fused pass, or the pass of the two-kernel
+    merge) at the bench shapes (GQA 32/8, MHA 32/32; paged GQA page 16 once per compute path; D = 128, 4096 keys):
+    a GPU compile error, a register spill or a kernel over 255 registers shows here, before a GPU run."""
+    import shutil
+    import subprocess
+
+    from ksearch_engine.families._gqa_async import BENCH_KNOBS
+
+    if not shutil.which("nvcc"):
+        pytest.skip("no nvcc")
+    unit = "#include <cuda_fp16.h>\n#include <cstdint>\n"
+    hdr = None
+    n = 0
+    for i, kn in enumerate(BENCH_KNOBS):
+        for name, hkv, extra, tag_ in (("decode", 8, {}, "gqa"), ("decode", 32, {}, "mha"),
+                                       ("paged_decode", 8, dict(NBLK=256, PAGE=16), "paged")):
+            if name == "paged_decode" and kn["compute"] == "mma" and i:
+                continue                                # paged addressing: once per compute path (CI time)
+            splits, chunk = _async_plan(name, kn, 1, hkv, 4096, 32 // hkv, 128)
+            dims = dict(HQ=32, HKV=hkv, DH=128, SEQ=4096, **extra, SPLITS=splits, CHUNK=chunk)
+            src = _async_src(name, "cuda", **kn)
+            hdr = hdr or re.search(r'_HEADER = r"""\n(.*?)\n"""', src, re.S).group(1)
+            var = "_SOURCE_FUSED" if kn["merge"] == "fused" else "_SOURCE"
+            body = re.search(var + r' = r"""\n(.*?)\n"""', src, re.S).group(1)
+            ins = ["Q", "K", "V"] + (["table"] if name == "paged_decode" else [])
+            params = ([f"const __half* {x}" for x in ins[:3]] + (["const int32_t* table"] if len(ins) > 3 else [])
+                      + (["const int32_t* sem_inout"] if kn["merge"] == "fused" else [])
+                      + ["__half* out", "float* opart", "float* mpart", "float* lpart"])
+            consts = "".join(f"  constexpr int {a} = {v};\n" for a, v in dims.items())
+            unit += (f"namespace mlx {{ namespace core {{ namespace cu {{\n__global__ void {tag_}{i}("
+                     f"{', '.join(params)}) {{\n  using T = __half;\n{consts}{body}\n}}\n}}}}}}\n")
+            n += 1
+    (tmp_path / "k.cu").write_text(unit.replace("#include <cstdint>\n", "#include <cstdint>\n" + hdr + "\n", 1))
+    r = subprocess.run(["nvcc", "-arch=sm_90", "-c", "-o", str(tmp_path / "k.o"), "--ptxas-options=-v",
+                        str(tmp_path / "k.cu")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    info = r.stdout + r.stderr
+    assert info.count("Compiling entry function") == n
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", info)]
+    regs = [int(x) for x in re.findall(r"Used (\d+) registers", info)]
+    assert len(spills) == n and len(regs) == n
+    assert max(spills) == 0 and max(regs) <= 255, info[-3000:]
