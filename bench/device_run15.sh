@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Issue 15 on the GPU machine, two calls of one lease (carry .whl .device; .whl holds mlx-lm 0.32.2 too):
+#   bash bench/device_run15.sh A    # scan check, decode/paged headline sweep, mlx-lm Mamba-1 prefill (~300 s)
+#   bash bench/device_run15.sh B    # bench/families.py, every family in one table (~550 s)
+# Everything lands in $OUT (the device tool's return folder).
+set -uo pipefail
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+source .device/device-env.sh .whl > "$out/setup_$1.log" 2>&1 || { cat "$out/setup_$1.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu_$1.txt"
+case "$1" in
+A)
+  timeout 110 python3 bench/scan_check.py --sets sweep --out "$out/scan_check.json" > "$out/scan_check.log" 2>&1
+  tail -15 "$out/scan_check.log"
+  timeout 130 python3 bench/mamba_prefill.py --out "$out/mamba_prefill.json" > "$out/mamba_prefill.log" 2>&1
+  tail -5 "$out/mamba_prefill.log"
+  timeout 180 python3 bench/headline.py --only decode,paged --budget-s 150 --out "$out/headline_decode.json" > "$out/headline_decode.log" 2>&1
+  tail -8 "$out/headline_decode.log" ;;
+B)
+  timeout 585 python3 bench/families.py --budget-s 530 --out "$out/families.json" > "$out/families.log" 2>&1
+  tail -30 "$out/families.log" ;;
+esac
