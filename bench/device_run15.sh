@@ -2,6 +2,7 @@
 # Issue 15 on the GPU machine, two calls of one lease (carry .whl .device; .whl holds mlx-lm 0.32.2 too):
 #   bash bench/device_run15.sh A    # scan check, decode/paged headline sweep, mlx-lm Mamba-1 prefill (~300 s)
 #   bash bench/device_run15.sh B    # bench/families.py, every family in one table (~550 s)
+#   bash bench/device_run15.sh one  # when the lease has time for one call: families.py, then mlx-lm prefill (~580 s)
 # Everything lands in $OUT (the device tool's return folder).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -18,4 +19,9 @@ A)
 B)
   timeout 585 python3 bench/families.py --budget-s 530 --out "$out/families.json" > "$out/families.log" 2>&1
   tail -30 "$out/families.log" ;;
+one)
+  timeout 445 python3 bench/families.py --budget-s 415 --out "$out/families.json" > "$out/families.log" 2>&1
+  tail -30 "$out/families.log"
+  timeout 125 python3 bench/mamba_prefill.py --out "$out/mamba_prefill.json" > "$out/mamba_prefill.log" 2>&1
+  tail -5 "$out/mamba_prefill.log" ;;
 esac
