@@ -11,6 +11,7 @@ from __future__ import annotations
 from ._decode import render_prefill
 from ._flash_mma import flash_mma_valid, render_flash_mma
 from ._flash_mma2 import flash_mma2_valid, render_flash_mma2
+from ._flash_wgmma import flash_wgmma_valid, render_flash_wgmma
 from ._flash_sg import flash_sg_valid, render_flash_sg
 from ._src import header
 from .base import Family, Template
@@ -122,6 +123,17 @@ FLASH_MMA2 = Template(
                 "only, dynamic shared memory",
     difficulty=5, predicted_speedup=0.5, valid=flash_mma2_valid)  # H100: 0.51x of cuDNN, 0.60x causal
 
+FLASH_WGMMA = Template(
+    id="attention.flash_wgmma", pattern="attention.flash_tiling", kinds=("cuda",),
+    knobs={"warpgroups": [2, 3, 1], "block_kv": [128, 64], "stages": [1, 2, 3], "pv_n": [128, 64]},
+    render=render_flash_wgmma,
+    description="flash attention on Hopper's warpgroup MMA (sm_90a): wgmma.mma_async m64nNk16 with Q and K from "
+                "128-byte-swizzled shared memory through matrix descriptors (S = Q K^T), P from registers and V "
+                "transposed from shared memory (O += P V); 64 query rows a warpgroup, cp.async K/V ring `stages` "
+                "tiles ahead, P V of tile j-1 overlapping the online softmax of tile j; causal stops at the "
+                "diagonal. The Metal twin is attention.flash_sg",
+    difficulty=5, predicted_speedup=0.7, valid=flash_wgmma_valid)
+
 FLASH_SG = Template(
     id="attention.flash_sg", pattern="attention.simdgroup_mma", kinds=("metal",),
     knobs={"warps": [4, 2, 8], "block_kv": [32, 16, 8]},
@@ -132,5 +144,5 @@ FLASH_SG = Template(
                 "diagonal/tail tiles only",
     difficulty=5, predicted_speedup=0.3, valid=flash_sg_valid)
 
-FAMILY = Family(name="attention", make_task=make_task, templates=[OPS, FLASH, FLASH_MMA, FLASH_MMA2, FLASH_SG], naive=_naive,
+FAMILY = Family(name="attention", make_task=make_task, templates=[OPS, FLASH, FLASH_MMA, FLASH_MMA2, FLASH_WGMMA, FLASH_SG], naive=_naive,
                 description="attention prefill, causal or not (make_task(causal=True))")
