@@ -28,11 +28,17 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 TID = "attention.flash_wgmma"
-KNOBS = [dict(warpgroups=2, block_kv=128, stages=1, pv_n=128),   # the default: FA3's 128 x 128 tile
-         dict(warpgroups=2, block_kv=128, stages=1, pv_n=64),
-         dict(warpgroups=2, block_kv=64, stages=2, pv_n=128),
-         dict(warpgroups=3, block_kv=64, stages=2, pv_n=128),
-         dict(warpgroups=1, block_kv=64, stages=3, pv_n=64)]
+def _k(wg=2, bkv=128, st=1, pvn=128, q="smem", stag=False):
+    return dict(warpgroups=wg, block_kv=bkv, stages=st, pv_n=pvn, q_in=q, stagger=stag)
+
+
+KNOBS = [_k(),                                   # the default: FA3's 128 x 128 tile, Q in shared memory, lockstep
+         _k(q="regs", stag=True),                # warpgroup 1 half an iteration behind, Q fragments in registers
+         _k(q="regs"),
+         _k(bkv=64, stag=True),
+         _k(bkv=64, st=2, q="regs", stag=True),
+         _k(wg=3, bkv=64),
+         _k(wg=1, bkv=64)]                       # 97 KB of shared memory: two CTAs an SM
 MMA2 = dict(warps=4, rows=32, block_kv=64)   # flash_mma2's best on the H100 (0.831 ms non-causal)
 # (Bt, Hq, Hkv, L, Dh)
 SHAPES = [(1, 4, 2, 40, 64), (1, 2, 2, 21, 128), (1, 2, 1, 77, 128), (1, 4, 2, 150, 64), (2, 8, 2, 333, 128),
@@ -165,7 +171,7 @@ def _err(got, want) -> float:
     return float(mx.max(mx.abs(got.astype(mx.float32) - want.astype(mx.float32))).item())
 
 
-def part_check(knob_sets: list[dict], deadline: float) -> None:
+def part_check(knob_sets: list[dict], deadline: float, quick: bool = False) -> None:
     import mlx.core as mx
 
     from common import load
@@ -173,17 +179,23 @@ def part_check(knob_sets: list[dict], deadline: float) -> None:
 
     t = F.get("attention").template(TID)
     plans = []
-    for ki, k in enumerate(knob_sets):
-        for dims in SHAPES:
-            for causal in (False, True):
-                plans.append((ki, k, dims, causal, "float16"))
-        if ki in (0, 2):
-            for dims in SHAPES[2::2]:
+    if quick:   # one GQA shape with a tail, several query blocks and tiles, Dh=128, both masks; Dh=64 and bf16 too
+        for ki, k in enumerate(knob_sets):
+            plans += [(ki, k, (2, 8, 2, 333, 128), c, "float16") for c in (False, True)]
+            if k.get("stagger") or k.get("q_in") == "regs":
+                plans += [(ki, k, (1, 4, 2, 150, 64), True, "float16"), (ki, k, (1, 2, 1, 77, 128), True, "bfloat16")]
+    else:
+        for ki, k in enumerate(knob_sets):
+            for dims in SHAPES:
                 for causal in (False, True):
-                    plans.append((ki, k, dims, causal, "bfloat16"))
-    for causal in (False, True):
-        for dt in ("float16", "bfloat16"):
-            plans.append((0, knob_sets[0], BIG, causal, dt))
+                    plans.append((ki, k, dims, causal, "float16"))
+            if ki in (0, 2):
+                for dims in SHAPES[2::2]:
+                    for causal in (False, True):
+                        plans.append((ki, k, dims, causal, "bfloat16"))
+        for causal in (False, True):
+            for dt in ("float16", "bfloat16"):
+                plans.append((0, knob_sets[0], BIG, causal, dt))
     mods = {}
     refs = {}
     for ki, k, dims, causal, dt in plans:
@@ -222,7 +234,7 @@ def part_check(knob_sets: list[dict], deadline: float) -> None:
 
 # ----------------------------------------------------------------------------------------------------------- time
 
-def part_time(knob_sets: list[dict], deadline: float) -> None:
+def part_time(knob_sets: list[dict], deadline: float, gqa: bool = True) -> None:
     import mlx.core as mx
 
     from common import GpuTimer, as_tuple, input_sets, load, measure
@@ -237,7 +249,7 @@ def part_time(knob_sets: list[dict], deadline: float) -> None:
         dict(fam.template("attention.flash_mma2").defaults(), **MMA2), "cuda"))]
     cands += [("flash_wgmma " + json.dumps(k), t.render(dict(t.defaults(), **k), "cuda")) for k in knob_sets]
     mods = {name: load(src, "c").kernel for name, src in cands}
-    shapes = [("mha", BIG, False), ("mha", BIG, True), ("gqa", (1, 32, 8, 4096, 128), False)]
+    shapes = [("mha", BIG, False), ("mha", BIG, True), ("gqa", (1, 32, 8, 4096, 128), False)][:3 if gqa else 2]
     for label, dims, causal in shapes:
         if time.monotonic() > deadline:
             log({"part": "time", "skipped": "time budget", "shape": label, "causal": causal})
@@ -276,8 +288,9 @@ def part_time(knob_sets: list[dict], deadline: float) -> None:
 
 # ----------------------------------------------------------------------------------------------------------- main
 
-def _run_part(part: str, knobs: list[dict], budget: float, lines: list) -> None:
+def _run_part(part: str, knobs: list[dict], budget: float, lines: list, quick: bool = False) -> None:
     cmd = [sys.executable, __file__, "--part", part, "--knobs", json.dumps(knobs), "--budget-s", str(budget)]
+    cmd += ["--quick"] if quick else []
     t0 = time.monotonic()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=budget + 30)
@@ -301,13 +314,15 @@ def main() -> None:
     ap.add_argument("--knobs", default="")
     ap.add_argument("--budget-s", type=float, default=170.0)
     ap.add_argument("--skip", default="")
+    ap.add_argument("--quick", action="store_true", help="check: one GQA shape per knob set (+ Dh 64, bf16 for some)")
+    ap.add_argument("--check-s", type=float, default=0.0, help="seconds for the check part (default: 45%% of the rest)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "wgmma_check.json"))
     args = ap.parse_args()
     knobs = json.loads(args.knobs) if args.knobs else KNOBS
     if args.part:
         deadline = time.monotonic() + args.budget_s
-        {"micro": lambda: part_micro(), "check": lambda: part_check(knobs, deadline),
-         "time": lambda: part_time(knobs, deadline)}[args.part]()
+        {"micro": lambda: part_micro(), "check": lambda: part_check(knobs, deadline, args.quick),
+         "time": lambda: part_time(knobs, deadline, not args.quick)}[args.part]()
         return
     t0 = time.monotonic()
     lines: list = []
@@ -315,14 +330,15 @@ def main() -> None:
     if "micro" not in skip:
         _run_part("micro", knobs, 40, lines)
     if "check" not in skip:
-        _run_part("check", knobs, max(30.0, 0.45 * (args.budget_s - (time.monotonic() - t0))), lines)
+        _run_part("check", knobs, args.check_s or max(30.0, 0.45 * (args.budget_s - (time.monotonic() - t0))), lines,
+                  args.quick)
     # time only the knob sets that were right everywhere they ran
     checked = [r for r in lines if r.get("part") == "check" and "knobs" in r and "skipped" not in r]
     good = [k for k in knobs if any(r["knobs"] == k for r in checked)
             and all(r.get("ok") for r in checked if r["knobs"] == k)] if "check" not in skip else knobs
     log({"part": "main", "timing": good})
     if good and "time" not in skip:
-        _run_part("time", good, max(30.0, args.budget_s - (time.monotonic() - t0) - 10), lines)
+        _run_part("time", good, max(30.0, args.budget_s - (time.monotonic() - t0) - 10), lines, args.quick)
     rows = [r for r in lines if r.get("part") == "time" and "cand" in r]
     print("\nGPU time per call (torch.profiler), B1 H32 L4096 D128 fp16:")
     for r in rows:

@@ -47,8 +47,15 @@ REG_FILE = 65536
 
 def _regs_needed(k: dict) -> int:
     """A rough per-thread register count at Dh=128: S accumulator (block_kv/2 floats), O accumulator (64), P
-    fragments (block_kv/4 b32), ~40 for addresses, row state and temporaries."""
-    return k["block_kv"] // 2 + 64 + k["block_kv"] // 4 + 40
+    fragments (block_kv/4 b32), Q fragments (32 b32, q_in="regs"), ~40 for addresses, row state and temporaries."""
+    return k["block_kv"] // 2 + 64 + k["block_kv"] // 4 + (32 if k["q_in"] == "regs" else 0) + 40
+
+
+def rings(k: dict) -> tuple[int, int]:
+    """(K tiles, V tiles) in shared memory. V_j is read one iteration after K_j (P V runs under the next softmax);
+    staggered, warpgroup 1's wgmma on tile j run into iteration j + 1: one more of each."""
+    extra = 1 if k["stagger"] else 0
+    return k["stages"] + 1 + extra, k["stages"] + 2 + extra
 
 
 def reg_cap(k: dict) -> int:
@@ -59,8 +66,9 @@ def reg_cap(k: dict) -> int:
 def smem_bytes(k: dict) -> int:
     """Dynamic shared memory: 1 KB of alignment slack, Q (BQ rows), K ring (stages + 1), V ring (stages + 2) at
     Dh = 128 (the kernel object is built once, before Dh is known)."""
-    bq, bkv, pf = 64 * k["warpgroups"], k["block_kv"], k["stages"]
-    return 1024 + bq * DH_MAX * 2 + (2 * pf + 3) * bkv * DH_MAX * 2
+    bq, bkv = 64 * k["warpgroups"], k["block_kv"]
+    kst, vst = rings(k)
+    return 1024 + (bq * DH_MAX * 2 if k["q_in"] == "smem" else 0) + (kst + vst) * bkv * DH_MAX * 2
 
 
 def why_invalid(k: dict) -> str | None:
@@ -74,6 +82,12 @@ def why_invalid(k: dict) -> str | None:
         return f"stages={pf}: 1 to 3 tiles prefetched"
     if pvn not in (64, 128):
         return f"pv_n={pvn}: the P V wgmma's N is 64 or 128"
+    if k["q_in"] not in ("smem", "regs"):
+        return f"q_in={k['q_in']!r}: Q is read from shared memory ('smem') or kept in registers ('regs')"
+    if k["stagger"] not in (False, True):
+        return f"stagger={k['stagger']!r}: True or False"
+    if k["stagger"] and wg != 2:
+        return "stagger pairs two warpgroups (warpgroups=2)"
     if _regs_needed(k) > reg_cap(k):
         return (f"about {_regs_needed(k)} registers a thread (S {bkv // 2} + O 64 + P {bkv // 4} + 40) over the "
                 f"{reg_cap(k)} that {wg} x 128 threads can have")
@@ -97,6 +111,15 @@ def _wg_asm(n: int, bf: bool, rs: bool) -> str:
     dl = ",".join(f"%{i}" for i in range(nd))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
     tf = "true" if bf else "false"
+    if rs == "k":
+        a = ",".join(f"%{nd + i}" for i in range(4))
+        return (f"template <> __device__ __forceinline__ void ks_wgrsk_d<{n}, {tf}>"
+                f"(float* d, const unsigned* a, unsigned long long db, int acc) {{\n"
+                f"  asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 5}, 0;\\n"
+                f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} "
+                f"{{{dl}}}, {{{a}}}, %{nd + 4}, p, 1, 1, 0;\\n}}\\n\"\n"
+                f"    : {outs}\n"
+                f"    : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db), \"r\"(acc) : \"memory\");\n}}\n")
     if rs:
         a = ",".join(f"%{nd + i}" for i in range(4))
         return (f"template <> __device__ __forceinline__ void ks_wgrs_d<{n}, {tf}>"
@@ -114,7 +137,7 @@ def _wg_asm(n: int, bf: bool, rs: bool) -> str:
             f"    : \"l\"(da), \"l\"(db), \"r\"(acc) : \"memory\");\n}}\n")
 
 
-_SPECS = "".join(_wg_asm(n, bf, rs) for rs in (False, True) for bf in (False, True) for n in (64, 128))
+_SPECS = "".join(_wg_asm(n, bf, rs) for rs in (False, True, "k") for bf in (False, True) for n in (64, 128))
 
 WGMMA_HEADER = r"""
 #ifdef KSIM_CUDA
@@ -178,6 +201,24 @@ template <int N, bool BF> __device__ inline void ks_wgrs(float* d, const unsigne
   }
   for (int i = 0; i < N / 2; ++i) d[i] += acc[i];
 }
+// D (64 x N) = [D +] A (64 x 16: this warp's rows in 4 b32) * B (N x 16, smem, K-major)^T
+template <int N, bool BF> __device__ inline void ks_wgrsk(float* d, const unsigned* a, ks_sa b, int acc) {
+  const int lane = threadIdx.x & 31; const int g = lane >> 2; const int q = lane & 3;
+  float x[N / 2];
+  for (int i = 0; i < N / 2; ++i) x[i] = 0.0f;
+  for (int kp = 0; kp < 8; ++kp) {
+    const int src = kp & 3; const int hi = kp >> 2;
+    const unsigned ar = __shfl_sync(0xffffffffu, a[2 * hi], g * 4 + src);
+    const unsigned ar8 = __shfl_sync(0xffffffffu, a[1 + 2 * hi], g * 4 + src);
+    const int k = 2 * kp;
+    for (int i = 0; i < N / 8; ++i)
+      for (int e = 0; e < 4; ++e) {
+        const int n = 8 * i + 2 * q + (e & 1); const unsigned av = (e >> 1) ? ar8 : ar;
+        x[4 * i + e] += ks_b16f<BF>(av) * ks_kmaj<BF>(b, n, k) + ks_b16f<BF>(av >> 16) * ks_kmaj<BF>(b, n, k + 1);
+      }
+  }
+  for (int i = 0; i < N / 2; ++i) d[i] = (acc ? d[i] : 0.0f) + x[i];
+}
 #else
 // ---- the GPU side: sm_90a ----
 typedef unsigned ks_sa;                              // a shared-memory address (32 bits)
@@ -201,6 +242,7 @@ __device__ __forceinline__ unsigned long long ks_desc(ks_sa addr, unsigned lbo, 
 }
 template <int N, bool BF> __device__ void ks_wgss_d(float* d, unsigned long long da, unsigned long long db, int acc);
 template <int N, bool BF> __device__ void ks_wgrs_d(float* d, const unsigned* a, unsigned long long db);
+template <int N, bool BF> __device__ void ks_wgrsk_d(float* d, const unsigned* a, unsigned long long db, int acc);
 """ + _SPECS + r"""
 // D (64 x N) = [D +] A (64 x 16) * B (N x 16)^T, both K-major in shared memory (128B swizzle, SBO 1024, LBO unused)
 template <int N, bool BF> __device__ __forceinline__ void ks_wgss(float* d, ks_sa a, ks_sa b, int acc) {
@@ -209,6 +251,10 @@ template <int N, bool BF> __device__ __forceinline__ void ks_wgss(float* d, ks_s
 // D (64 x N) += A (4 b32 registers a thread) * B (16 x N), B MN-major in shared memory (64-column atoms lbo apart)
 template <int N, bool BF> __device__ __forceinline__ void ks_wgrs(float* d, const unsigned* a, ks_sa b, unsigned lbo) {
   ks_wgrs_d<N, BF>(d, a, ks_desc(b, lbo));
+}
+// D (64 x N) = [D +] A (4 b32 registers a thread) * B (N x 16)^T, B K-major in shared memory
+template <int N, bool BF> __device__ __forceinline__ void ks_wgrsk(float* d, const unsigned* a, ks_sa b, int acc) {
+  ks_wgrsk_d<N, BF>(d, a, ks_desc(b, 16u), acc);
 }
 #endif
 """
@@ -225,31 +271,48 @@ LAUNCH_BOUNDS_HEADER = r"""
 
 def _TOP(j: str) -> list[str]:
     """The top of tile j's iteration: its copies landed and are visible to wgmma, everyone is done with the buffers
-    the prefetch of tile j + PF overwrites."""
+    the prefetch of tile j + PF overwrites (K_{j-1}: S_{j-1} waited; V_{j-2}: P V of tile j-2 waited)."""
     return [
         "ks_cp_wait<PF - 1>();                                  // this thread's copies of tile %s (and Q) landed" % j,
         "ks_fence_async();                                      // ... visible to the async proxy (wgmma)",
         "__syncthreads();                                       // everyone's; everyone is done with the old buffers",
+    ]
+
+
+def _PREFETCH(j: str) -> list[str]:
+    """Tile j + PF's copies, issued once the tensor cores have this tile's work (their issue is off the path)."""
+    return [
         f"if ({j} + PF < ntile) KS_TILE(({j} + PF) * BKV, ({j} + PF) % KST, ({j} + PF) % VST)",
         "ks_cp_commit();                                        // one group an iteration (maybe empty)",
     ]
 
 
-def _S_ISSUE(j: str) -> list[str]:
+def _S_ISSUE(j: str, qregs: bool) -> list[str]:
+    call = ("ks_wgrsk<BKV, KS_BF>(s, qf[kd], " if qregs else
+            "ks_wgss<BKV, KS_BF>(s, qa + (kd >> 2) * BQ * 128 + (kd & 3) * 32, ")
     return [
         f"{{ const ks_sa kb = sa + KO + ({j} % KST) * TILE_B;     // S_{j} = Q K_{j}^T",
         "#pragma unroll",
         "  for (int kd = 0; kd < DH / 16; ++kd)",
-        "    ks_wgss<BKV, KS_BF>(s, qa + (kd >> 2) * BQ * 128 + (kd & 3) * 32, kb + (kd >> 2) * REG_B + (kd & 3) * 32, kd > 0); }",
+        f"    {call}kb + (kd >> 2) * REG_B + (kd & 3) * 32, kd > 0); }}",
         "ks_wg_commit();",
     ]
 
 
-def _SOFTMAX(j: str, rescale: bool) -> list[str]:
-    """Online softmax of S_j in registers (mask on diagonal/tail tiles only), O's rescale (after P V of the previous
-    tile is in), P_j packed into the A fragments."""
+def _G(j: str, qregs: bool) -> list[str]:
+    """Tile j's tensor-core work: S_j, then P V of tile j - 1 (it runs under S_j's softmax)."""
+    return ["ks_wg_fence();", *_S_ISSUE(j, qregs),
+            f"KS_PV({j} - 1)                                         // O += P V of tile {j} - 1",
+            "ks_wg_commit();"]
+
+
+def _SOFTMAX(j: str, wait: int) -> list[str]:
+    """Online softmax of S_j in registers (mask on diagonal/tail tiles only), O's rescale (once P V of the previous
+    tile is in; on the first tile the factor is 0 and O is 0), P_j packed into the A fragments. `wait`: the wgmma
+    groups that may stay in flight while it runs (1: the P V issued after S_j)."""
     L = [
         "{",
+        f"  ks_wg_wait<{wait}>();                                   // S_{j} is in",
         f"  const int j0 = {j} * BKV;",
         "  if ((CAUSAL && j0 + BKV - 1 > rw0) || j0 + BKV > SEQ) {   // diagonal or tail tile only",
         "    for (int i = 0; i < NS; ++i) for (int e = 0; e < 4; ++e) {",
@@ -275,12 +338,12 @@ def _SOFTMAX(j: str, rescale: bool) -> list[str]:
         "  }",
         "  l0 = l0 * c0 + t0; l1 = l1 * c1 + t1;",
     ]
-    if rescale:
-        L += [
-            "  ks_wg_wait<0>();                                   // P V of the previous tile is in: O, P may be touched",
-            "  for (int i = 0; i < NO; ++i) { o[4 * i] *= c0; o[4 * i + 1] *= c0; o[4 * i + 2] *= c1; o[4 * i + 3] *= c1; }",
-        ]
     L += [
+        *(["  ks_wg_wait<0>();                                   // P V of the previous tile is in: O, P may be touched"]
+          if wait else []),
+        "  if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {   // a row of the warp got a new max",
+        "    for (int i = 0; i < NO; ++i) { o[4 * i] *= c0; o[4 * i + 1] *= c0; o[4 * i + 2] *= c1; o[4 * i + 3] *= c1; }",
+        "  }",
         "  for (int kk = 0; kk < BKV / 16; ++kk) {              // the S accumulator is P's A-fragment layout",
         "    pa[kk][0] = ks_pack2f(s[8 * kk], s[8 * kk + 1]); pa[kk][1] = ks_pack2f(s[8 * kk + 2], s[8 * kk + 3]);",
         "    pa[kk][2] = ks_pack2f(s[8 * kk + 4], s[8 * kk + 5]); pa[kk][3] = ks_pack2f(s[8 * kk + 6], s[8 * kk + 7]);",
@@ -290,16 +353,77 @@ def _SOFTMAX(j: str, rescale: bool) -> list[str]:
     return L
 
 
+def _MAIN(qregs: bool, stagger: bool) -> list[str]:
+    """The tile loop. Iteration j: the barrier of tile j, tile j's wgmma (S_j, then P V of tile j-1), the prefetch of
+    tile j + PF, the softmax of S_j (P V of tile j-1 runs under it: wgmma.wait_group 1).
+
+    stagger: warpgroup 1 meets the barrier of tile j + 1 right after issuing tile j's wgmma, before its softmax of
+    S_j; warpgroup 0 meets it after its softmax, before tile j + 1's wgmma (a barrier counts arrivals, not code
+    locations). So warpgroup 1 runs half an iteration behind: each warpgroup's softmax runs while the other's wgmma keep
+    the tensor cores busy (FlashAttention-3's ping-pong, with the per-tile barrier kept). The wgmma code is the same for
+    both warpgroups (no branch around a wgmma, so ptxas keeps them asynchronous); both take every tile of the CTA."""
+    nt = "ntile" if stagger else "nt_w"
+    if not stagger:
+        return [
+            *_TOP("0"),
+            "ks_wg_fence();",
+            *_S_ISSUE("0", qregs),
+            *_PREFETCH("0"),
+            *_SOFTMAX("0", 0),
+            "for (int j = 1; j < nt_w; ++j) {                      // steady state: no branch around a wgmma",
+            *["  " + x for x in _TOP("j") + _G("j", qregs) + _PREFETCH("j") + _SOFTMAX("j", 1)],
+            "}",
+            "ks_wg_fence();                                         // the warpgroup's last tile: P V",
+            "KS_PV(nt_w - 1)",
+            "ks_wg_commit();",
+            "ks_wg_wait<0>();",
+            "for (int j = nt_w; j < ntile; ++j) {                  // causal: the CTA's other rows go on; keep its barriers",
+            *["  " + x for x in _TOP("j") + _PREFETCH("j")],
+            "}",
+        ]
+    return [
+        *_TOP("0"),
+        "ks_wg_fence();",
+        *_S_ISSUE("0", True if qregs else False),
+        *_PREFETCH("0"),
+        "if (wg == 1) {                                         // warpgroup 1: tile 1's barrier before softmax 0",
+        *["  " + x for x in _TOP("1")],
+        "}",
+        *_SOFTMAX("0", 0),
+        f"for (int j = 1; j < {nt}; ++j) {{                     // no branch around a wgmma",
+        "  if (wg == 0) {",
+        *["    " + x for x in _TOP("j")],
+        "  }",
+        *["  " + x for x in _G("j", qregs) + _PREFETCH("j")],
+        "  if (wg == 1) {",
+        *["    " + x for x in _TOP("j + 1")],
+        "  }",
+        *["  " + x for x in _SOFTMAX("j", 1)],
+        "}",
+        "if (wg == 0) {                                         // the barrier warpgroup 1 met ahead (same count)",
+        *["  " + x for x in _TOP(nt)],
+        "}",
+        "ks_wg_fence();                                         // the last tile: P V",
+        f"KS_PV({nt} - 1)",
+        "ks_wg_commit();",
+        "ks_wg_wait<0>();",
+    ]
+
+
 def _source(k: dict) -> str:
     wg, bkv, pf, pvn = k["warpgroups"], k["block_kv"], k["stages"], k["pv_n"]
+    qregs, stag = k["q_in"] == "regs", k["stagger"]
+    kst, vst = rings(k)
     L = [
         f"constexpr int NWG = {wg}; constexpr int BKV = {bkv}; constexpr int PF = {pf};   // PF: tiles prefetched ahead",
         "constexpr int NTH = NWG * 128; constexpr int BQ = NWG * 64;",
-        "constexpr int KST = PF + 1; constexpr int VST = PF + 2;   // K ring, V ring (V_j is read at iteration j + 1)",
+        f"constexpr int KST = {kst}; constexpr int VST = {vst};   // K ring, V ring (V_j is read at iteration j + 1"
+        + ("; staggered: warpgroup 1's wgmma on tile j run into iteration j + 1)" if stag else ")"),
         "constexpr int DC = DH / 8;                    // 16-byte chunks per row",
         "constexpr int TILE_B = BKV * DH * 2;          // bytes of one K or V tile",
         "constexpr int REG_B = BKV * 128;              // one 64-column region of a tile: V's leading byte offset",
-        "constexpr int QO = 0; constexpr int KO = BQ * DH * 2; constexpr int VO = KO + KST * TILE_B;",
+        "constexpr int QO = 0; constexpr int KO = " + ("0;" if qregs else "BQ * DH * 2;")
+        + " constexpr int VO = KO + KST * TILE_B;" + ("   // Q lives in registers" if qregs else ""),
         f"constexpr int PVN = {pvn} < DH ? {pvn} : DH;   // N of the P V wgmma",
         "constexpr int NS = BKV / 8;                   // S chunks of 8 keys (4 floats a thread each)",
         "constexpr int NO = DH / 8;                    // O chunks of 8 columns",
@@ -331,10 +455,11 @@ def _source(k: dict) -> str:
         "const int ntile = (kend + BKV - 1) / BKV;              // the CTA's tiles (loads, barriers)",
         "const int kend_w = CAUSAL ? ((rw0 + 64 < SEQ) ? rw0 + 64 : SEQ) : SEQ;",
         "const int nt_w = (kend_w + BKV - 1) / BKV;             // this warpgroup's tiles (causal: to its diagonal), >= 1",
-        "for (int f = t; f < BQ * DC; f += NTH) {",
-        "  const int r = f / DC; const int c8 = f % DC; const int i = q0 + r; const bool ok = i < SEQ;",
-        "  ks_cp16(reinterpret_cast<__half*>(sm + QO + KS_SW(BQ, r, c8)), Qh + (size_t)(ok ? i : 0) * DH + c8 * 8, ok);",
-        "}",
+        *([] if qregs else [
+            "for (int f = t; f < BQ * DC; f += NTH) {",
+            "  const int r = f / DC; const int c8 = f % DC; const int i = q0 + r; const bool ok = i < SEQ;",
+            "  ks_cp16(reinterpret_cast<__half*>(sm + QO + KS_SW(BQ, r, c8)), Qh + (size_t)(ok ? i : 0) * DH + c8 * 8, ok);",
+            "}"]),
         "for (int p = 0; p < PF; ++p) {                         // group p: tile p (and Q with tile 0)",
         "  if (p < ntile) KS_TILE(p * BKV, p, p)",
         "  ks_cp_commit();",
@@ -344,33 +469,21 @@ def _source(k: dict) -> str:
         "float s[BKV / 2];",
         "unsigned pa[BKV / 16][4];",
         "float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;",
-        "const ks_sa qa = sa + QO + wg * 64 * 128;              // this warpgroup's 64 rows of Q",
+        *(["unsigned qf[DH / 16][4];                               // Q's A fragments: rows ra, rb",
+            "for (int kd = 0; kd < DH / 16; ++kd) {",
+            "  const int c = 16 * kd + 2 * q;",
+            "  qf[kd][0] = ra < SEQ ? ks_ld2(Qh + (size_t)ra * DH + c) : 0u;",
+            "  qf[kd][1] = rb < SEQ ? ks_ld2(Qh + (size_t)rb * DH + c) : 0u;",
+            "  qf[kd][2] = ra < SEQ ? ks_ld2(Qh + (size_t)ra * DH + c + 8) : 0u;",
+            "  qf[kd][3] = rb < SEQ ? ks_ld2(Qh + (size_t)rb * DH + c + 8) : 0u;",
+            "}"] if qregs else
+          ["const ks_sa qa = sa + QO + wg * 64 * 128;              // this warpgroup's 64 rows of Q"]),
         "#define KS_PV(jj) \\",
         "  { const ks_sa vb = sa + VO + ((jj) % VST) * TILE_B; \\",
         "    _Pragma(\"unroll\") for (int kk = 0; kk < BKV / 16; ++kk) \\",
         "      _Pragma(\"unroll\") for (int nh = 0; nh < DH / PVN; ++nh) \\",
         "        ks_wgrs<PVN, KS_BF>(o + nh * (PVN / 2), pa[kk], vb + kk * 2048 + nh * REG_B, PVN == 128 ? REG_B : 1024); }",
-        *_TOP("0"),
-        "ks_wg_fence();",
-        *_S_ISSUE("0"),
-        "ks_wg_wait<0>();",
-        *_SOFTMAX("0", rescale=False),
-        "for (int j = 1; j < nt_w; ++j) {                      // steady state: no branch around a wgmma",
-        *["  " + x for x in _TOP("j")],
-        "  ks_wg_fence();",
-        *["  " + x for x in _S_ISSUE("j")],
-        "  KS_PV(j - 1)                                         // O += P_{j-1} V_{j-1}, under the softmax below",
-        "  ks_wg_commit();",
-        "  ks_wg_wait<1>();                                     // S_j is in",
-        *["  " + x for x in _SOFTMAX("j", rescale=True)],
-        "}",
-        "ks_wg_fence();                                         // the warpgroup's last tile: P V",
-        "KS_PV(nt_w - 1)",
-        "ks_wg_commit();",
-        "ks_wg_wait<0>();",
-        "for (int j = nt_w; j < ntile; ++j) {                  // causal: the CTA's other rows go on; keep its barriers",
-        *["  " + x for x in _TOP("j")],
-        "}",
+        *_MAIN(qregs, stag),
         "#undef KS_PV",
         "#undef KS_TILE",
         "#undef KS_SW",
