@@ -50,6 +50,9 @@ _FLASH = [dict(q_per_group=8, lanes_per_key=16, warps=4, unroll=2), dict(q_per_g
 _TILES = [dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=512),
           dict(warps=8, block_keys=128, target_blocks=512), dict(warps=4, block_keys=32, target_blocks=1024)]
 _FMMA = [dict(warps=8, block_kv=64), dict(warps=4, block_kv=32)]
+# attention.flash_wgmma (sm_90a): the default first, then the 3-warpgroup lockstep and the 128 x 128 lockstep kernels
+_WGMMA = [dict(), dict(warpgroups=3, block_kv=64, stages=1, q_in="smem", stagger=False),
+          dict(block_kv=128, stages=1, q_in="smem", stagger=False)]
 _GMMA = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
          dict(block_m=64, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8)]
 
@@ -68,9 +71,11 @@ SWEEPS = {
     # 256 groups, MHA 512); the ops and split_kv entries (0.4-0.97x in families_run1/2) and the other tiles are left out
     "decode": [("gqa_async", k) for k in BENCH_KNOBS] + [("gqa_tiles", k) for k in _TILES[:2]],
     "paged_decode": [("gqa_async", k) for k in BENCH_KNOBS] + [("gqa_tiles", k) for k in _TILES[:2]],
-    "attention": [("ops", dict(gqa="reshape", upcast=False, compile=False))] + [("flash_mma", k) for k in _FMMA]
+    "attention": [("flash_wgmma", k) for k in _WGMMA] + [("ops", dict(gqa="reshape", upcast=False, compile=False))]
+                 + [("flash_mma", k) for k in _FMMA]
                  + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH[:2]],
-    "attention_causal": [("ops", dict(gqa="reshape", upcast=False, compile=False))] + [("flash_mma", k) for k in _FMMA]
+    "attention_causal": [("flash_wgmma", k) for k in _WGMMA] + [("ops", dict(gqa="reshape", upcast=False, compile=False))]
+                        + [("flash_mma", k) for k in _FMMA]
                         + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH[:2]],
     # ssd and moe: the bests of headline_h100_dec5b/c first (chunked_kernels 0.357 ms; grouped_mma 128x128)
     "ssd": [("chunked_kernels", dict(chunk=c, warps=w, k_tile=kt)) for c, w, kt in ((64, 8, 8), (64, 8, 16), (64, 4, 16))]

@@ -3,8 +3,9 @@
     python bench/headline.py [--only decode,paged,moe,attention] [--out $OUT/headline.json] [--budget-s 400]
 
 For each family: the task's baseline (MLX), a sweep of the new templates' knobs (decode / paged_decode: gqa_async
-first, then gqa_tiles; moe.grouped_mma, attention.flash_mma2 / flash_mma) and torch's op on the same tensors (a peer
-column). A candidate of several kernels a call also gets each kernel's GPU ms (`kernel_ms`: a split pass vs its merge).
+first, then gqa_tiles; moe.grouped_mma, attention.flash_wgmma / flash_mma2 / flash_mma) and torch's op on the same
+tensors (a peer column). A candidate of several kernels a call also gets each kernel's GPU ms (`kernel_ms`: a split
+pass vs its merge).
 Every candidate is checked against the task's reference on the small workloads, then at the timed shape against
 the reference (MoE: against the baseline's output plus an expert-by-expert reference on a slice of the tokens).
 GPU time per call from torch.profiler (CUPTI), one call per mx.eval + mx.synchronize, inputs rotated past the L2
@@ -63,7 +64,13 @@ MOE = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=
 # ptxas 13.0 for sm_90 at Dh=128 (local compile, no GPU): 255/239/168/166/168/239/235 registers a thread in this
 # order, no spills (the first: 12 bytes at the GQA shape). All but the 4th need more than 48 KB of dynamic shared
 # memory (MLX raises the kernel's limit above 48000 bytes); the 4th (35 KB) tells a launch failure from that
-ATT = [dict(warps=4, rows=32, block_kv=64), dict(warps=4, rows=32, block_kv=32), dict(warps=8, rows=16, block_kv=64),
+# attention.flash_wgmma (Hopper wgmma, sm_90a) first: its default (staggered warpgroups, Q in registers, 64-key tiles
+# 2 ahead), the 3-warpgroup lockstep kernel and the first 128 x 128 design (H100, bench/wgmma_check.py runs 2-3:
+# 0.638 / 0.690 / 0.678 ms non-causal, 0.356 / 0.358 / 0.379 ms causal against cuDNN's 0.425 / 0.265)
+WGMMA = [dict(template="attention.flash_wgmma"),
+         dict(template="attention.flash_wgmma", warpgroups=3, block_kv=64, stages=1, q_in="smem", stagger=False),
+         dict(template="attention.flash_wgmma", block_kv=128, stages=1, q_in="smem", stagger=False)]
+ATT = WGMMA + [dict(warps=4, rows=32, block_kv=64), dict(warps=4, rows=32, block_kv=32), dict(warps=8, rows=16, block_kv=64),
        dict(warps=4, rows=16, block_kv=32), dict(warps=4, rows=16, block_kv=64), dict(warps=8, rows=32, block_kv=32),
        dict(warps=8, rows=16, block_kv=128), dict(template="attention.flash_mma", warps=8, block_kv=64)]
 

@@ -32,13 +32,13 @@ def _k(wg=2, bkv=128, st=1, pvn=128, q="smem", stag=False):
     return dict(warpgroups=wg, block_kv=bkv, stages=st, pv_n=pvn, q_in=q, stagger=stag)
 
 
-KNOBS = [_k(),                                   # the default: FA3's 128 x 128 tile, Q in shared memory, lockstep
-         _k(q="regs", stag=True),                # warpgroup 1 half an iteration behind, Q fragments in registers
-         _k(q="regs"),
-         _k(bkv=64, stag=True),
-         _k(bkv=64, st=2, q="regs", stag=True),
-         _k(wg=3, bkv=64),
-         _k(wg=1, bkv=64)]                       # 97 KB of shared memory: two CTAs an SM
+KNOBS = [_k(bkv=64, st=2, q="regs", stag=True),   # the default: warpgroup 1 half an iteration behind, Q in registers
+         _k(bkv=64, st=3, q="regs", stag=True),
+         _k(bkv=96, st=2, q="regs", stag=True),
+         _k(bkv=96, st=1, q="regs", stag=True),
+         _k(bkv=64, st=2, q="regs"),
+         _k(wg=3, bkv=64, st=2),
+         _k(bkv=128, st=1)]                          # the first design (run 1's default): lockstep, Q in smem
 MMA2 = dict(warps=4, rows=32, block_kv=64)   # flash_mma2's best on the H100 (0.831 ms non-causal)
 # (Bt, Hq, Hkv, L, Dh)
 SHAPES = [(1, 4, 2, 40, 64), (1, 2, 2, 21, 128), (1, 2, 1, 77, 128), (1, 4, 2, 150, 64), (2, 8, 2, 333, 128),
@@ -179,11 +179,14 @@ def part_check(knob_sets: list[dict], deadline: float, quick: bool = False) -> N
 
     t = F.get("attention").template(TID)
     plans = []
-    if quick:   # one GQA shape with a tail, several query blocks and tiles, Dh=128, both masks; Dh=64 and bf16 too
-        for ki, k in enumerate(knob_sets):
+    if quick:   # the first knob set everywhere (L=4096 included); the others on one GQA shape with a tail, several
+        # query blocks and tiles, Dh=128, both masks
+        k0 = knob_sets[0]
+        plans += [(0, k0, dims, c, "float16") for dims in SHAPES for c in (False, True)]
+        plans += [(0, k0, dims, c, "bfloat16") for dims in SHAPES[2::2] for c in (False, True)]
+        for ki, k in enumerate(knob_sets[1:], 1):
             plans += [(ki, k, (2, 8, 2, 333, 128), c, "float16") for c in (False, True)]
-            if k.get("stagger") or k.get("q_in") == "regs":
-                plans += [(ki, k, (1, 4, 2, 150, 64), True, "float16"), (ki, k, (1, 2, 1, 77, 128), True, "bfloat16")]
+        plans += [(0, k0, BIG, c, dt) for dt in ("float16", "bfloat16") for c in (False, True)]
     else:
         for ki, k in enumerate(knob_sets):
             for dims in SHAPES:
@@ -249,7 +252,7 @@ def part_time(knob_sets: list[dict], deadline: float, gqa: bool = True) -> None:
         dict(fam.template("attention.flash_mma2").defaults(), **MMA2), "cuda"))]
     cands += [("flash_wgmma " + json.dumps(k), t.render(dict(t.defaults(), **k), "cuda")) for k in knob_sets]
     mods = {name: load(src, "c").kernel for name, src in cands}
-    shapes = [("mha", BIG, False), ("mha", BIG, True), ("gqa", (1, 32, 8, 4096, 128), False)][:3 if gqa else 2]
+    shapes = [("mha", BIG, False), ("mha", BIG, True), ("gqa", (1, 32, 8, 4096, 128), False)]
     for label, dims, causal in shapes:
         if time.monotonic() > deadline:
             log({"part": "time", "skipped": "time budget", "shape": label, "causal": causal})
@@ -265,9 +268,9 @@ def part_time(knob_sets: list[dict], deadline: float, gqa: bool = True) -> None:
         bms = m["gpu_ms"] or m["wall_ms"]
         log({"part": "time", "shape": label, "dims": dims, "causal": causal, "cand": "sdpa (cuDNN)", **m,
              "tflops": flops / (bms * 1e-3) / 1e12})
-        for name, fn in mods.items():
-            if time.monotonic() > deadline:
-                break
+        for ci, (name, fn) in enumerate(mods.items()):
+            if time.monotonic() > deadline or (label == "gqa" and not gqa and ci > 1):
+                break   # quick: GQA for flash_mma2 and the first knob set only
             row = {"part": "time", "shape": label, "dims": dims, "causal": causal, "cand": name}
             try:
                 out = fn(*sets[0])

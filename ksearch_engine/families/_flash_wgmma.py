@@ -76,8 +76,8 @@ def why_invalid(k: dict) -> str | None:
     wg, bkv, pf, pvn = k["warpgroups"], k["block_kv"], k["stages"], k["pv_n"]
     if wg not in (1, 2, 3):
         return f"warpgroups={wg}: 1, 2 or 3 warpgroups of 64 query rows"
-    if bkv not in (64, 128):
-        return f"block_kv={bkv}: the S wgmma's N is 64 or 128 here"
+    if bkv not in (64, 96, 128):
+        return f"block_kv={bkv}: the S wgmma's N is 64, 96 or 128 here"
     if pf not in (1, 2, 3):
         return f"stages={pf}: 1 to 3 tiles prefetched"
     if pvn not in (64, 128):
@@ -137,7 +137,8 @@ def _wg_asm(n: int, bf: bool, rs: bool) -> str:
             f"    : \"l\"(da), \"l\"(db), \"r\"(acc) : \"memory\");\n}}\n")
 
 
-_SPECS = "".join(_wg_asm(n, bf, rs) for rs in (False, True, "k") for bf in (False, True) for n in (64, 128))
+_SPECS = "".join(_wg_asm(n, bf, rs) for rs in (False, True, "k") for bf in (False, True)
+                 for n in ((64, 128) if rs is True else (64, 96, 128)))   # P V: N = 64 or 128; S: N = block_kv
 
 WGMMA_HEADER = r"""
 #ifdef KSIM_CUDA

@@ -125,8 +125,8 @@ FLASH_MMA2 = Template(
 
 FLASH_WGMMA = Template(
     id="attention.flash_wgmma", pattern="attention.flash_tiling", kinds=("cuda",),
-    knobs={"warpgroups": [2, 3, 1], "block_kv": [128, 64], "stages": [1, 2, 3], "pv_n": [128, 64],
-           "q_in": ["smem", "regs"], "stagger": [False, True]},
+    knobs={"warpgroups": [2, 3, 1], "block_kv": [64, 128, 96], "stages": [2, 1, 3], "pv_n": [128, 64],
+           "q_in": ["regs", "smem"], "stagger": [True, False]},
     render=render_flash_wgmma,
     description="flash attention on Hopper's warpgroup MMA (sm_90a): wgmma.mma_async m64nNk16 with Q and K from "
                 "128-byte-swizzled shared memory through matrix descriptors (S = Q K^T), P from registers and V "
