@@ -50,9 +50,9 @@ _FLASH = [dict(q_per_group=8, lanes_per_key=16, warps=4, unroll=2), dict(q_per_g
 _TILES = [dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=512),
           dict(warps=8, block_keys=128, target_blocks=512), dict(warps=4, block_keys=32, target_blocks=1024)]
 _FMMA = [dict(warps=8, block_kv=64), dict(warps=4, block_kv=32)]
-# attention.flash_wgmma (sm_90a): the default first, then the 3-warpgroup lockstep and the 128 x 128 lockstep kernels
-_WGMMA = [dict(), dict(warpgroups=3, block_kv=64, stages=1, q_in="smem", stagger=False),
-          dict(block_kv=128, stages=1, q_in="smem", stagger=False)]
+# attention.flash_wgmma (sm_90a): the default first, then 96-key tiles and the 3-warpgroup lockstep kernel (H100:
+# bench/results/wgmma_h100)
+_WGMMA = [dict(), dict(block_kv=96), dict(warpgroups=3, block_kv=64, stages=2, q_in="smem", stagger=False)]
 _GMMA = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
          dict(block_m=64, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8)]
 

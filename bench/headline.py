@@ -65,11 +65,11 @@ MOE = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=
 # order, no spills (the first: 12 bytes at the GQA shape). All but the 4th need more than 48 KB of dynamic shared
 # memory (MLX raises the kernel's limit above 48000 bytes); the 4th (35 KB) tells a launch failure from that
 # attention.flash_wgmma (Hopper wgmma, sm_90a) first: its default (staggered warpgroups, Q in registers, 64-key tiles
-# 2 ahead), the 3-warpgroup lockstep kernel and the first 128 x 128 design (H100, bench/wgmma_check.py runs 2-3:
-# 0.638 / 0.690 / 0.678 ms non-causal, 0.356 / 0.358 / 0.379 ms causal against cuDNN's 0.425 / 0.265)
+# 2 ahead), 96-key tiles (the best non-causal) and the 3-warpgroup lockstep kernel; H100, bench/wgmma_check.py run 3
+# (bench/results/wgmma_h100): 0.643 / 0.627 / 0.687 ms non-causal, 0.352 / 0.365 / 0.353 causal, cuDNN 0.420 / 0.264
 WGMMA = [dict(template="attention.flash_wgmma"),
-         dict(template="attention.flash_wgmma", warpgroups=3, block_kv=64, stages=1, q_in="smem", stagger=False),
-         dict(template="attention.flash_wgmma", block_kv=128, stages=1, q_in="smem", stagger=False)]
+         dict(template="attention.flash_wgmma", block_kv=96),
+         dict(template="attention.flash_wgmma", warpgroups=3, block_kv=64, stages=2, q_in="smem", stagger=False)]
 ATT = WGMMA + [dict(warps=4, rows=32, block_kv=64), dict(warps=4, rows=32, block_kv=32), dict(warps=8, rows=16, block_kv=64),
        dict(warps=4, rows=16, block_kv=32), dict(warps=4, rows=16, block_kv=64), dict(warps=8, rows=32, block_kv=32),
        dict(warps=8, rows=16, block_kv=128), dict(template="attention.flash_mma", warps=8, block_kv=64)]

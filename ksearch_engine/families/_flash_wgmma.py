@@ -9,9 +9,10 @@ stages + 2: V of tile j is read one iteration later, see below), one __syncthrea
 Shared memory is in the canonical "128-byte swizzle" layout of the wgmma descriptors (PTX ISA, "Shared Memory Matrix
 Layout"): a tile of R rows x Dh 16-bit columns is stored as Dh/64 regions of R rows x 128 bytes; inside a region row r's
 16-byte chunk c sits at chunk position c ^ (r % 8) (address bits 4-6 ^= bits 7-9; the base is aligned to 1 KB).
-* S = Q K^T: wgmma m64n{block_kv}k16, A = Q and B = K both from shared memory, both K-major (the head dim is
-  contiguous): descriptor stride byte offset (8-row groups) 1024, the leading byte offset unused; the k-step kd starts
-  at region kd / 4, byte 32 (kd % 4) of the 128-byte row.
+* S = Q K^T: wgmma m64n{block_kv}k16, B = K from shared memory, K-major (the head dim is contiguous): descriptor
+  stride byte offset (8-row groups) 1024, the leading byte offset unused; the k-step kd starts at region kd / 4, byte
+  32 (kd % 4) of the 128-byte row. A = Q: from shared memory the same way (q_in="smem"), or Q's A fragments loaded
+  once from global memory into 32 registers (q_in="regs").
 * O += P V: wgmma m64n{pv_n}k16 with A = P from registers (the S accumulator's layout is the A fragment's layout: P is
   packed to fp16/bf16 in place, no shared memory) and B = V from shared memory in the same layout as K, read as
   MN-major (transpose bit): 8-key groups 1024 bytes apart (SBO), 64-column regions block_kv x 128 bytes apart (LBO).
@@ -21,7 +22,7 @@ Layout"): a tile of R rows x Dh 16-bit columns is stored as Dh/64 regions of R r
   the tensor cores do P_{j-1} V_{j-1}, then waits for that, rescales O and packs P_j. Hence V_j is read at iteration j+1.
 * The softmax: raw-score row maxima, the scale folded into one FFMA + ex2.approx (exp2 with scale * log2 e), O rescaled
   only when a row of the warp got a new maximum, the mask only on diagonal/tail tiles; causal: a CTA stops at its
-  diagonal and a warpgroup skips the tiles above its own rows.
+  diagonal and (not staggered) a warpgroup skips the tiles above its own rows.
 * fence.proxy.async after each thread's cp.async lands (generic-proxy writes, read by wgmma through the async proxy),
   wgmma.fence before each batch of wgmma (registers written by ordinary instructions since the last one).
 
@@ -31,8 +32,18 @@ warp's own A fragments through shuffles (in wgmma warp i of the warpgroup holds 
 mma.sync m16n8k16's fragment layout); fence/commit/wait are nothing there.
 
 Knobs: warpgroups (1-3; 3 needs a 168-register cap, set by a __launch_bounds__ on the kernel through the header),
-block_kv (keys a tile, the N of S's wgmma), stages (tiles prefetched ahead), pv_n (N of P V's wgmma: 128 = one
-instruction for the whole head dim). The Metal twin of this template is attention.flash_sg (simdgroup_matrix).
+block_kv (keys a tile: 64, 96 or 128, the N of S's wgmma), stages (tiles prefetched ahead), pv_n (N of P V's wgmma:
+128 = one instruction for the whole head dim), q_in ("regs": Q's A fragments loaded once into registers and S by
+register-A wgmma, which halves S's shared-memory traffic and frees Q's 16 KB a warpgroup; "smem": both operands through
+descriptors), stagger (warpgroup 1 half an iteration behind warpgroup 0, see _MAIN; needs one more K and V tile).
+The Metal twin of this template is attention.flash_sg (simdgroup_matrix).
+
+Measured (bench/wgmma_check.py, NVIDIA H100 80GB HBM3, GPU time, B1 H32 L4096 D128 fp16, bench/results/wgmma_h100):
+the default (2 warpgroups, 64-key tiles 2 ahead, Q in registers, staggered) 0.643 ms = 428 TFLOP/s, 0.65x of cuDNN's
+SDPA (0.420 ms) in the same run, causal 0.352 ms = 0.75x (SDPA 0.264), GQA 32/8 0.636 ms = 0.66x; flash_mma2 0.822 /
+0.435 ms there. 96-key tiles: 0.627 / 0.365; not staggered: 0.718 / 0.396; 3 warpgroups lockstep: 0.687 / 0.353.
+What is left to cuDNN: the loads are cp.async issued by the compute warps with a CTA barrier a tile (no TMA, no
+producer warp, no setmaxnreg), and the exp2 of the softmax competes with the wgmma issue on the same warps.
 """
 from __future__ import annotations
 
