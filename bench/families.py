@@ -71,12 +71,10 @@ SWEEPS = {
     # 256 groups, MHA 512); the ops and split_kv entries (0.4-0.97x in families_run1/2) and the other tiles are left out
     "decode": [("gqa_async", k) for k in BENCH_KNOBS] + [("gqa_tiles", k) for k in _TILES[:2]],
     "paged_decode": [("gqa_async", k) for k in BENCH_KNOBS] + [("gqa_tiles", k) for k in _TILES[:2]],
-    "attention": [("flash_wgmma", k) for k in _WGMMA] + [("ops", dict(gqa="reshape", upcast=False, compile=False))]
-                 + [("flash_mma", k) for k in _FMMA]
-                 + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH[:2]],
-    "attention_causal": [("flash_wgmma", k) for k in _WGMMA] + [("ops", dict(gqa="reshape", upcast=False, compile=False))]
-                        + [("flash_mma", k) for k in _FMMA]
-                        + [("flash", dict({"fast_exp": False}, **k)) for k in _FLASH[:2]],
+    # attention: the three flash_wgmma sets (bench/results/wgmma_h100/: 0.65x / 0.75x of cuDNN on an H100), then
+    # flash_mma2's best (headline_h100_dec5b: 0.51x); the ops, flash and flash_mma entries (0.09-0.27x) are left out
+    "attention": [("flash_wgmma", k) for k in _WGMMA] + [("flash_mma2", dict(warps=4, rows=32, block_kv=64))],
+    "attention_causal": [("flash_wgmma", k) for k in _WGMMA] + [("flash_mma2", dict(warps=4, rows=32, block_kv=64))],
     # ssd and moe: the bests of headline_h100_dec5b/c first (chunked_kernels 0.357 ms; grouped_mma 128x128)
     "ssd": [("chunked_kernels", dict(chunk=c, warps=w, k_tile=kt)) for c, w, kt in ((64, 8, 8), (64, 8, 16), (64, 4, 16))]
            + [("chunked_mma", dict(chunk=64, warps=8, k_tile=16))],
