@@ -42,14 +42,10 @@ def _row_sweep(fast: bool, online: bool):
     return s
 
 
-_FLASH = [dict(q_per_group=8, lanes_per_key=16, warps=4, unroll=2), dict(q_per_group=8, lanes_per_key=8, warps=4, unroll=2),
-          dict(q_per_group=4, lanes_per_key=16, warps=8, unroll=2), dict(q_per_group=16, lanes_per_key=16, warps=2, unroll=4),
-          dict(q_per_group=8, lanes_per_key=32, warps=4, unroll=4), dict(q_per_group=8, lanes_per_key=16, warps=4, unroll=2, fast_exp=True)]
 
 # the issue-15 templates: the best knobs of bench/results/headline_run1.json first
 _TILES = [dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=512),
           dict(warps=8, block_keys=128, target_blocks=512), dict(warps=4, block_keys=32, target_blocks=1024)]
-_FMMA = [dict(warps=8, block_kv=64), dict(warps=4, block_kv=32)]
 # attention.flash_wgmma (sm_90a): the default first, then 96-key tiles and the 3-warpgroup lockstep kernel (H100:
 # bench/results/wgmma_h100)
 _WGMMA = [dict(), dict(block_kv=96), dict(warpgroups=3, block_kv=64, stages=2, q_in="smem", stagger=False)]
