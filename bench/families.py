@@ -42,7 +42,6 @@ def _row_sweep(fast: bool, online: bool):
     return s
 
 
-
 # the issue-15 templates: the best knobs of bench/results/headline_run1.json first
 _TILES = [dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_keys=64, target_blocks=512),
           dict(warps=8, block_keys=128, target_blocks=512), dict(warps=4, block_keys=32, target_blocks=1024)]
