@@ -261,8 +261,13 @@ def main() -> None:
     ap.add_argument("--second", action="store_true", help="the second run's sweeps (SWEEP2), full MoE reference check")
     ap.add_argument("--moe-reference", action="store_true",
                     help="check MoE candidates against the expert-by-expert reference (not the baseline's output)")
+    ap.add_argument("--sweep", metavar="JSON", help="a list of knob dicts that replaces the sweep of every --only entry")
     args = ap.parse_args()
     t0 = time.monotonic()
+    if args.sweep:
+        for k in args.only.split(","):
+            fam, opts, tid, _, x = PLAN[k]
+            PLAN[k] = (fam, opts, tid, json.loads(args.sweep), x)
     if args.moe_reference:
         global FULL_MOE_CHECK
         FULL_MOE_CHECK = True
