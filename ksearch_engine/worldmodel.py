@@ -11,8 +11,9 @@ edits. Each edit is validated against the whole tree before it is applied: a bad
 and leaves the tree exactly as it was.
 
 Selection (`PlanTree.select`): the frontier is the open nodes whose nearest tried ancestor passed (or is the
-root); best score first, then lower difficulty, then older. Nodes harder than the difficulty gate wait until
-the easier ones are spent. A round ends after `stagnation` evaluations without a new best (`note_result`).
+root); best score first (under a plan slower than the best, scaled by its share of the best), then lower
+difficulty, then older. Approaches harder than the difficulty gate wait until
+the easier ones are spent; an approach predicted to beat the best measured speedup goes before tuning. A round ends after `stagnation` evaluations without a new best (`note_result`).
 """
 from __future__ import annotations
 
@@ -173,17 +174,37 @@ class PlanTree(BaseModel):
             cur = self.nodes.get(cur.parent) if cur.parent else None
         return cur is not None and (cur.id == ROOT or cur.status == "passed")
 
+    def worth(self, n: PlanNode) -> float:
+        """A node's score for ranking: under a plan that measured below the best, the score times that plan's share
+        of the best speedup (refining a 0.2x plan is worth less once a 0.65x one exists), else the score."""
+        p = self.nodes.get(n.parent) if n.parent else None
+        if p is None or p.id == ROOT or not p.speedup or not self.best_speedup:
+            return n.score
+        return n.score * min(1.0, p.speedup / self.best_speedup)
+
     def frontier(self) -> list[PlanNode]:
         order = {nid: i for i, nid in enumerate(self.nodes)}
         ready = [n for n in self.open_nodes() if self._anchor_ok(n)]
-        return sorted(ready, key=lambda n: (-n.score, n.difficulty, order[n.id]))
+        return sorted(ready, key=lambda n: (-self.worth(n), n.difficulty, order[n.id]))
 
     def select(self) -> PlanNode | None:
-        """The next node to try, or None when no open node is reachable."""
+        """The next node to try, or None when no open node is reachable.
+
+        The difficulty gate holds back hard *approaches* (the root's children: ideas not tried yet) while easier
+        ones wait; a node under a plan that ran (tuning a knob of it) is not held back, whatever its template's
+        difficulty. An approach predicted to beat the best speedup measured so far goes before tuning plans that
+        measured below that prediction: tuning a 0.2x plan never starves an untried 0.65x one."""
         ready = self.frontier()
-        easy = [n for n in ready if n.difficulty <= self.difficulty_gate]
-        pool = easy or ready
-        return pool[0] if pool else None
+        if not ready:
+            return None
+
+        def held(n: PlanNode) -> bool:
+            return n.parent == ROOT and n.difficulty > self.difficulty_gate
+        if self.best_speedup is not None:
+            promising = [n for n in ready if n.parent == ROOT and (n.predicted_speedup or 0.0) > self.best_speedup]
+            if promising:
+                return ([n for n in promising if not held(n)] or promising)[0]
+        return ([n for n in ready if not held(n)] or ready)[0]
 
     # -- results -------------------------------------------------------------------------------------
     def mark_running(self, node_id: str) -> None:

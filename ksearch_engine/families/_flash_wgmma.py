@@ -233,6 +233,9 @@ template <int N, bool BF> __device__ inline void ks_wgrsk(float* d, const unsign
 }
 #else
 // ---- the GPU side: sm_90a ----
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "attention.flash_wgmma needs a Hopper GPU (sm_90a: wgmma); on this GPU use attention.flash_mma2 (mma.sync)"
+#endif
 typedef unsigned ks_sa;                              // a shared-memory address (32 bits)
 __device__ __forceinline__ ks_sa ks_saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ unsigned char* ks_align1k(void* p) {   // the swizzle atoms need 1 KB-aligned addresses

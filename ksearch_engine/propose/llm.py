@@ -288,8 +288,9 @@ class LLMProposer:
         prompt = (
             "You maintain a world model for kernel optimization: a tree of plans. Each root→leaf path is a full "
             "plan; each node is one decision and the choice taken. The next node tried is the open node with the "
-            "highest score whose parent has a passing candidate (or is the root); nodes with difficulty above "
-            f"{tree.difficulty_gate} wait until easier ones are spent.\n\n"
+            "highest score whose parent has a passing candidate (or is the root); new approaches (children of the "
+            f"root) with difficulty above {tree.difficulty_gate} wait until easier ones are spent, and an approach "
+            "whose predicted_speedup beats the best measured speedup goes before tuning.\n\n"
             f"{self._task_block(context.task) if context else ''}\n\nAnalysis:\n{tree.summary or '(none)'}\n"
             f"{kinds}\n\nCurrent tree (node messages quote the evaluator):\n{data_block('plan tree', render_tree(tree))}\n\n"
             f"Recent results:\n{data_block('results', self._history_text(history))}\n"

@@ -151,6 +151,22 @@ def test_flash_wgmma_compiles_for_sm90a_without_spills_or_serialized_wgmma(tmp_p
         assert regs <= (168 if kw.get("warpgroups") == 3 else 255), (kw, regs)
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")
+def test_flash_wgmma_on_a_gpu_before_hopper_fails_with_a_message_naming_the_fallback(tmp_path):
+    """An A100 (sm_80) has no wgmma: the compile stops at one line that says so and names the template to use."""
+    src = _render()
+    body = re.search(r'_SOURCE = r"""(.*?)"""', src, re.S).group(1)
+    hdr = re.search(r'_HEADER = r"""(.*?)"""', src, re.S).group(1)
+    (tmp_path / "a.cu").write_text(
+        f"#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n{hdr}\n__global__ void a(const __half* Q, const __half* K, "
+        f"const __half* V, const float* causal, __half* out) {{\nconstexpr int HQ = 4; constexpr int HKV = 4; "
+        f"constexpr int DH = 128; constexpr int SEQ = 64;\n{body}\n}}\n")
+    p = subprocess.run(["nvcc", "-arch=sm_80", "-cubin", "-o", str(tmp_path / "a.cubin"), str(tmp_path / "a.cu")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "needs a Hopper GPU (sm_90a" in p.stderr and "attention.flash_mma2" in p.stderr, p.stderr[-2000:]
+
+
 def _bench_module(name: str):
     import importlib.util
     import sys

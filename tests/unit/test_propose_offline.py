@@ -40,8 +40,8 @@ def test_seeding_puts_one_node_per_template_with_default_knobs():
 def test_a_passing_node_gets_children_that_each_move_one_knob_to_a_neighbouring_value():
     p, tree = seeded()
     n = tree.select()
-    history = [passed(tree, n.id, 1.5)]
-    tree.set_best(n.id, 1.5)
+    history = [passed(tree, n.id, 9.0)]        # beyond toy.fused's predicted 8x: tuning goes next
+    tree.set_best(n.id, 9.0)
     edits = p.edit_tree(tree, history, ctx(tree))
     tree.apply_all(edits, max_new=p.max_new_nodes)
     kids = tree.children(n.id)
@@ -52,6 +52,26 @@ def test_a_passing_node_gets_children_that_each_move_one_knob_to_a_neighbouring_
         assert changed == ["rows"]
         assert abs(rows.index(k.knobs["rows"]) - rows.index(n.knobs["rows"])) == 1
     assert tree.select().parent == n.id
+
+
+def test_an_untried_approach_predicted_to_beat_the_best_goes_before_tuning_a_worse_plan():
+    """toy.chunked (easy, predicted 4x) runs first; measured at 1.5x, it is below toy.fused's predicted 8x, so the
+    hard toy.fused goes next, before chunked's knob children; once something measured beyond every prediction,
+    tuning the best plan goes first, and the gate never holds back the children of a plan that ran."""
+    p, tree = seeded()
+    n = tree.select()
+    assert n.template == "toy.chunked"
+    history = [passed(tree, n.id, 1.5)]
+    tree.set_best(n.id, 1.5)
+    tree.apply_all(p.edit_tree(tree, history, ctx(tree)), max_new=p.max_new_nodes)
+    assert tree.children(n.id)
+    fused = tree.select()
+    assert fused.template == "toy.fused" and fused.parent == ROOT
+    history.append(passed(tree, fused.id, 10.0))
+    tree.set_best(fused.id, 10.0)
+    tree.apply_all(p.edit_tree(tree, history, ctx(tree)), max_new=p.max_new_nodes)
+    nxt = tree.select()
+    assert nxt.parent == fused.id and nxt.difficulty == 4     # above the gate (3), yet first: its plan ran
 
 
 def test_directions_that_paid_before_rank_first():
@@ -128,3 +148,30 @@ def test_a_numeric_knob_listed_default_first_tunes_to_its_next_values_up_and_dow
     tree.set_best(n.id, 1.5)
     tree.apply_all(p.edit_tree(tree, history, ctx(tree)), max_new=None)
     assert {k.knobs["rows"] for k in tree.children(n.id)} == {2, 32}
+
+
+def test_on_the_real_families_the_best_predicted_template_is_tried_before_tuning_a_slower_plan():
+    """The attention, scan and decode families on a CUDA backend: once the easy approach has measured (well below
+    what the tensor-core / one-kernel templates predict), the next node is the template with the highest
+    prediction, not a knob of the easy plan (a GPU run spent all 8 evaluations tuning attention.ops at 0.2x)."""
+    from ksearch_engine import families
+
+    for fam, expect in (("attention", "attention.flash_wgmma"), ("scan", "scan.chunked_fused"),
+                        ("decode", "decode.gqa_async")):
+        family = families.get(fam)
+        p = OfflineProposer(family, seed=0)
+        tree = PlanTree.new()
+        context = ProposeContext(task=family.make_task(), backend="mlx-cuda", kinds=["ops", "cuda"], tree=tree)
+        tree.apply_all(p.edit_tree(tree, [], context), max_new=p.max_new_nodes)
+        tree.set_best(ROOT, 0.01)                              # the naive original
+        history = []
+        for _ in range(6):                                     # every easy approach measures at 0.1x
+            n = tree.select()
+            if n.template == expect:
+                break
+            history.append(passed(tree, n.id, 0.1))
+            if tree.best_speedup < 0.1:
+                tree.set_best(n.id, 0.1)
+            tree.apply_all(p.edit_tree(tree, history, context), max_new=p.max_new_nodes)
+        assert n.template == expect, (fam, [(h.node_id, tree.nodes[h.node_id].template) for h in history])
+        assert all(tree.nodes[h.node_id].parent == ROOT for h in history), fam   # approaches only, no tuning yet
