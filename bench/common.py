@@ -86,6 +86,19 @@ def wall_ms(fn, sets, repeats: int) -> list[float]:
     return ts
 
 
+def kernel_events(prof) -> list[dict]:
+    """The GPU kernel records (name, dur in us) of a finished torch.profiler session."""
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            ev = json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    return [e for e in ev if e.get("cat") == "kernel" and "dur" in e]
+
+
 class GpuTimer:
     """GPU kernel time per call through torch.profiler (CUPTI); unavailable -> None."""
 
@@ -109,15 +122,7 @@ class GpuTimer:
             for i in range(repeats):
                 mx.eval(*as_tuple(fn(*sets[i % len(sets)])))
                 mx.synchronize()
-        fd, path = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
-        try:
-            prof.export_chrome_trace(path)
-            with open(path) as f:
-                ev = json.load(f).get("traceEvents", [])
-        finally:
-            os.unlink(path)
-        kern = [e for e in ev if e.get("cat") == "kernel" and "dur" in e]
+        kern = kernel_events(prof)
         if not kern:
             self.last_kernels = {}
             return None, 0
@@ -160,15 +165,7 @@ def torch_gpu_ms(fn, n_sets: int, repeats: int = 30) -> float | None:
         for i in range(repeats):
             fn(i % n_sets)
             torch.cuda.synchronize()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            ev = json.load(f).get("traceEvents", [])
-    finally:
-        os.unlink(path)
-    kern = [e for e in ev if e.get("cat") == "kernel" and "dur" in e]
+    kern = kernel_events(prof)
     return sum(float(e["dur"]) for e in kern) / 1e3 / repeats if kern else None
 
 
