@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from tests.bench_modules import load_bench
 from ksearch_engine import families
 from ksearch_engine.evaluate import Evaluator
 from ksearch_engine.families._flash_wgmma import smem_bytes, why_invalid
@@ -168,18 +169,7 @@ def test_flash_wgmma_on_a_gpu_before_hopper_fails_with_a_message_naming_the_fall
 
 
 def _bench_module(name: str):
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(f"bench_{name}_wgmma", Path(__file__).resolve().parents[2] / "bench" / f"{name}.py")
-    sys.path.insert(0, str(Path(spec.origin).parent))
-    try:
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(Path(spec.origin).parent))
-    return mod
+    return load_bench(name, "wgmma")
 
 
 def test_flash_wgmma_is_in_the_attention_sweeps_first_with_at_most_three_valid_settings():

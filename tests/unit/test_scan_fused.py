@@ -17,6 +17,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from tests.bench_modules import load_bench
 from ksearch_engine import families
 from ksearch_engine.evaluate import Evaluator
 from ksearch_engine.families._scan_fused import chunked_fused_problem
@@ -137,19 +138,7 @@ def test_invalid_knobs_are_refused_with_a_reason(knobs, reason):
 
 
 def _bench(name: str):
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}_scan", path)
-    sys.path.insert(0, str(path.parent))
-    try:
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(path.parent))
-    return mod
+    return load_bench(name, "scan")
 
 
 def _bench_sweep():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.bench_modules import load_bench
 from ksearch_engine import families
 from ksearch_engine.evaluate import Evaluator
 from ksearch_engine.task import Workload
@@ -100,21 +101,11 @@ def test_a_broken_tensor_core_path_is_caught(what, old, new):
 
 
 def test_knobs_change_the_code_and_the_sweep_entries_are_valid():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     t = families.get("ssd").template(TID)
     base = t.render(t.defaults(), "cuda")
     for knob, values in t.knobs.items():
         assert all(t.render(dict(t.defaults(), **{knob: v}), "cuda") != base for v in values[1:]), knob
-    spec = importlib.util.spec_from_file_location("bench_families_ssd", Path(__file__).resolve().parents[2] / "bench" / "families.py")
-    sys.path.insert(0, str(Path(spec.origin).parent))
-    try:
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(Path(spec.origin).parent))
+    mod = load_bench("families", "ssd")
     mine = [(name, k) for name, k in mod.SWEEPS["ssd"] if name.startswith("chunked_")]
     assert mine and mod.SWEEPS["ssd"][0][0] == "chunked_kernels"       # the H100 best (headline_h100_dec5b) first
     assert all(families.get("ssd").template(f"ssd.{name}").valid(dict(t.defaults(), **k)) for name, k in mine)
