@@ -307,33 +307,31 @@ def _source_bf16(k: dict) -> str:
     return src
 
 
-def render_flash_mma2(k: dict, kind: str) -> str:
-    if kind != "cuda":
-        raise ValueError("attention.flash_mma2 renders cuda candidates (tensor cores through inline PTX)")
-    tid = "attention.flash_mma2"
-    nth, bq = 32 * k["warps"], k["warps"] * k["rows"]
+def attention_module(kind: str, tid: str, k: dict, src_f16: str, src_bf16: str, hdr: str, smem: int, nth: int,
+                     bq: int, dh_ok: str, dh_what: str) -> str:
+    """The candidate module of a tensor-core attention template: its fp16 and bf16 kernel objects and `kernel(q, k,
+    v, causal)`, `nth` threads a threadgroup over `bq` query rows; `dh_ok` is the head-dimension test (Python on
+    Dh), `dh_what` says it in words for the refusal."""
     return f'''{header("attention", tid, k, kind)}
 _SOURCE = r"""
-{_source(k)}
+{src_f16}
 """
 _SOURCE_BF16 = r"""
-{_source_bf16(k)}
+{src_bf16}
 """
 _HEADER = r"""
-{MMA_HEADER}
-{LDSM_HEADER}
-{ASYNC_HEADER}
+{hdr}
 """
-_K = {kernel_ctor(kind, tag(tid, k, kind), ["Q", "K", "V", "causal"], ["out"], shared_memory=smem_bytes(k))}
+_K = {kernel_ctor(kind, tag(tid, k, kind), ["Q", "K", "V", "causal"], ["out"], shared_memory=smem)}
 _K_BF16 = {kernel_ctor(kind, tag(tid, k, kind) + "_bf16", ["Q", "K", "V", "causal"], ["out"], src_var="_SOURCE_BF16",
-                       shared_memory=smem_bytes(k))}
+                       shared_memory=smem)}
 
 
 def kernel(q, k, v, causal):
     Bt, Hq, L, Dh = q.shape
     Hkv = k.shape[1]
-    if q.dtype not in (mx.float16, mx.bfloat16) or Dh % 16 or Dh > {DH_MAX} or Hq % Hkv or k.shape[2] != L:
-        raise ValueError(f"{tid}: fp16/bf16 self-attention with Dh % 16 == 0, Dh <= {DH_MAX} and Hq % Hkv == 0, "
+    if q.dtype not in (mx.float16, mx.bfloat16) or not ({dh_ok}) or Hq % Hkv or k.shape[2] != L:
+        raise ValueError(f"{tid}: fp16/bf16 self-attention with {dh_what} and Hq % Hkv == 0, "
                          f"got {{q.dtype}} q {{q.shape}} k {{k.shape}}")
     kern = _K if q.dtype == mx.float16 else _K_BF16
     return kern(inputs=[q, k, v, causal],
@@ -341,3 +339,12 @@ def kernel(q, k, v, causal):
               grid=(Bt * Hq * {nth}, (L + {bq} - 1) // {bq}, 1), threadgroup=({nth}, 1, 1),
               output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
 '''
+
+
+def render_flash_mma2(k: dict, kind: str) -> str:
+    if kind != "cuda":
+        raise ValueError("attention.flash_mma2 renders cuda candidates (tensor cores through inline PTX)")
+    return attention_module(kind, "attention.flash_mma2", k, _source(k), _source_bf16(k),
+                            f"{MMA_HEADER}\n{LDSM_HEADER}\n{ASYNC_HEADER}", smem_bytes(k), 32 * k["warps"],
+                            k["warps"] * k["rows"], f"Dh % 16 == 0 and Dh <= {DH_MAX}",
+                            f"Dh % 16 == 0, Dh <= {DH_MAX}")

@@ -47,9 +47,8 @@ producer warp, no setmaxnreg), and the exp2 of the softmax competes with the wgm
 """
 from __future__ import annotations
 
-from ._flash_mma2 import ASYNC_HEADER
+from ._flash_mma2 import ASYNC_HEADER, attention_module
 from ._mma import LDSM_HEADER, MMA_HEADER
-from ._src import header, kernel_ctor, tag
 
 DH_MAX = 128
 SMEM_LIMIT = 227 * 1024
@@ -543,32 +542,6 @@ def render_flash_wgmma(k: dict, kind: str) -> str:
     why = why_invalid(k)
     if why:
         raise ValueError(f"attention.flash_wgmma: {why}")
-    tid = "attention.flash_wgmma"
-    nth, bq = 128 * k["warpgroups"], 64 * k["warpgroups"]
-    return f'''{header("attention", tid, k, kind)}
-_SOURCE = r"""
-{_typed(k, False)}
-"""
-_SOURCE_BF16 = r"""
-{_typed(k, True)}
-"""
-_HEADER = r"""
-{kernel_header(k)}
-"""
-_K = {kernel_ctor(kind, tag(tid, k, kind), ["Q", "K", "V", "causal"], ["out"], shared_memory=smem_bytes(k))}
-_K_BF16 = {kernel_ctor(kind, tag(tid, k, kind) + "_bf16", ["Q", "K", "V", "causal"], ["out"], src_var="_SOURCE_BF16",
-                       shared_memory=smem_bytes(k))}
-
-
-def kernel(q, k, v, causal):
-    Bt, Hq, L, Dh = q.shape
-    Hkv = k.shape[1]
-    if q.dtype not in (mx.float16, mx.bfloat16) or Dh not in (64, 128) or Hq % Hkv or k.shape[2] != L:
-        raise ValueError(f"{tid}: fp16/bf16 self-attention with Dh 64 or 128 and Hq % Hkv == 0, "
-                         f"got {{q.dtype}} q {{q.shape}} k {{k.shape}}")
-    kern = _K if q.dtype == mx.float16 else _K_BF16
-    return kern(inputs=[q, k, v, causal],
-              template=[("HQ", Hq), ("HKV", Hkv), ("DH", Dh), ("SEQ", L)],
-              grid=(Bt * Hq * {nth}, (L + {bq} - 1) // {bq}, 1), threadgroup=({nth}, 1, 1),
-              output_shapes=[q.shape], output_dtypes=[q.dtype])[0]
-'''
+    return attention_module(kind, "attention.flash_wgmma", k, _typed(k, False), _typed(k, True), kernel_header(k),
+                            smem_bytes(k), 128 * k["warpgroups"], 64 * k["warpgroups"], "Dh in (64, 128)",
+                            "Dh 64 or 128")
