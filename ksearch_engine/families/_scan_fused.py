@@ -316,14 +316,19 @@ def _wrapper_lines(tid: str) -> str:
     groups = Bt * ((Dm + CPG - 1) // CPG)"""
 
 
-def render_chunked_fused(k: dict, kind: str) -> str:
+def _checked_header(k: dict, kind: str) -> str:
+    """The kernel header for these knobs and this kind; a kind or knob set the kernel cannot take raises, with why."""
     if kind not in ("metal", "cuda"):
         raise ValueError("scan.chunked_fused renders metal or cuda candidates")
     why = chunked_fused_problem(k)
     if why:
         raise ValueError(f"scan.chunked_fused: {why}")
+    return EX2_CUDA if kind == "cuda" and k["fast_exp"] else ""
+
+
+def render_chunked_fused(k: dict, kind: str) -> str:
+    hdr = _checked_header(k, kind)
     name = tag("scan.chunked_fused", k, kind)
-    hdr = EX2_CUDA if kind == "cuda" and k["fast_exp"] else ""
     return f'''{header("scan", "scan.chunked_fused", k, kind)}
 _SOURCE = r"""
 {_source(kind, k)}
@@ -346,13 +351,8 @@ def kernel(x, delta, A, B, C, D):
 def render_chunked_fused_stateful(k: dict, kind: str = "cuda") -> str:
     """A module defining `scan_with_state(x, delta, A, B, C, D, h0) -> (y, h_last)`: the one-kernel chunked scan
     starting from the state h0 (B, D, N) and writing the final state, for a model's cache (bench/mamba_prefill.py)."""
-    if kind not in ("metal", "cuda"):
-        raise ValueError("scan.chunked_fused renders metal or cuda candidates")
-    why = chunked_fused_problem(k)
-    if why:
-        raise ValueError(f"scan.chunked_fused: {why}")
+    hdr = _checked_header(k, kind)
     name = tag("scan.chunked_fused_state", k, kind)
-    hdr = EX2_CUDA if kind == "cuda" and k["fast_exp"] else ""
     return f'''{header("scan", "scan.chunked_fused (with state)", k, kind)}
 _SOURCE = r"""
 {_source(kind, k, stateful=True)}
