@@ -48,6 +48,8 @@ _TILES = [dict(warps=4, block_keys=64, target_blocks=256), dict(warps=4, block_k
 # attention.flash_wgmma (sm_90a): the default first, then 96-key tiles and the 3-warpgroup lockstep kernel (H100:
 # bench/results/wgmma_h100)
 _WGMMA = [dict(), dict(block_kv=96), dict(warpgroups=3, block_kv=64, stages=2, q_in="smem", stagger=False)]
+_DECODE = [("gqa_async", k) for k in BENCH_KNOBS] + [("gqa_tiles", k) for k in _TILES[:2]]
+_ATTENTION = [("flash_wgmma", k) for k in _WGMMA] + [("flash_mma2", dict(warps=4, rows=32, block_kv=64))]
 _GMMA = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
          dict(block_m=64, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8)]
 
@@ -64,12 +66,12 @@ SWEEPS = {
              ("registers", dict(states_per_thread=1, chunk=32, threads_per_group=64, fast_exp=True))],
     # decode: the six gqa_async sets first (_gqa_async.BENCH_KNOBS), then the two gqa_tiles bests (H100 dec5c: GQA
     # 256 groups, MHA 512); the ops and split_kv entries (0.4-0.97x in families_run1/2) and the other tiles are left out
-    "decode": [("gqa_async", k) for k in BENCH_KNOBS] + [("gqa_tiles", k) for k in _TILES[:2]],
-    "paged_decode": [("gqa_async", k) for k in BENCH_KNOBS] + [("gqa_tiles", k) for k in _TILES[:2]],
+    "decode": _DECODE,
+    "paged_decode": _DECODE,
     # attention: the three flash_wgmma sets (bench/results/wgmma_h100/: 0.65x / 0.75x of cuDNN on an H100), then
     # flash_mma2's best (headline_h100_dec5b: 0.51x); the ops, flash and flash_mma entries (0.09-0.27x) are left out
-    "attention": [("flash_wgmma", k) for k in _WGMMA] + [("flash_mma2", dict(warps=4, rows=32, block_kv=64))],
-    "attention_causal": [("flash_wgmma", k) for k in _WGMMA] + [("flash_mma2", dict(warps=4, rows=32, block_kv=64))],
+    "attention": _ATTENTION,
+    "attention_causal": _ATTENTION,
     # ssd and moe: the bests of headline_h100_dec5b/c first (chunked_kernels 0.357 ms; grouped_mma 128x128)
     "ssd": [("chunked_kernels", dict(chunk=c, warps=w, k_tile=kt)) for c, w, kt in ((64, 8, 8), (64, 8, 16), (64, 4, 16))]
            + [("chunked_mma", dict(chunk=64, warps=8, k_tile=16))],
@@ -177,14 +179,18 @@ def run_family(name: str, gpu: GpuTimer, deadline: float, log, small: bool = Fal
     return summary
 
 
+def _shapes(s: dict) -> list[tuple]:
+    """A family summary's (workload, baseline, best, torch) per timed shape: the main one, then the others."""
+    return [(s["workload"], s["base"], s["best"], s.get("torch"))] + [
+        (o["workload"], o.get("base"), o.get("best"), o.get("torch")) for o in s.get("others", [])]
+
+
 def table(summaries: list[dict], gpu_ok: bool) -> str:
     t = "gpu" if gpu_ok else "wall"
     head = f"{'family':<17} {'workload':<30} {'baseline':<44} {'base ms':>9} {'best ms':>9} {'speedup':>8} {'target':>7} {'torch ms':>9}  best candidate"
     lines = [head, "-" * len(head)]
     for s in summaries:
-        rows = [(s["workload"], s["base"], s["best"], s.get("torch"))] + [
-            (o["workload"], o.get("base"), o.get("best"), o.get("torch")) for o in s.get("others", [])]
-        for wl, b, c, p in rows:
+        for wl, b, c, p in _shapes(s):
             if not b:
                 continue
             bm = b.get(f"{t}_ms") or b["wall_ms"]
@@ -205,9 +211,7 @@ def markdown(summaries: list[dict], info: dict) -> str:
     def ms(m):
         return (m.get(f"{t}_ms") or m.get("wall_ms")) if m else None
     for s in summaries:
-        rows = [(s["workload"], s["base"], s["best"], s.get("torch"))] + [
-            (o["workload"], o.get("base"), o.get("best"), o.get("torch")) for o in s.get("others", [])]
-        for wl, b, c, p in rows:
+        for wl, b, c, p in _shapes(s):
             bm, cm, pm = ms(b), ms(c), (p or {}).get("gpu_ms")
             if bm is None:
                 continue

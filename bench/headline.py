@@ -264,18 +264,19 @@ def main() -> None:
     ap.add_argument("--sweep", metavar="JSON", help="a list of knob dicts that replaces the sweep of every --only entry")
     args = ap.parse_args()
     t0 = time.monotonic()
-    if args.sweep:
-        for k in args.only.split(","):
-            fam, opts, tid, _, x = PLAN[k]
-            PLAN[k] = (fam, opts, tid, json.loads(args.sweep), x)
+    def use_sweep(label: str, sweep: list[dict]) -> None:
+        fam, opts, tid, _, x = PLAN[label]
+        PLAN[label] = (fam, opts, tid, sweep, x)
     if args.moe_reference:
         global FULL_MOE_CHECK
         FULL_MOE_CHECK = True
     if args.second:
         FULL_MOE_CHECK = True
         for k, sw in SWEEP2.items():
-            fam, opts, tid, _, x = PLAN[k]
-            PLAN[k] = (fam, opts, tid, sw, x)
+            use_sweep(k, sw)
+    if args.sweep:   # after --second: a sweep given on the command line wins
+        for k in args.only.split(","):
+            use_sweep(k, json.loads(args.sweep))
     gpu = GpuTimer()
     raw, rows = [], []
 
