@@ -3,6 +3,8 @@
 #   bash bench/device_run15.sh A    # scan check, decode/paged headline sweep, mlx-lm Mamba-1 prefill (~300 s)
 #   bash bench/device_run15.sh B    # bench/families.py, every family in one table (~550 s)
 #   bash bench/device_run15.sh one  # when the lease has time for one call: families.py, then mlx-lm prefill (~580 s)
+#   bash bench/device_run15.sh dec  # decode only: every decode/paged bench set checked on the small workloads over
+#                                   # several calls (bench/decode_check.py), then families.py's decode and paged rows (~200 s)
 # Everything lands in $OUT (the device tool's return folder).
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -24,4 +26,9 @@ one)
   tail -30 "$out/families.log"
   timeout 125 python3 bench/mamba_prefill.py --out "$out/mamba_prefill.json" > "$out/mamba_prefill.log" 2>&1
   tail -5 "$out/mamba_prefill.log" ;;
+dec)
+  timeout 150 python3 bench/decode_check.py > "$out/decode_check.log" 2>&1
+  grep -v '^ ' "$out/decode_check.log" | tail -25
+  timeout 330 python3 bench/families.py --families decode,paged_decode --budget-s 300 --out "$out/families_decode.json" > "$out/families_decode.log" 2>&1
+  tail -30 "$out/families_decode.log" ;;
 esac

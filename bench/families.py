@@ -53,6 +53,9 @@ _ATTENTION = [("flash_wgmma", k) for k in _WGMMA] + [("flash_mma2", dict(warps=4
 _GMMA = [dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8),
          dict(block_m=64, block_n=128, block_k=32, warps_m=2, warps_n=4, group_m=8)]
 
+# how many of the main shape's best candidates each other bench shape re-times (default 3)
+RETIME = {"decode": len(_DECODE), "paged_decode": len(_DECODE)}
+
 SWEEPS = {
     "softmax": [("ops", dict(formulation="max_sub", upcast=True, compile=True))] + _row_sweep(True, True),
     "rmsnorm": [("ops", dict(formulation="mean_square", upcast=True, compile=True))] + _row_sweep(False, False),
@@ -156,8 +159,9 @@ def run_family(name: str, gpu: GpuTimer, deadline: float, log, small: bool = Fal
     summary = {"family": name, "workload": main.name, "bytes_in": nbytes, "baseline": task.baseline_name,
                "base": b, "torch": peer, "best": {k: v for k, v in best.items() if k != "source"} if best else None,
                "best_source": best["source"] if best else None, "others": []}
-    # the other bench shapes: the three best candidates of the main shape, re-checked and timed there
-    top = sorted(results, key=key)[:3]
+    # the other bench shapes: the best candidates of the main shape (decode: all of them: MHA's best is not GQA's),
+    # re-checked and timed there
+    top = sorted(results, key=key)[:RETIME.get(name, 3)]
     for wl in task.bench_workloads[:-1]:
         if not top or time.monotonic() > deadline:
             break
