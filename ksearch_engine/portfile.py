@@ -68,6 +68,7 @@ class PortReport(BaseModel):
     capture: CaptureSummary = CaptureSummary()
     seconds: float = 0.0
     error: str | None = None                    # the file could not be ported at all
+    others: list[str] = []                      # the file's other CUDA kernels, not asked for in this run ("name (line N)")
 
     def counts(self) -> dict[str, int]:
         c = {"kernels": len(self.kernels), "verified": 0, "unverified": 0, "not_ported": 0}
@@ -100,6 +101,9 @@ class PortReport(BaseModel):
         n = max(c["kernels"], 1)
         lines.append(f"  total: {c['kernels']} kernels: {c['verified']} verified ({100 * c['verified'] // n}%), "
                      f"{c['unverified']} ported but unverified, {c['not_ported']} not ported")
+        if self.others:
+            lines.append(f"  not ported in this run: {', '.join(self.others)}; `ksearch port {Path(self.file).name} "
+                         f"--all` ports every kernel of the file, `--kernel NAME` one of them")
         return "\n".join(lines)
 
 
@@ -447,6 +451,7 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
         report.error = f"{p}: nothing to port: no CUDA kernel (__global__ function) found{why}"
         return report
     chosen = [k for k in cuda if kernels is None or k.name in kernels]
+    report.others = [f"{k.name} (line {k.range.start.line + 1})" for k in cuda if k not in chosen]
     missing = [n for n in (kernels or []) if n not in {k.name for k in cuda}]
     if missing:
         report.error = f"{p}: no CUDA kernel named {', '.join(missing)} (found: {', '.join(k.name for k in cuda)})"

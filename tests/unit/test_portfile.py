@@ -83,6 +83,19 @@ def test_each_kernel_has_its_own_module(program):
     assert module_path_for(program, "k", 1).name == "multi_kernel_mlx.py"
 
 
+def test_a_run_for_one_kernel_names_the_files_other_kernels_and_how_to_port_them(tmp_path):
+    """`ksearch port FILE` ports the first kernel: the report must not read as if the file had only that one."""
+    f = tmp_path / "two.cu"
+    f.write_text("__global__ void first(float* a, int n) {\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                 "  if (i < n) a[i] += 1.0f;\n}\n\n__global__ void second(float* a, int n) {\n"
+                 "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) a[i] *= 2.0f;\n}\n")
+    rep = port_file(f, kernels=["first"], write=False)
+    assert [k.kernel for k in rep.kernels] == ["first"]
+    assert rep.others == ["second (line 6)"]
+    assert "not ported in this run: second (line 6); `ksearch port two.cu --all`" in rep.text()
+    assert port_file(f, write=False).others == []
+
+
 def test_a_kernel_file_included_by_a_program_is_captured_through_that_program(tmp_path):
     (tmp_path / "ops_kernel.cuh").write_text(
         "__global__ void twice(const float* a, float* b, int n) {\n"
@@ -107,6 +120,7 @@ def test_cli_port_all_prints_the_coverage_and_writes_one_module_per_port(program
     assert r.returncode == 0, out[-3000:]
     assert "Traceback" not in out
     assert "total: 5 kernels: 4 verified" in out
+    assert "not ported in this run" not in out           # --all: nothing left out
     written = sorted(p.name for p in work.glob("*_mlx.py"))
     assert written == ["multi_kernel_axpy_inplace_mlx.py", "multi_kernel_block_sum_mlx.py",
                        "multi_kernel_histogram64_mlx.py", "multi_kernel_scale_unused_mlx.py"]
