@@ -83,6 +83,8 @@ class PortReport(BaseModel):
         if cap.program:
             lines.append(f"  program: {cap.program} ({cap.status}, {cap.launches} launches recorded, "
                          f"{cap.seconds:.1f} s)" + (f": {cap.error}" if cap.error else ""))
+        elif self.error and not self.kernels:
+            pass   # nothing was ported: no program was looked for
         else:
             lines.append("  program: none (no main() here or including this file): workloads are found by "
                          "running each kernel")
@@ -361,6 +363,36 @@ def _chain_prefix(prog: Path, target: Path, depth: int = 0, seen: tuple = ()) ->
 _INCLUDE_LINE = re.compile(r'^[ \t]*#\s*include\s*"([^"]+)"', re.M)
 
 
+def _included_kernels(p: Path, text: str, include_dirs=()) -> list[tuple[Path, list[str]]]:
+    """The local files `text` (the file `p`) #includes, directly or through local headers, that define CUDA
+    kernels, with their kernels' names, in include order."""
+    from .source import find_kernels
+
+    out: list[tuple[Path, list[str]]] = []
+    seen: set[Path] = {p.resolve()}
+    todo = [(p.parent, text, 0)]
+    while todo:
+        here, t, depth = todo.pop(0)
+        for m in _INCLUDE_LINE.finditer(t):
+            for d in [here, *map(Path, include_dirs)]:
+                f = (d / m.group(1))
+                if f.is_file():
+                    break
+            else:
+                continue
+            f = f.resolve()
+            if f in seen:
+                continue
+            seen.add(f)
+            body = _read(f)
+            names = [k.name for k in find_kernels(body, str(f)).kernels if k.language == "cuda"]
+            if names:
+                out.append((f, names))
+            if depth < 3:
+                todo.append((f.parent, body, depth + 1))
+    return out
+
+
 def unit_chain(unit: Path, target: Path, depth: int = 0, seen: tuple = ()) -> tuple[str, list[Path]] | None:
     """How a source unit of the program reaches `target` through local #includes in other folders (runner.cu
     includes kernels.cuh, which includes kernels/11_x.cuh): the text each file on the way has before the #include
@@ -449,6 +481,12 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     if not cuda:
         why = f" (line {errors[0].line + 1}: {errors[0].message})" if errors else ""
         report.error = f"{p}: nothing to port: no CUDA kernel (__global__ function) found{why}"
+        held = _included_kernels(p, source, include_dirs)
+        if held:   # a program whose kernels live in the files it #includes (main.cu including kernel.cu)
+            files = "; ".join(f"{f.name} ({', '.join(ks)})" for f, ks in held)
+            report.error = (f"{p}: nothing to port in this file: its CUDA kernels are in the files it includes: "
+                            f"{files}. Port those (`ksearch port {held[0][0].name} --all`); this file's main() is "
+                            f"the program that gives them their launches")
         return report
     chosen = [k for k in cuda if kernels is None or k.name in kernels]
     report.others = [f"{k.name} (line {k.range.start.line + 1})" for k in cuda if k not in chosen]

@@ -96,6 +96,18 @@ def test_a_run_for_one_kernel_names_the_files_other_kernels_and_how_to_port_them
     assert port_file(f, write=False).others == []
 
 
+def test_a_program_whose_kernels_are_in_its_included_files_names_those_files(tmp_path):
+    """Rodinia's main.cu #includes its kernel files: porting main.cu says where the kernels are, not only 'none'."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "k.cuh").write_text("__global__ void scale(float* a, int n) { a[0] *= 2.0f; }\n")
+    (tmp_path / "step.cu").write_text('#include "inc/k.cuh"\n__global__ void step(float* a) { a[1] += 1.0f; }\n')
+    (tmp_path / "main.cu").write_text('#include <stdio.h>\n#include "step.cu"\nint main() { return 0; }\n')
+    rep = port_file(tmp_path / "main.cu", write=False)
+    assert not rep.kernels
+    assert "its CUDA kernels are in the files it includes: step.cu (step); k.cuh (scale)" in rep.error
+    assert "program: none" not in rep.text()      # no program was looked for: say nothing about one
+
+
 def test_a_kernel_file_included_by_a_program_is_captured_through_that_program(tmp_path):
     (tmp_path / "ops_kernel.cuh").write_text(
         "__global__ void twice(const float* a, float* b, int n) {\n"
