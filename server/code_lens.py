@@ -2,11 +2,15 @@
 Accept | Reject | Next candidate while a result waits for a decision."""
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from . import documents
+from .index import is_kernel_file
 from .errors import guarded
 from .summary import Best
 
@@ -18,12 +22,37 @@ def _lens(rng: types.Range, title: str, command: str, args: list) -> types.CodeL
     return types.CodeLens(range=rng, command=types.Command(title=title, command=command, arguments=args))
 
 
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#\s*include\s*"([^"]+)"', re.M)
+
+
+def include_lenses(ls: "KsearchServer", path: str, entry) -> list[types.CodeLens]:
+    """A CUDA file with no kernel of its own (Rodinia's main.cu, which #includes its kernel files): a lens on each
+    local #include whose file holds CUDA kernels, naming them, that opens that file (where Port to MLX is)."""
+    if not path.lower().endswith((".cu", ".cuh")) or entry.kernels:
+        return []
+    out: list[types.CodeLens] = []
+    for m in _LOCAL_INCLUDE.finditer(entry.text):
+        target = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
+        if not is_kernel_file(target) or not os.path.isfile(target):
+            continue
+        inc = ls.index.get(target) or ls.index.update_from_disk(target)[0]
+        names = [k.name for k in (inc.kernels if inc else []) if k.is_cuda]
+        if not names:
+            continue
+        line = entry.text.count("\n", 0, m.start())
+        at = types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=0))
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        out.append(_lens(at, f"{os.path.basename(target)}: {len(names)} CUDA kernel{'s' if len(names) > 1 else ''} "
+                             f"({shown}) · open to port", "ksearch.openFile", [ls.uri_of(Path(target))]))
+    return out
+
+
 def lenses_for(ls: "KsearchServer", uri: str) -> list[types.CodeLens]:
     path = ls.path_of(uri)
     entry = ls.index.get(path)
     if entry is None:
         return []
-    out: list[types.CodeLens] = []
+    out: list[types.CodeLens] = include_lenses(ls, path, entry)
     broken = documents.parse_errors(entry)
     for k in entry.kernels:
         rng = types.Range(start=k.name_range.start, end=k.name_range.start)

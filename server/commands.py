@@ -185,6 +185,26 @@ def register(ls: "KsearchServer") -> None:
         ls.tell(message, types.MessageType.Warning if broken else types.MessageType.Info)
         return {"parses": not broken, "message": message}
 
+    @ls.command("ksearch.openFile")
+    @guarded(ls, "Open file")
+    async def open_file(*args):
+        """The lens on an #include whose file holds kernels: open that file in the editor (window/showDocument),
+        or say where it is for a client that cannot be asked to."""
+        uri = _args(args, 1, "ksearch.openFile [uri]")[0]
+        path = Path(ls.path_of(uri))
+        if not path.is_file():
+            raise UserError(f"{path} is not there any more")
+        shown = False
+        if ls.client_supports("window.show_document.support"):
+            try:
+                r = await ls.window_show_document_async(types.ShowDocumentParams(uri=uri, take_focus=True))
+                shown = bool(getattr(r, "success", False))
+            except Exception:  # noqa: BLE001 - said below instead
+                shown = False
+        if not shown:
+            ls.tell(f"the kernels are in {path}: open it to port them")
+        return {"uri": uri, "shown": shown}
+
     @ls.command("ksearch.showRun")
     @guarded(ls, "Show run")
     def show_run(*args):

@@ -121,3 +121,24 @@ async def test_a_file_that_does_not_parse_is_refused(tmp_path: Path):
         assert "Port to MLX" in await lens_titles(ed, uri)
     finally:
         await stop_editor(ed)
+
+
+async def test_a_program_that_includes_its_kernel_files_points_to_them(tmp_path: Path):
+    """Rodinia's main.cu has no kernel of its own and #includes the files that do: each such #include gets a lens
+    naming the kernels there, which opens that file; an #include without kernels gets none."""
+    root = tmp_path / "ws"
+    (root / "kernels").mkdir(parents=True)
+    (root / "kernels" / "step.cu").write_text(TWO_KERNELS)
+    (root / "util.h").write_text("#define N 64\n")
+    main = root / "main.cu"
+    main.write_text('#include <stdio.h>\n#include "util.h"\n#include "kernels/step.cu"\nint main() { return 0; }\n')
+    ed = await start_editor(root, "neovim")
+    try:
+        uri = ed.open(main)
+        by_line = await lenses_by_line(ed, uri)
+        assert by_line == {2: ["step.cu: 2 CUDA kernels (scale, offset) · open to port"]}, by_line
+        lenses = await ed.client.text_document_code_lens_async(types.CodeLensParams(text_document=doc(uri)))
+        opened = await execute(ed, lenses[0].command)
+        assert Path(opened["uri"].replace("file://", "")) == root / "kernels" / "step.cu"
+    finally:
+        await stop_editor(ed)
