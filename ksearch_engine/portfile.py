@@ -360,7 +360,7 @@ def _chain_prefix(prog: Path, target: Path, depth: int = 0, seen: tuple = ()) ->
     return None
 
 
-_INCLUDE_LINE = re.compile(r'^[ \t]*#\s*include\s*"([^"]+)"', re.M)
+LOCAL_INCLUDE = re.compile(r'^[ \t]*#\s*include\s*"([^"]+)"', re.M)
 
 
 def _included_kernels(p: Path, text: str, include_dirs=()) -> list[tuple[Path, list[str]]]:
@@ -373,7 +373,7 @@ def _included_kernels(p: Path, text: str, include_dirs=()) -> list[tuple[Path, l
     todo = [(p.parent, text, 0)]
     while todo:
         here, t, depth = todo.pop(0)
-        for m in _INCLUDE_LINE.finditer(t):
+        for m in LOCAL_INCLUDE.finditer(t):
             for d in [here, *map(Path, include_dirs)]:
                 f = (d / m.group(1))
                 if f.is_file():
@@ -401,7 +401,7 @@ def unit_chain(unit: Path, target: Path, depth: int = 0, seen: tuple = ()) -> tu
     if depth > 4 or unit in seen:
         return None
     text = _read(unit)
-    for m in _INCLUDE_LINE.finditer(text):
+    for m in LOCAL_INCLUDE.finditer(text):
         inc = (unit.parent / m.group(1))
         try:
             inc = inc.resolve()

@@ -3,11 +3,12 @@ Accept | Reject | Next candidate while a result waits for a decision."""
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
+
+from ksearch_engine.portfile import LOCAL_INCLUDE
 
 from . import documents
 from .index import is_kernel_file
@@ -22,16 +23,13 @@ def _lens(rng: types.Range, title: str, command: str, args: list) -> types.CodeL
     return types.CodeLens(range=rng, command=types.Command(title=title, command=command, arguments=args))
 
 
-_LOCAL_INCLUDE = re.compile(r'^[ \t]*#\s*include\s*"([^"]+)"', re.M)
-
-
 def include_lenses(ls: "KsearchServer", path: str, entry) -> list[types.CodeLens]:
     """A CUDA file with no kernel of its own (Rodinia's main.cu, which #includes its kernel files): a lens on each
     local #include whose file holds CUDA kernels, naming them, that opens that file (where Port to MLX is)."""
     if not path.lower().endswith((".cu", ".cuh")) or entry.kernels:
         return []
     out: list[types.CodeLens] = []
-    for m in _LOCAL_INCLUDE.finditer(entry.text):
+    for m in LOCAL_INCLUDE.finditer(entry.text):
         target = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
         if not is_kernel_file(target) or not os.path.isfile(target):
             continue
