@@ -23,21 +23,27 @@ def _lens(rng: types.Range, title: str, command: str, args: list) -> types.CodeL
     return types.CodeLens(range=rng, command=types.Command(title=title, command=command, arguments=args))
 
 
-def include_lenses(ls: "KsearchServer", path: str, entry) -> list[types.CodeLens]:
-    """A CUDA file with no kernel of its own (Rodinia's main.cu, which #includes its kernel files): a lens on each
-    local #include whose file holds CUDA kernels, naming them, that opens that file (where Port to MLX is)."""
-    if not path.lower().endswith((".cu", ".cuh")) or entry.kernels:
+def included_kernel_files(ls: "KsearchServer", path: str, entry) -> list[tuple[int, str, list[str]]]:
+    """A CUDA file with no kernel of its own (Rodinia's main.cu #includes its kernel files): (line, file, its CUDA
+    kernels) for each local #include whose file holds kernels."""
+    if not path.lower().endswith((".cu", ".cuh")) or entry is None or entry.kernels:
         return []
-    out: list[types.CodeLens] = []
+    out = []
     for m in LOCAL_INCLUDE.finditer(entry.text):
         target = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
         if not is_kernel_file(target) or not os.path.isfile(target):
             continue
         inc = ls.index.get(target) or ls.index.update_from_disk(target)[0]
         names = [k.name for k in (inc.kernels if inc else []) if k.is_cuda]
-        if not names:
-            continue
-        line = entry.text.count("\n", 0, m.start())
+        if names:
+            out.append((entry.text.count("\n", 0, m.start()), target, names))
+    return out
+
+
+def include_lenses(ls: "KsearchServer", path: str, entry) -> list[types.CodeLens]:
+    """A lens on each such #include, naming the kernels there, that opens that file (where Port to MLX is)."""
+    out: list[types.CodeLens] = []
+    for line, target, names in included_kernel_files(ls, path, entry):
         at = types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=0))
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         out.append(_lens(at, f"{os.path.basename(target)}: {len(names)} CUDA kernel{'s' if len(names) > 1 else ''} "

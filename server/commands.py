@@ -16,7 +16,7 @@ from lsprotocol import types
 
 from ksearch_engine.store import source_hash
 
-from . import documents
+from . import code_lens, documents
 from .errors import UserError, guarded
 from .tasks import benchmark_task_text, task_file_path
 
@@ -134,6 +134,11 @@ def register(ls: "KsearchServer") -> None:
                             f"does: fix the file, save it, and run it again.")
         kernels = [k.name for k in (entry.kernels if entry else []) if k.is_cuda]
         if not kernels:
+            held = code_lens.included_kernel_files(ls, path, entry)
+            if held:
+                raise UserError(f"{Path(path).name} has no CUDA kernel of its own; its kernels are in the files it "
+                                f"includes: " + "; ".join(f"{Path(t).name} ({', '.join(n)})" for _, t, n in held)
+                                + ". Open one (the lens above its #include) and run Port all kernels in file there.")
             raise UserError(f"{Path(path).name}: no CUDA kernel to port")
         jobs, skipped = [], []
         for name in kernels:

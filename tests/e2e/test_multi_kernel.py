@@ -140,5 +140,10 @@ async def test_a_program_that_includes_its_kernel_files_points_to_them(tmp_path:
         lenses = await ed.client.text_document_code_lens_async(types.CodeLensParams(text_document=doc(uri)))
         opened = await execute(ed, lenses[0].command)
         assert Path(opened["uri"].replace("file://", "")) == root / "kernels" / "step.cu"
+        # Port all kernels in file on main.cu says where the kernels are instead of only "none"
+        await execute(ed, types.Command(title="Port all", command="ksearch.portAll", arguments=[uri]))
+        said = await ed.wait_for(lambda: [m for m in ed.client.messages if "main.cu has no CUDA kernel" in m.message],
+                                 what="the message naming the included kernel files")
+        assert "its kernels are in the files it includes: step.cu (scale, offset)" in said[0].message
     finally:
         await stop_editor(ed)
