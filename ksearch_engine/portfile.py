@@ -363,16 +363,25 @@ def _chain_prefix(prog: Path, target: Path, depth: int = 0, seen: tuple = ()) ->
 LOCAL_INCLUDE = re.compile(r'^[ \t]*#\s*include\s*"([^"]+)"', re.M)
 
 
-def _included_kernels(p: Path, text: str, include_dirs=()) -> list[tuple[Path, list[str]]]:
-    """The local files `text` (the file `p`) #includes, directly or through local headers, that define CUDA
-    kernels, with their kernels' names, in include order."""
+def _cuda_kernels_on_disk(f: Path) -> tuple[str, list[str]]:
     from .source import find_kernels
 
-    out: list[tuple[Path, list[str]]] = []
-    seen: set[Path] = {p.resolve()}
-    todo = [(p.parent, text, 0)]
+    body = _read(f)
+    return body, [k.name for k in find_kernels(body, str(f)).kernels if k.language == "cuda"]
+
+
+def included_kernels(p: Path, text: str, include_dirs=(), through: int = 3,
+                     kernels_of: Callable[[Path], tuple[str, list[str]]] = _cuda_kernels_on_disk
+                     ) -> list[tuple[int, Path, list[str]]]:
+    """The local files `text` (the file `p`) #includes, directly or through up to `through` levels of local
+    headers, that define CUDA kernels: (the 0-based line of the #include in `text` that leads there, the file, its
+    kernels' names), in include order. `kernels_of(file)` gives a file's text and CUDA kernels (the editor passes
+    its index's)."""
+    out: list[tuple[int, Path, list[str]]] = []
+    seen: set[Path] = {Path(os.path.normpath(p.absolute()))}
+    todo: list[tuple[Path, str, int, int | None]] = [(p.parent, text, 0, None)]
     while todo:
-        here, t, depth = todo.pop(0)
+        here, t, depth, top = todo.pop(0)
         for m in LOCAL_INCLUDE.finditer(t):
             for d in [here, *map(Path, include_dirs)]:
                 f = (d / m.group(1))
@@ -380,16 +389,16 @@ def _included_kernels(p: Path, text: str, include_dirs=()) -> list[tuple[Path, l
                     break
             else:
                 continue
-            f = f.resolve()
+            f = Path(os.path.normpath(f.absolute()))
             if f in seen:
                 continue
             seen.add(f)
-            body = _read(f)
-            names = [k.name for k in find_kernels(body, str(f)).kernels if k.language == "cuda"]
+            line = t.count("\n", 0, m.start()) if top is None else top
+            body, names = kernels_of(f)
             if names:
-                out.append((f, names))
-            if depth < 3:
-                todo.append((f.parent, body, depth + 1))
+                out.append((line, f, names))
+            if depth < through:
+                todo.append((f.parent, body, depth + 1, line))
     return out
 
 
@@ -481,11 +490,11 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
     if not cuda:
         why = f" (line {errors[0].line + 1}: {errors[0].message})" if errors else ""
         report.error = f"{p}: nothing to port: no CUDA kernel (__global__ function) found{why}"
-        held = _included_kernels(p, source, include_dirs)
+        held = included_kernels(p, source, include_dirs)
         if held:   # a program whose kernels live in the files it #includes (main.cu including kernel.cu)
-            files = "; ".join(f"{f.name} ({', '.join(ks)})" for f, ks in held)
+            files = "; ".join(f"{f.name} ({', '.join(ks)})" for _, f, ks in held)
             report.error = (f"{p}: nothing to port in this file: its CUDA kernels are in the files it includes: "
-                            f"{files}. Port those (`ksearch port {held[0][0].name} --all`); this file's main() is "
+                            f"{files}. Port those (`ksearch port {held[0][1].name} --all`); this file's main() is "
                             f"the program that gives them their launches")
         return report
     chosen = [k for k in cuda if kernels is None or k.name in kernels]

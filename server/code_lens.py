@@ -2,13 +2,12 @@
 Accept | Reject | Next candidate while a result waits for a decision."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from ksearch_engine.portfile import LOCAL_INCLUDE
+from ksearch_engine.portfile import included_kernels
 
 from . import documents
 from .index import is_kernel_file
@@ -23,21 +22,16 @@ def _lens(rng: types.Range, title: str, command: str, args: list) -> types.CodeL
     return types.CodeLens(range=rng, command=types.Command(title=title, command=command, arguments=args))
 
 
-def included_kernel_files(ls: "KsearchServer", path: str, entry) -> list[tuple[int, str, list[str]]]:
-    """A CUDA file with no kernel of its own (Rodinia's main.cu #includes its kernel files): (line, file, its CUDA
-    kernels) for each local #include whose file holds kernels."""
+def included_kernel_files(ls: "KsearchServer", path: str, entry) -> list[tuple[int, Path, list[str]]]:
+    """A CUDA file with no kernel of its own (Rodinia's main.cu #includes its kernel files): portfile's
+    included_kernels over the index's kernel files (parsed once per change, not on every lens request)."""
     if not path.lower().endswith((".cu", ".cuh")) or entry is None or entry.kernels:
         return []
-    out = []
-    for m in LOCAL_INCLUDE.finditer(entry.text):
-        target = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
-        if not is_kernel_file(target) or not os.path.isfile(target):
-            continue
-        inc = ls.index.get(target) or ls.index.update_from_disk(target)[0]
-        names = [k.name for k in (inc.kernels if inc else []) if k.is_cuda]
-        if names:
-            out.append((entry.text.count("\n", 0, m.start()), target, names))
-    return out
+
+    def kernels_of(f: Path) -> tuple[str, list[str]]:
+        inc = (ls.index.get(str(f)) or ls.index.update_from_disk(str(f))[0]) if is_kernel_file(f) else None
+        return (inc.text, [k.name for k in inc.kernels if k.is_cuda]) if inc else ("", [])
+    return included_kernels(Path(path), entry.text, through=0, kernels_of=kernels_of)   # its own #includes
 
 
 def include_lenses(ls: "KsearchServer", path: str, entry) -> list[types.CodeLens]:
@@ -46,8 +40,8 @@ def include_lenses(ls: "KsearchServer", path: str, entry) -> list[types.CodeLens
     for line, target, names in included_kernel_files(ls, path, entry):
         at = types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=0))
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        out.append(_lens(at, f"{os.path.basename(target)}: {len(names)} CUDA kernel{'s' if len(names) > 1 else ''} "
-                             f"({shown}) · open to port", "ksearch.openFile", [ls.uri_of(Path(target))]))
+        out.append(_lens(at, f"{target.name}: {len(names)} CUDA kernel{'s' if len(names) > 1 else ''} "
+                             f"({shown}) · open to port", "ksearch.openFile", [ls.uri_of(target)]))
     return out
 
 
