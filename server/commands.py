@@ -199,13 +199,7 @@ def register(ls: "KsearchServer") -> None:
         path = Path(ls.path_of(uri))
         if not path.is_file():
             raise UserError(f"{path} is not there any more")
-        shown = False
-        if ls.client_supports("window.show_document.support"):
-            try:
-                r = await ls.window_show_document_async(types.ShowDocumentParams(uri=uri, take_focus=True))
-                shown = bool(getattr(r, "success", False))
-            except Exception:  # noqa: BLE001 - said below instead
-                shown = False
+        shown = await ls.show_document(uri)
         if not shown:
             ls.tell(f"the kernels are in {path}: open it to port them")
         return {"uri": uri, "shown": shown}

@@ -245,12 +245,6 @@ async def show_diff_document(ls: "KsearchServer", run_id: str, cand_id: str) -> 
     out.write_text(f"# {payload['title']}\n# Accept / Reject: the code lenses above {run.kernel}\n" + text)
     out.chmod(0o444)
     uri = ls.uri_of(out)
-    shown = False
-    if ls.client_supports("window.show_document.support"):
-        try:
-            r = await ls.window_show_document_async(types.ShowDocumentParams(uri=uri, take_focus=True))
-            shown = bool(getattr(r, "success", False))
-        except Exception:  # noqa: BLE001 - the diff is still answered
-            shown = False
+    shown = await ls.show_document(uri)   # the diff is answered either way
     return {"runId": run.id, "candidateId": cand.id, "title": payload["title"], "diff": text, "uri": uri,
             "shown": shown}

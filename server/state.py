@@ -187,6 +187,16 @@ class KsearchServer(LanguageServer):
         except Exception:  # noqa: BLE001 - before initialize
             return False
 
+    async def show_document(self, uri: str) -> bool:
+        """Open `uri` in the editor (window/showDocument) where the client can be asked to; whether it was."""
+        if not self.client_supports("window.show_document.support"):
+            return False
+        try:
+            r = await self.window_show_document_async(types.ShowDocumentParams(uri=uri, take_focus=True))
+            return bool(getattr(r, "success", False))
+        except Exception:  # noqa: BLE001 - the caller says where the document is instead
+            return False
+
     # -- messages ------------------------------------------------------------------------------------
     def tell(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
         self.window_show_message(types.ShowMessageParams(type=kind, message=f"ksearch: {message}"))
