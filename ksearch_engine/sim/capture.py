@@ -897,7 +897,9 @@ def _with_documented_argv(cap: Capture, path: Path, wd: Path, exe: Path, prog: P
             if all(a != t[0] for t in tries):
                 tries.append((a, r))
     tries = tries[:3]
-    for m in capture_argv.made_up_runs(texts or {}, cap.stdout_tail or ""):
+    scratch = wd.resolve() / "argv-files"
+    scratch.mkdir(exist_ok=True)
+    for m in capture_argv.made_up_runs(texts or {}, cap.stdout_tail or "", scratch):
         if all(m.argv != t[0] for t in tries):
             tries.append((m.argv, m))
     last: tuple[Capture, DocumentedRun | capture_argv.MadeUpRun] | None = None
@@ -1198,6 +1200,11 @@ def _missing_input(cap: Capture) -> str | None:
     where = f"{last.file}:{last.line}: " if last.file and last.line else f"{Path(cap.file).name}: "
     what = _opened(last) + (last.message.split(" for reading", 1)[1].split(":")[0] if "looked for" in last.message else "")
     run = " ".join(cap.argv)
+    m = re.match(r".*/argv-files/argv(\d+)$", _opened(last))
+    if m:   # a file-name argument the capture gave a new path (capture_argv.py): the program reads it
+        return (f"{where}the program stopped before its first kernel launch: it reads argument {m.group(1)} as an "
+                f"input file — pass a command line naming your own input (--arg ...); ksearch never makes up input "
+                f"data")
     return (f"{where}the program stopped before its first kernel launch: it could not open the input file {what}"
             f"{f' (run as: {Path(cap.file).stem} {run})' if run else ''} — put the file there (relative paths are "
             f"from {Path(cap.file).parent}), or pass a command line naming your own input (--arg ...); "

@@ -11,8 +11,11 @@ reads what the program itself says it takes:
 * its usage message: `-s matrix_size`, `-x <dimX>` pairs whose placeholder is no file name, where the message
   names no positional argument.
 
-Only sizes are made up, never input data: a slot the program uses as a string (a file name) stops the
-synthesis. The capture says so in a note naming the values, so the user can pass their own.
+Only sizes are made up, never input data. A slot the program takes as a file name (`fopen(argv[k], ...)`,
+`strcpy(name, argv[k])`, `std::string s = argv[k]`) gets a path in the capture's scratch folder that does not exist:
+a program that writes its result there, or reads the file only when a size says so (`if n > 0, points are
+generated`), runs; one that reads it stops as without arguments. Any other use of a slot stops the synthesis. The
+capture says so in a note naming the values, so the user can pass their own.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ _REAL_CONVERT = re.compile(r"\b(?:atof|strtod|strtof|strtold|stof|stod)\s*\(\s*"
 _SCANF = re.compile(r'\bsscanf\s*\(\s*' + _SLOT + r'\s*,\s*"\s*%\s*(?:\d*)(h{0,2}|l{0,2}|z|j)([diuxfeg])')
 _LITERAL = re.compile(r'\bstrn?cmp\s*\(\s*' + _SLOT + r'\s*,\s*"([^"\\]{1,24})"')
 _ANY = re.compile(r"\b" + _SLOT)
+_PATH_USE = re.compile(r"\b(?:(?:strn?cpy|strn?cat)\s*\(\s*[\w.\->\[\]]+\s*,\s*|fopen\s*\(\s*|open\s*\(\s*|"
+                       r"[io]?fstream\s+\w+\s*\(\s*|std::string\s+\w+\s*(?:=|\(|\{)\s*|"
+                       r"(?:const\s+)?char\s*\*\s*(?:const\s+)?\w+\s*=\s*)" + _SLOT + r"\s*[,;)}]")
 _READS_NUMBER = re.compile(r"\b(?:ato[ifl]l?|strto\w+|sto[ifdlu]l?|sscanf)\s*\(\s*(?:argv|optarg)\b")
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _FILE_WORD = re.compile(r"(?i)file|path|dir|name|input|output|image|img|data|\.(?:txt|dat|bin|pgm|ppm|bmp|csv)\b")
@@ -51,8 +57,8 @@ def _code(texts: dict[Path, str]) -> str:
 
 
 def slots_from_code(texts: dict[Path, str]) -> dict[int, str] | None:
-    """{k: "int" | "real" | "=literal"} for argv[1..m] as the program reads them, or None where a slot is used
-    otherwise (a file name, a string) or a slot between is never read."""
+    """{k: "int" | "real" | "path" | "=literal"} for argv[1..m] as the program reads them, or None where a slot is
+    used otherwise (a string it compares or prints) or a slot between is never read."""
     code = _code(texts)
     used = {int(m.group(1)) for m in _ANY.finditer(code)} - {0}
     if not used or max(used) > MAX_SLOTS:
@@ -66,11 +72,13 @@ def slots_from_code(texts: dict[Path, str]) -> dict[int, str] | None:
         kinds.setdefault(int(m.group(1)), "real")
     for m in _SCANF.finditer(code):
         kinds.setdefault(int(m.group(1)), "real" if m.group(3) in "feg" else "int")
+    for m in _PATH_USE.finditer(code):
+        kinds.setdefault(int(m.group(1)), "path")
     top = max(used)
     if any(k not in kinds for k in range(1, top + 1)):
         return None
-    if all(v.startswith("=") for v in kinds.values()):
-        return None   # flags only: nothing to size
+    if all(v.startswith("=") or v == "path" for v in kinds.values()):
+        return None   # flags and names only: nothing to size
     return {k: kinds[k] for k in range(1, top + 1)}
 
 
@@ -114,19 +122,22 @@ def options_from_usage(output: str) -> list[tuple[str, str]]:
     return []
 
 
-def made_up_runs(texts: dict[Path, str], output: str) -> list[MadeUpRun]:
+def made_up_runs(texts: dict[Path, str], output: str, scratch: Path) -> list[MadeUpRun]:
     """The command lines to try, first the one read from the code, then one from the usage message; each at
-    SIZE_VALUE and then SMALLER_VALUE."""
+    SIZE_VALUE and then SMALLER_VALUE. A file-name slot gets a path under scratch that does not exist."""
     runs: list[MadeUpRun] = []
     slots = slots_from_code(texts)
     pairs = options_from_usage(output) if slots is None else []
     numeric = bool(_READS_NUMBER.search(_code(texts)))
     for size in (SIZE_VALUE, SMALLER_VALUE):
         if slots:
-            argv = [v[1:] if v.startswith("=") else (str(size) if v == "int" else FLOAT_VALUE)
-                    for _, v in sorted(slots.items())]
-            runs.append(MadeUpRun(argv, "the arguments its code converts to numbers",
-                                  [a for a, (_, v) in zip(argv, sorted(slots.items())) if not v.startswith("=")]))
+            argv = [v[1:] if v.startswith("=") else str(scratch / f"argv{k}") if v == "path" else
+                    (str(size) if v == "int" else FLOAT_VALUE) for k, v in sorted(slots.items())]
+            paths = [str(k) for k, v in sorted(slots.items()) if v == "path"]
+            runs.append(MadeUpRun(argv, "the arguments its code converts to numbers" + (
+                f" (argument{'s' if len(paths) > 1 else ''} {', '.join(paths)}, a file name, given a new path in the "
+                "capture's scratch folder: no input data is made up)" if paths else ""),
+                                  [a for a, (_, v) in zip(argv, sorted(slots.items())) if v in ("int", "real")]))
         elif pairs and numeric:
             argv = [x for opt, _ in pairs for x in (opt, str(size))]
             runs.append(MadeUpRun(argv, "the options its usage message names (" +

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,6 +143,63 @@ def test_a_size_option_named_by_the_usage_message_is_given_a_small_value(tmp_pat
     assert [a.value for a in ln.args if a.kind == "scalar"] == [32]
     (note,) = [n for n in cap.notes if n.kind == "argv"]
     assert "-s matrix_size" in note.message
+
+
+NAMED = """
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+__global__ void square(float* o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) o[i] = (float)i * i;
+}
+int main(int argc, char** argv) {
+  if (argc < 4) { fprintf(stderr, "usage: %s n infile outfile (infile read only if n <= 0)\\n", argv[0]); return 1; }
+  int n = atoi(argv[1]);
+  char in[256], out[256];
+  strcpy(in, argv[2]);
+  strcpy(out, argv[3]);
+  if (n <= 0) { FILE* f = fopen(in, "r"); if (!f || fscanf(f, "%d", &n) != 1) return 2; }
+  float* d;
+  cudaMalloc(&d, n * sizeof(float));
+  square<<<(n + 31) / 32, 32>>>(d, n);
+  float h[64];
+  cudaMemcpy(h, d, sizeof(float) * (n < 64 ? n : 64), cudaMemcpyDeviceToHost);
+  FILE* g = fopen(out, "w");
+  if (!g) { fprintf(stderr, "cannot write %s\\n", out); return 3; }
+  fprintf(g, "%f\\n", h[n - 1]);
+  fclose(g);
+  return 0;
+}
+"""
+
+
+def test_file_name_arguments_get_new_paths_in_the_scratch_folder_and_sizes_their_small_values(tmp_path):
+    src = write(tmp_path, "named.cu", NAMED)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    n, infile, outfile = cap.argv
+    assert n == "32"
+    scratch = Path(cap.dir) / "argv-files"
+    assert Path(infile).parent == scratch and Path(outfile).parent == scratch
+    assert not Path(infile).exists()             # no input data is made up
+    assert Path(outfile).read_text().strip() == f"{31.0 * 31:.6f}"   # the program wrote its result there
+    assert sorted(p.name for p in tmp_path.iterdir()) == before   # nothing written beside the user's file
+    (ln,) = cap.launches
+    assert [a.value for a in ln.args if a.kind == "scalar"] == [32]
+    (note,) = [x for x in cap.notes if x.kind == "argv"]
+    assert "arguments 2, 3, a file name" in note.message and "no input data is made up" in note.message
+
+
+def test_a_program_that_reads_its_file_name_argument_still_stops_for_want_of_input(tmp_path):
+    # the same program where the size says to read the input: the made-up path does not exist, so it stops
+    src = write(tmp_path, "reads.cu", NAMED.replace("if (n <= 0)", "if (n > 0)"))
+    cap = capture_program(src, timeout_s=30)
+    assert not cap.launches
+    assert cap.status != "ok"
+    assert "it reads argument 2 as an input file" in cap.error and "--arg" in cap.error
+    assert "put the file there" not in cap.error   # the path is ksearch's, not one the user could fill
 
 
 READS = """
