@@ -47,8 +47,8 @@ def _pointee(ptype: str) -> str | None:
 
 
 def _is_global_symbol(source: str, name: str) -> bool:
-    """Whether `name` is a __constant__ or __device__ variable of the file."""
-    pat = rf"__(?:constant|device)__\s[^;(){{}}]*?\b{re.escape(name)}\s*(?:\[|;|=|,)"   # `float a, b;`
+    """Whether `name` is a __constant__, __device__ or __managed__ variable of the file."""
+    pat = rf"__(?:constant|device|managed)__\s[^;(){{}}]*?\b{re.escape(name)}\s*(?:\[|;|=|,)"   # `float a, b;`
     return re.search(pat, source) is not None
 
 

@@ -788,10 +788,13 @@ inline std::string launch_json(long long index, const Site& s, const Cfg& c, std
 // called after each launch's grid has run (ksim_tex.h: the surfaces the launch wrote), with the launch's index
 inline void (*&launch_end_hook())(long long) { static void (*h)(long long) = nullptr; return h; }
 
+// set while a launch's grid runs: one flag for every kernel (a function-local static in run_launch would be one per
+// instantiation, and a launch inside a kernel is another instantiation)
+inline thread_local bool this_thread_in_kernel = false;
+
 template <class Tup, class Invoke>
 inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   State& S = st();
-  static thread_local bool this_thread_in_kernel = false;
   if (this_thread_in_kernel)
     gpu_only((std::string("dynamic parallelism (a launch of ") + s.kernel + " inside a kernel)").c_str(), s.file, s.line);
   static std::mutex one_launch_at_a_time;  // host threads launching at once: launches run one after another
@@ -1266,8 +1269,14 @@ inline cudaError_t cudaFree(int) { return cudaSuccess; }  // cudaFree(0): initia
 inline cudaError_t cudaDeviceSetCacheConfig(cudaFuncCache) { return cudaSuccess; }
 inline cudaError_t cudaDeviceGetCacheConfig(cudaFuncCache* c) { *c = cudaFuncCachePreferNone; return cudaSuccess; }
 inline cudaError_t cudaDeviceSetSharedMemConfig(cudaSharedMemConfig) { return cudaSuccess; }
+inline cudaError_t cudaDeviceGetSharedMemConfig(cudaSharedMemConfig* c) { *c = cudaSharedMemBankSizeFourByte; return cudaSuccess; }
+// the pre-CUDA 4 spellings of the device-wide settings, still declared by CUDA 12
+inline cudaError_t cudaThreadSetCacheConfig(cudaFuncCache) { return cudaSuccess; }
+inline cudaError_t cudaThreadGetCacheConfig(cudaFuncCache* c) { *c = cudaFuncCachePreferNone; return cudaSuccess; }
 inline cudaError_t cudaDeviceSetLimit(cudaLimit, size_t) { return cudaSuccess; }
 inline cudaError_t cudaDeviceGetLimit(size_t* v, cudaLimit l) { *v = l == cudaLimitStackSize ? 1024 : 8 << 20; return cudaSuccess; }
+inline cudaError_t cudaThreadSetLimit(cudaLimit l, size_t v) { return cudaDeviceSetLimit(l, v); }
+inline cudaError_t cudaThreadGetLimit(size_t* v, cudaLimit l) { return cudaDeviceGetLimit(v, l); }
 inline cudaError_t cudaDriverGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = CUDART_VERSION; return cudaSuccess; }
 inline cudaError_t cudaDeviceCanAccessPeer(int* can, int, int) { *can = 0; return cudaSuccess; }

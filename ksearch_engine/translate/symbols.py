@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_DECL = re.compile(r"^[ \t]*(?:static[ \t]+)?(?:extern[ \t]+)?(?:static[ \t]+)?(?P<space>__constant__|__device__)[ \t]+"
+_DECL = re.compile(r"^[ \t]*(?:static[ \t]+)?(?:extern[ \t]+)?(?:static[ \t]+)?(?P<space>__constant__|__device__|__managed__)[ \t]+"
                    r"(?P<rest>[^;{}()]*?);", re.M)
 
 

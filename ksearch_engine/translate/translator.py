@@ -30,6 +30,10 @@ from .rewrite import Issue
 from .rewrite import RewriteContext, Rewriter
 from .rules import RuleTable, load_rules
 
+# said of a construct the CUDA-backend port cannot run either (device-side launches, grid-wide barriers)
+_NOR_CUDA = (" (the CUDA-backend port cannot do it either: MLX launches kernels without cooperative launch or "
+             "relocatable device code)")
+
 APPLE_THREADGROUP_BYTES = 32768
 
 
@@ -400,8 +404,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     cuda_header = "\n\n".join(cuda_header_parts) + "\n"
     for i in issues:   # these break the CUDA-backend port too
         if i.construct.endswith("<<<...>>>") or i.construct in ("grid.sync()", "this_grid()"):
-            i.message += " (the CUDA-backend port cannot do it either: MLX launches kernels without " \
-                         "cooperative launch or relocatable device code)"
+            i.message += _NOR_CUDA
     # -- the launch() path: CUDA's parameter order, pointers cast from flat inputs, in-out buffers --------
     from . import launch as lp
     from . import symbols as sy
@@ -460,7 +463,7 @@ def translate_kernel(parse_result: ParseResult, kernel_name: str, source_path: s
     launch_keys = {(i.construct, i.line, i.message) for i in launch_issues}
     for i in issues:
         if i.severity == "error" and i.scope == "kernel" and any(i is r for r in rw_issues) \
-                and (i.construct, i.line, i.message) not in launch_keys:
+                and (i.construct, i.line, i.message.removesuffix(_NOR_CUDA)) not in launch_keys:
             i.scope = "inputs"
     uses_atomics = any("ks_atomic_" in x for x in [launch_metal_body] + lheader_parts)
     support = metal_support("\n".join(lheader_parts) + launch_metal_body)

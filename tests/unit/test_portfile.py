@@ -597,3 +597,54 @@ def test_pointer_fields_a_kernel_follows_become_buffers_of_their_own(tmp_path):
     bad = check_captured(wrong, _STRUCT_POINTERS, find_kernels(_STRUCT_POINTERS, str(path)).kernel("axpy"), path,
                          cap, cap.launches_of("axpy"))
     assert not bad.passed and "p_y" in (bad.reason or ""), bad.reason
+
+
+def test_active_masks_managed_globals_and_old_runtime_queries_capture_and_port(tmp_path):
+    # __activemask() feeding a ballot in a partial warp (24 threads: the mask is not all ones), a __managed__
+    # variable the host sets and the kernel reads and writes, and the pre-CUDA 4 / deprecated device queries the
+    # program calls before launching: the program runs on the capture's runtime and both ports verify on its launch
+    (tmp_path / "votes.cu").write_text(
+        "#include <cstdio>\n"
+        "__managed__ int offset;\n"
+        "__global__ void vote(const int* in, unsigned* out) {\n"
+        "  unsigned active = __activemask();\n"
+        "  unsigned odd = __ballot_sync(active, in[blockIdx.x * 24 + threadIdx.x] & 1);\n"
+        "  if (threadIdx.x == 0) { out[2 * blockIdx.x] = odd + offset; out[2 * blockIdx.x + 1] = active; }\n"
+        "}\n"
+        "__global__ void bump(int by) { offset += by; }\n"
+        "int main() {\n"
+        "  cudaSharedMemConfig cfg; cudaDeviceGetSharedMemConfig(&cfg);\n"
+        "  cudaFuncCache cc; cudaThreadGetCacheConfig(&cc); size_t lim; cudaThreadGetLimit(&lim, cudaLimitStackSize);\n"
+        "  int h[3 * 24]; for (int i = 0; i < 3 * 24; i++) h[i] = (i * 7) % 5;\n"
+        "  int* in; unsigned* out; cudaMalloc(&in, sizeof h); cudaMalloc(&out, 6 * sizeof(unsigned));\n"
+        "  cudaMemcpy(in, h, sizeof h, cudaMemcpyHostToDevice);\n"
+        "  offset = 5;\n  vote<<<3, 24>>>(in, out);\n  bump<<<1, 1>>>(2);\n  cudaDeviceSynchronize();\n"
+        "  unsigned o[6]; cudaMemcpy(o, out, sizeof o, cudaMemcpyDeviceToHost);\n"
+        "  printf(\"%u %u %d\\n\", o[0], o[1], offset);\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "votes.cu", write=False)
+    assert rep.capture.status == "ok", rep.capture.error
+    got = {v.kernel: v for v in rep.kernels}
+    for v in got.values():
+        assert v.status == "verified" and v.workload == "captured", (v.kernel, v.reason)
+    assert "simd_active_threads_mask()" in got["vote"].module_text
+
+
+def test_a_kernel_that_launches_a_kernel_is_not_ported_and_its_child_still_is(tmp_path):
+    # dynamic parallelism: the parent is refused naming the launch's line (Metal and MLX's CUDA backend have no
+    # device-side launch); the capture stops at the nested launch saying so, and the child is ported on its own
+    (tmp_path / "nested.cu").write_text(
+        "__global__ void child(int* a, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) a[i] *= 2;\n}\n"
+        "__global__ void parent(int* a, int n) {\n"
+        "  if (threadIdx.x == 0 && blockIdx.x == 0) {\n"
+        "    child<<<(n + 31) / 32, 32>>>(a, n);\n    cudaDeviceSynchronize();\n  }\n}\n"
+        "int main() {\n  const int n = 64; int h[n], *d;\n  for (int i = 0; i < n; i++) h[i] = i;\n"
+        "  cudaMalloc(&d, sizeof h); cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);\n"
+        "  parent<<<1, 32>>>(d, n);\n  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "nested.cu", write=False)
+    got = {v.kernel: v for v in rep.kernels}
+    assert got["parent"].status == "not_ported", got["parent"].reason
+    assert "line 7" in got["parent"].reason and "dynamic parallelism" in got["parent"].reason
+    assert got["child"].status == "verified", got["child"].reason
+    assert "dynamic parallelism" in (rep.capture.error or ""), rep.capture.error
+    assert "nested.cu:7" in rep.capture.error
