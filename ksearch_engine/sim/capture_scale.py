@@ -223,13 +223,37 @@ def _device_spans(code: str) -> list[tuple[int, int]]:
     return spans
 
 
+_TYPE_DEF = re.compile(r"\b(?:struct|class|union)[ \t]+(?:__align__\s*\([^)]*\)\s*|alignas\s*\([^)]*\)\s*)?"
+                       r"([A-Za-z_]\w*)[^;{}()]*\{")
+_TYPEDEF_ANON = re.compile(r"\btypedef[ \t]+(?:struct|class|union)\b[^;{}()]*\{")
+
+
+def _type_bodies(code: str) -> dict[str, str]:
+    """{type name: its definition's body} of the struct/class/union definitions in `code` (`typedef struct {...}
+    Name;` under Name): what a type named in device code brings with it (array bounds of its fields)."""
+    out: dict[str, str] = {}
+    for m in _TYPE_DEF.finditer(code):
+        end = _match_fwd(code, m.end() - 1, "{", "}")
+        if end > 0:
+            out[m.group(1)] = out.get(m.group(1), "") + " " + code[m.end():end]
+    for m in _TYPEDEF_ANON.finditer(code):
+        end = _match_fwd(code, m.end() - 1, "{", "}")
+        name = re.match(r"\s*([A-Za-z_]\w*)\s*;", code[end + 1:end + 200]) if end > 0 else None
+        if name:
+            out[name.group(1)] = out.get(name.group(1), "") + " " + code[m.end():end]
+    return out
+
+
 def device_names(texts: dict[Path, str]) -> set[str]:
-    """Identifiers device code depends on: in its bodies and declarations, launch template arguments, and the
-    macros those expand to (transitively)."""
+    """Identifiers device code depends on: in its bodies and declarations, launch template arguments, the macros
+    those expand to and the definitions of the types they name (a field `float x[LEN]` of a struct a kernel takes
+    makes LEN the struct's layout), transitively."""
     names: set[str] = set()
     macros: dict[str, str] = {}
     for text in texts.values():
         code = mask_comments(text)
+        for n, body in _type_bodies(code).items():
+            macros[n] = macros.get(n, "") + " " + body
         for a, b in _device_spans(code):
             names |= set(idents_of(code[a:b]))
         for m in _LAUNCH_TARGS.finditer(code):

@@ -170,6 +170,28 @@ int main() {
     assert sites["dims.x"].value == 1280 and sites["CAP"].value == 3072
 
 
+
+def test_a_size_that_lays_out_a_struct_a_kernel_takes_is_the_kernels():
+    # `struct SoA { float x[LEN]; ... }` taken by a kernel: LEN is its layout, so a smaller run would record
+    # launches of another kernel than the one ported (and a typedef'd struct, nested in another, the same)
+    text = """
+#define LEN (1 << 22)
+#define ROWS 512
+#define HOST_ONLY (1 << 20)
+struct SoA { float x[LEN]; float y[LEN]; };
+typedef struct { int v[ROWS]; } Row;
+struct Outer { Row r; };
+__global__ void k(SoA* a, Outer* o, int n) { int i = threadIdx.x; if (i < n) a->y[i] = a->x[i] + o->r.v[0]; }
+int main() {
+  int n = HOST_ONLY;
+  k<<<n / 256, 256>>>(0, 0, n);
+}
+"""
+    names = cs.device_names({Path("p.cu"): text})
+    assert {"LEN", "ROWS"} <= names and "HOST_ONLY" not in names
+    sites = {s.name for s in cs.host_sites({Path("p.cu"): text})}
+    assert "LEN" not in sites and "ROWS" not in sites and "HOST_ONLY" in sites
+
 def test_evaluate_integer_expressions():
     known = {"A": 32}
     assert cs.evaluate("10 * 4 * A", known) == 1280
