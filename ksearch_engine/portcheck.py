@@ -74,6 +74,23 @@ def _args_of(capture: Capture, rec: LaunchRecord, nullable=frozenset(), lifted: 
     return args, expected
 
 
+def _heads_of(capture: Capture, rec: LaunchRecord) -> dict:
+    """{buffer parameter: the elements of its allocation before the pointer} of a captured launch, for the pointers
+    that point inside their allocations (`d_in + R`) where the capture recorded those elements (ArgRecord.head); the
+    check passes the kernel the whole allocation with its pointer at the offset, as MLX passes a slice `x[R:]`.
+    A kernel that wrote before its pointer cannot be checked: launch() hands back each buffer from its pointer on."""
+    heads = {}
+    for a in rec.args:
+        if a.kind != "buffer" or not a.head:
+            continue
+        if a.head_after:
+            raise ValueError(f"argument '{a.name}' points {a.offset_bytes} bytes into its allocation and the kernel "
+                             f"writes before that pointer in this launch (line {rec.line}): the port's launch() "
+                             f"hands back each buffer from its pointer on, so those writes cannot be compared")
+        heads[a.name] = capture.load(a.head)
+    return heads
+
+
 def _viewed(a, dtype: str | None):
     """A captured byte buffer as the dtype the ports take it in (whole elements only)."""
     import numpy as np
@@ -99,14 +116,16 @@ def _defaults(k, source: str) -> dict:
 
 
 def _run_checks(module_text: str, source: str, k, path: Path, launches: list[tuple[LaunchRecord, dict, dict]],
-                include_dirs) -> KernelCheck:
+                include_dirs, heads_of: dict | None = None) -> KernelCheck:
+    """`heads_of` {launch index: {parameter: elements before its pointer}} (_heads_of)."""
     from .translate.check import check_port
 
     out = KernelCheck()
     for rec, args, expected in launches:
         res = check_port(module_text, source, k.name, {"args": args, "grid": tuple(rec.grid),
                                                         "block": tuple(rec.block), "shared_mem": rec.shared_mem,
-                                                        "template_args": list(rec.template_args)},
+                                                        "template_args": list(rec.template_args),
+                                                        "heads": (heads_of or {}).get(rec.index)},
                          filename=path.name, include_dirs=list(include_dirs), expected=expected or None)
         out.checked.append((rec, args))
         out.notes += [n for n in getattr(res, "notes", []) if n not in out.notes]   # elements not compared by position
@@ -160,19 +179,20 @@ def check_captured(module_text: str, source: str, k, path: Path, capture: Captur
     port_writes = {p["name"] for p in params if p.get("stored", p.get("written"))}
     nullable = {p["name"] for p in params if p.get("nullable")}
     lifted = lifted_params(params)
-    prepared, notes = [], []
+    prepared, notes, heads_of = [], [], {}
     defaults = _defaults(k, source)
     for rec in launches:
         try:
             args, expected = _args_of(capture, rec, nullable, lifted)
             args.update({n: v for n, v in defaults.items() if n not in args})
+            heads_of[rec.index] = _heads_of(capture, rec)
         except (ValueError, OSError) as e:
             return KernelCheck(reason=f"launch #{rec.index + 1}: {e}")
         note = _aliased(rec, expected, port_writes)
         if note and not notes:     # one launch's note stands for all (a program launches one way in a loop)
             notes.append(note)
         prepared.append((rec, args, expected))
-    res = _run_checks(module_text, source, k, path, prepared, include_dirs)
+    res = _run_checks(module_text, source, k, path, prepared, include_dirs, heads_of)
     res.notes = notes + res.notes
     return res
 

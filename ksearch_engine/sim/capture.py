@@ -224,10 +224,11 @@ def _to_record(d: dict, prog: Program, recorded: bool) -> LaunchRecord:
     for i, a in enumerate(d["args"]):
         p = info.params[i] if info is not None and i < len(info.params) else None
         kw = {k: a[k] for k in ("kind", "value", "raw_hex", "buffer", "offset_bytes", "dtype", "elem_bytes",
-                                "nbytes", "memory", "before", "after", "written", "of_arg", "at") if k in a}
+                                "nbytes", "memory", "before", "after", "written", "of_arg", "at", "head", "head_after")
+              if k in a}
         if not recorded:
-            kw.pop("before", None)
-            kw.pop("after", None)
+            for k in ("before", "after", "head", "head_after"):
+                kw.pop(k, None)
         if a.get("kind") == "struct" and a.get("ctype"):   # (a tag's type decides a deduced template argument)
             kw["arg_type"] = a["ctype"]
         if a.get("of_arg") is not None:   # a buffer a struct argument points to
@@ -641,6 +642,8 @@ def _smaller(cap: Capture, path: Path, wd: Path, exe: Path, prog: Program, texts
             for a in [*new.args, *new.embedded]:
                 a.before = f"{rel}/{a.before}" if a.before else None
                 a.after = f"{rel}/{a.after}" if a.after else None
+                a.head = f"{rel}/{a.head}" if a.head else None
+                a.head_after = f"{rel}/{a.head_after}" if a.head_after else None
             for sy in new.symbols:
                 sy.before = f"{rel}/{sy.before}"
                 sy.after = f"{rel}/{sy.after}" if sy.after else None

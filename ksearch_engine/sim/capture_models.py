@@ -42,6 +42,12 @@ class ArgRecord(BaseModel):
     before: str | None = None                   # .npy file: contents (from the pointer on) before the launch
     after: str | None = None                    # .npy file: contents after, when the kernel changed them
     written: bool = False                       # the contents changed during the launch
+    # a pointer inside its allocation (offset_bytes > 0: `d_in + R`): .npy files of the allocation's elements before
+    # the pointer (offset_bytes of them in bytes), before the launch and after it when the kernel changed them; a
+    # kernel may read them at negative indices (a stencil's halo). None where the capture did not record them (an
+    # offset of no whole elements, over the byte budget, or a capture made before they were recorded)
+    head: str | None = None
+    head_after: str | None = None
     # a buffer a struct argument points to (LaunchRecord.embedded): that argument's index, and the byte offset of
     # the pointer in the struct (the struct itself for a by-value one, the first struct of a buffer otherwise)
     of_arg: int | None = None

@@ -96,7 +96,8 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
                     shared_mem_bytes: int = 0, *, template_args=None, filename: str = "kernel.cu",
                     timeout_s: float = 20.0, check_races: bool = True,
                     strict_barriers: bool = True, include_dirs=None, host_api: bool | None = None,
-                    asserts: bool = True, textures: dict | None = None) -> dict[str, np.ndarray]:
+                    asserts: bool = True, textures: dict | None = None,
+                    heads: dict | None = None) -> dict[str, np.ndarray]:
     """Launch `kernel` from `source` (a whole .cu file) over `grid` blocks of `block` threads.
 
     With ``check_races`` the grid runs twice (forward, then warps and blocks in reverse) and a
@@ -110,6 +111,10 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
     "w", "h", "d", "dims", "comps", "addr": [x, y, z address modes], "linear", "normalized", "norm_read",
     "linear_mem"}}) makes texture objects / binds references over those texels before the launch (the host
     runtime's textures, ksim_tex.h); a texture parameter needs no entry in ``args`` then.
+
+    ``heads`` ({pointer parameter: array}): a pointer inside its allocation (the program passed `d_in + R`): the
+    allocation's elements before it, which the kernel may read at negative indices; a read before the allocation's
+    start faults. The result holds each buffer from the pointer on.
     """
     args = dict(args or {})
     info = find_kernel(source, kernel)
@@ -157,7 +162,7 @@ def run_cuda_source(source: str, kernel: str, grid=(1, 1, 1), block=(1, 1, 1), a
     extra = _make_surfaces(so, surfaces, args, names, what) if surfaces else []
     try:
         return _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, check_races, strict_barriers,
-                       extra)
+                       extra, heads)
     finally:
         del keep
 
@@ -334,12 +339,13 @@ def _compile(body: str, info, targs: str, symbols, filename: str, what: str, hos
 
 
 def _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, check_races, strict_barriers,
-            extra=()):
+            extra=(), heads=None):
     names = [p.name for p in info.params]
     symbols = {n: args[n] for n in args if n not in names and n not in {e[0] for e in extra}}
     _set_symbols(so, what, symbols)
     sizes, kinds = _param_info(so, len(info.params))
     buffers: list[tuple[str, rt.Buffer, np.ndarray]] = list(extra)   # (surfaces' arrays: results like buffers)
+    starts: list[tuple[rt.Buffer, np.ndarray]] = [(b, a) for _, b, a in extra]   # what each run starts from
     scalars = rt.Scalars()
     pointers: list[int] = []
     try:
@@ -358,10 +364,19 @@ def _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, chec
                     raise SimError(f"{what}: parameter '{p.name}' is {p.type} but the array is "
                                    f"{v.dtype}", kind="usage")
                 arr = np.ascontiguousarray(v)
-                b = rt.Buffer(arr.nbytes)
-                b.write(arr)
+                head = (heads or {}).get(p.name)
+                if head is not None and np.asarray(head).size:   # a pointer inside its allocation (`d_in + R`)
+                    head = np.ascontiguousarray(head).astype(arr.dtype, copy=False).reshape(-1)
+                    whole = np.concatenate([head.view(np.uint8), arr.reshape(-1).view(np.uint8)])
+                    b = rt.Buffer(whole.nbytes, head=head.nbytes)
+                    b.write(whole)
+                    starts.append((b, whole))
+                else:
+                    b = rt.Buffer(arr.nbytes)
+                    b.write(arr)
+                    starts.append((b, arr))
                 buffers.append((p.name, b, arr))
-                pointers.append(b.addr)
+                pointers.append(b.pointer)
             elif kinds[len(pointers)] == 3:  # a struct by value: its bytes
                 raw = _as_bytes(v)
                 if raw is None or len(raw) != sizes[len(pointers)]:
@@ -385,7 +400,7 @@ def _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, chec
 
         def launch_once(reverse: bool, limit: float, clock_mode: int = 0):
             if runs:   # a later run starts from the same memory
-                for _, b, a in buffers:
+                for b, a in starts:
                     b.write(a)
             info = None
             if all(grid) and all(block):
@@ -393,7 +408,7 @@ def _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, chec
                 info = rt.launch(so, what, pointers, grid, block, total, False, dyn_smem=shared_mem_bytes,
                                  timeout_s=limit, regions=[(n, b, False) for n, b, _ in buffers],
                                  reverse=reverse, strict_barriers=strict_barriers, clock_mode=clock_mode)
-            runs.append([b.read(a.dtype, a.shape) for _, b, a in buffers])
+            runs.append([b.read_tail(a.dtype, a.shape) for _, b, a in buffers])
             return info
 
         infos = rt.run_both_orders(launch_once, check_races, timeout_s)

@@ -548,6 +548,10 @@ struct ArgInfo {
   const Alloc* alloc = nullptr;
   std::vector<char> before;
   std::string before_file, after_file;
+  // a pointer inside its allocation (d_in + R): the allocation's bytes before it (the kernel may read them at
+  // negative indices), recorded where they are whole elements and fit the byte budget
+  std::vector<char> head;
+  std::string head_file, head_after_file;
   bool written = false;
   // a struct (by value, or the first one a buffer holds) whose 8-byte words hold addresses of allocations: the
   // buffers it points to ((byte offset in the struct, address)), recorded as arguments of their own (of_arg, at)
@@ -778,6 +782,8 @@ inline std::string launch_json(long long index, const Site& s, const Cfg& c, std
     }
     if (!a.before_file.empty()) o += ",\"before\":" + jstr(a.before_file);
     if (!a.after_file.empty()) o += ",\"after\":" + jstr(a.after_file);
+    if (!a.head_file.empty()) o += ",\"head\":" + jstr(a.head_file);
+    if (!a.head_after_file.empty()) o += ",\"head_after\":" + jstr(a.head_after_file);
     o += std::string(",\"written\":") + (a.written ? "true" : "false") + "}";
   }
   o += "],\"symbols\":[";
@@ -869,6 +875,19 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
         write_npy(a.before_file, a.descr, a.item, a.ptr, nb);
         S.bytes_used += (long long)nb;
       }
+      // interior pointers: the allocation from its start up to the pointer, while the budget allows (else as before:
+      // from the pointer on only)
+      for (size_t i = 0; i < infos.size(); i++) {
+        ArgInfo& a = infos[i];
+        if (!a.alloc || a.alloc->mem == M_SYMBOL) continue;
+        size_t off = (const char*)a.ptr - a.alloc->ptr;
+        if (off == 0 || off % (a.item ? a.item : 1) != 0) continue;
+        if (2 * (long long)off > S.byte_budget - S.bytes_used) continue;
+        a.head.assign(a.alloc->ptr, a.alloc->ptr + off);
+        a.head_file = "l" + std::to_string(index) + "_a" + std::to_string(i) + "_head.npy";
+        write_npy(a.head_file, a.descr, a.item, a.alloc->ptr, off);
+        S.bytes_used += (long long)off;
+      }
       if (with_syms)
         for (auto& sy : S.symbols) {
           sym_before.emplace_back(sy.ptr, sy.ptr + sy.n);
@@ -906,13 +925,20 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   for (size_t i = 0; i < infos.size(); i++) {
     ArgInfo& a = infos[i];
     if (a.before_file.empty()) continue;
-    if (memcmp(a.before.data(), a.ptr, a.before.size()) != 0) {
+    bool head_changed = !a.head.empty() && memcmp(a.head.data(), a.alloc->ptr, a.head.size()) != 0;
+    if (memcmp(a.before.data(), a.ptr, a.before.size()) != 0 || head_changed) {
       a.written = true;
       a.after_file = "l" + std::to_string(index) + "_a" + std::to_string(i) + "_after.npy";
       write_npy(a.after_file, a.descr, a.item, a.ptr, a.before.size());
       S.bytes_used += (long long)a.before.size();
     }
+    if (head_changed) {   // the kernel wrote before its pointer
+      a.head_after_file = "l" + std::to_string(index) + "_a" + std::to_string(i) + "_head_after.npy";
+      write_npy(a.head_after_file, a.descr, a.item, a.alloc->ptr, a.head.size());
+      S.bytes_used += (long long)a.head.size();
+    }
     std::vector<char>().swap(a.before);
+    std::vector<char>().swap(a.head);
   }
   for (size_t k = 0; k < sym_before.size(); k++) {
     const Alloc& sy = S.symbols[k];

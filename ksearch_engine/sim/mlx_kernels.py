@@ -199,7 +199,8 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                    ensure_row_contiguous: bool = True, check_races: bool = True,
                    strict_barriers: bool = True, writable_inputs=None,
                    inout_results: dict | None = None,
-                   order_dependence: dict | None = None, asserts: bool = True) -> list[np.ndarray]:
+                   order_dependence: dict | None = None, asserts: bool = True,
+                   input_heads: dict | None = None) -> list[np.ndarray]:
     """Run a metal_kernel / cuda_kernel body on the CPU; returns the outputs as numpy arrays.
 
     With ``check_races`` the grid runs twice (warps and threadgroups forward, then in reverse) and
@@ -207,7 +208,10 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
     decides it (runtime.judge_orders: atomicExch/CAS, clock readings, atomic slots); those come back in
     ``order_dependence`` when a dict is given ({buffer name: OrderDependence}). With ``strict_barriers`` a
     barrier that threads which already returned never reach is a deadlock (SimError kind
-    "deadlock"); without it those threads count as arrived, as on NVIDIA hardware.
+    "deadlock"); without it those threads count as arrived, as on NVIDIA hardware. ``input_heads``
+    {input index: array}: an input that is a slice of a larger allocation (MLX passes `x[R:]` as a pointer inside
+    x's buffer): the allocation's elements before it, which the kernel may read at negative indices; a read before
+    the allocation's start faults.
     """
     if dialect not in ("metal", "cuda"):
         raise SimError(f"dialect must be 'metal' or 'cuda', not {dialect!r}", kind="usage")
@@ -254,7 +258,8 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
     buffers: list[rt.Buffer] = []
     pointers: list[int] = []
     outs: list[rt.Buffer] = []
-    inouts: list[tuple[str, rt.Buffer, np.ndarray, str]] = []   # writable inputs: name, buffer, start, dtype
+    # writable inputs: name, buffer, start (from the kernel's pointer on), dtype, the buffer's whole start
+    inouts: list[tuple[str, rt.Buffer, np.ndarray, str, np.ndarray]] = []
     regions = []
     try:
         for kind in arg_kinds:
@@ -262,10 +267,18 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
             idx = int(idx)
             if k == "in":
                 arr = arrays[idx]
-                b = rt.Buffer(arr.nbytes)
-                b.write(arr)
+                head = (input_heads or {}).get(idx)
+                if head is not None and np.asarray(head).size:
+                    head = rt.to_storage(np.asarray(head).reshape(-1), in_dtypes[idx])
+                    whole = np.concatenate([head.view(np.uint8).reshape(-1), arr.view(np.uint8).reshape(-1)])
+                    b = rt.Buffer(whole.nbytes, head=head.nbytes)
+                    b.write(whole)
+                else:
+                    whole = arr
+                    b = rt.Buffer(arr.nbytes)
+                    b.write(arr)
                 if input_names[idx] in writable:
-                    inouts.append((input_names[idx], b, arr, in_dtypes[idx]))
+                    inouts.append((input_names[idx], b, arr, in_dtypes[idx], whole))
                 else:
                     b.read_only()
             elif k in ("shape", "strides"):
@@ -291,7 +304,7 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
                     b.fill_byte(0xFF)
                 outs.append(b)
             buffers.append(b)
-            pointers.append(b.addr)
+            pointers.append(b.pointer)
             if k in ("in", "out"):
                 nm = (input_names if k == "in" else output_names)[idx]
                 regions.append((nm, b, k == "in" and nm not in writable))
@@ -311,27 +324,27 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
             if runs:   # a later run starts from the same memory
                 for b, raw in zip(outs, initial):
                     b.write(raw)
-                for _, b, arr, _ in inouts:
-                    b.write(arr)
+                for _, b, _, _, whole in inouts:
+                    b.write(whole)
             info = None
             if all(n > 0 for n in nblocks):  # an empty grid runs nothing
                 info = rt.launch(so, what, pointers, nblocks, tgc, total, partial, dyn_smem=shared_memory,
                                  timeout_s=limit, regions=regions, reverse=reverse,
                                  strict_barriers=strict_barriers, clock_mode=clock_mode)
             runs.append([b.read(rt.STORAGE[dt], shp) for b, dt, shp in zip(outs, out_dtypes, out_shapes)]
-                        + [b.read(arr.dtype, arr.shape) for _, b, arr, _ in inouts])
+                        + [b.read_tail(arr.dtype, arr.shape) for _, b, arr, _, _ in inouts])
             return info
 
         infos = rt.run_both_orders(launch_once, check_races, timeout_s)
         if check_races:
             bufs = [(nm, "output", b, dt) for nm, b, dt in zip(output_names, outs, out_dtypes)] \
-                + [(nm, "in-out input", b, dt) for nm, b, _, dt in inouts]
+                + [(nm, "in-out input", b, dt) for nm, b, _, dt, _ in inouts]
             allowed = rt.judge_orders(what, bufs, runs, infos,
                                       lambda order: launch_once(order, rt.reverse_timeout(timeout_s, 1.0), 0))
             if order_dependence is not None:
                 order_dependence.update(allowed)
         if inout_results is not None:
-            for (nm, _, arr, dt), a in zip(inouts, runs[0][len(outs):]):
+            for (nm, _, arr, dt, _), a in zip(inouts, runs[0][len(outs):]):
                 inout_results[nm] = rt.bf16_bits_to_f32(a).reshape(arr.shape) if dt == "bfloat16" else a
         runs[0] = runs[0][:len(outs)]
         return [rt.bf16_bits_to_f32(a).reshape(shp) if dt == "bfloat16" else a

@@ -76,20 +76,40 @@ def to_storage(a, name: str) -> np.ndarray:
 
 
 class Buffer:
-    """`nbytes` of shared memory that end where a guard region begins."""
+    """`nbytes` of shared memory that end where a guard region begins.
 
-    def __init__(self, nbytes: int):
+    `head` > 0: the memory of an allocation a kernel's pointer points inside (`d_in + R`, as MLX passes a slice
+    `x[R:]`: the kernel's pointer is `addr + head`, and it may read the allocation before it at negative indices).
+    Such a buffer starts right after a guard page, so that a read before the allocation's start faults; its end is
+    rounded up to a page (the bytes after it read zeros)."""
+
+    def __init__(self, nbytes: int, head: int = 0):
         self.nbytes = int(nbytes)
-        # SLACK zero bytes before the start: a read just before the array (`g_s[i - 1]` at i = 0, where the program
-        # passes a pointer one element into its allocation) reads zeros, as a made-up workload's buffers give
-        self.data_pages = max(1, -(-((self.nbytes + 15) // 16 * 16 + SLACK) // _PAGE))
-        self.map = mmap.mmap(-1, self.data_pages * _PAGE + _GUARD)
+        self.head = int(head)
+        if self.head:
+            self.lead = _PAGE   # the guard page before the allocation's start
+            self.data_pages = max(1, -(-self.nbytes // _PAGE))
+            self.offset = self.lead
+        else:
+            self.lead = 0
+            # SLACK zero bytes before the start: a read just before the array (`g_s[i - 1]` at i = 0, where the
+            # program passes a pointer one element into its allocation) reads zeros, as a made-up workload's buffers
+            # give
+            self.data_pages = max(1, -(-((self.nbytes + 15) // 16 * 16 + SLACK) // _PAGE))
+            self.offset = self.data_pages * _PAGE - ((self.nbytes + 15) // 16 * 16)
+        self.map = mmap.mmap(-1, self.lead + self.data_pages * _PAGE + _GUARD)
         c = ctypes.c_char.from_buffer(self.map)
         self.base = ctypes.addressof(c)
         del c
-        self.offset = self.data_pages * _PAGE - ((self.nbytes + 15) // 16 * 16)
         self.addr = self.base + self.offset
-        _libc.mprotect(self.base + self.data_pages * _PAGE, _GUARD, _PROT_NONE)
+        _libc.mprotect(self.base + self.lead + self.data_pages * _PAGE, _GUARD, _PROT_NONE)
+        if self.lead:
+            _libc.mprotect(self.base, self.lead, _PROT_NONE)
+
+    @property
+    def pointer(self) -> int:
+        """The address the kernel is given (inside the allocation by `head` bytes)."""
+        return self.addr + self.head
 
     def write(self, arr: np.ndarray) -> None:
         raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
@@ -104,7 +124,7 @@ class Buffer:
         del view
 
     def read_only(self) -> None:
-        _libc.mprotect(self.base, self.data_pages * _PAGE, _PROT_READ)
+        _libc.mprotect(self.base + self.lead, self.data_pages * _PAGE, _PROT_READ)
 
     def read(self, dtype, shape) -> np.ndarray:
         view = np.frombuffer(self.map, np.uint8, self.nbytes, self.offset)
@@ -112,9 +132,16 @@ class Buffer:
         del view
         return out
 
+    def read_tail(self, dtype, shape) -> np.ndarray:
+        """The contents from the kernel's pointer on (all of it where `head` is 0)."""
+        view = np.frombuffer(self.map, np.uint8, self.nbytes - self.head, self.offset + self.head)
+        out = view.copy().view(dtype).reshape(shape)
+        del view
+        return out
+
     def close(self) -> None:
         try:
-            _libc.mprotect(self.base, self.data_pages * _PAGE + _GUARD, _PROT_RW)
+            _libc.mprotect(self.base, self.lead + self.data_pages * _PAGE + _GUARD, _PROT_RW)
             self.map.close()
         except (BufferError, ValueError):
             pass
@@ -166,6 +193,10 @@ def describe_address(addr: int, regions) -> str:
     for name, b, _is_input in regions:
         # before an array's start, past its slack (`a[i - k]` at small i, where the program passes a pointer k
         # elements into its allocation): the port's array has nothing there
+        if b.head and b.base - _BEFORE_START <= addr < b.addr:
+            return (f"; the address is {b.addr - addr} bytes before the start of the allocation '{name}' points into "
+                    f"('{name}' points {b.head} bytes into it): the kernel reads or writes before the allocation "
+                    f"its pointer points into (out of bounds)")
         if b.base - _BEFORE_START <= addr < b.addr:
             return (f"; the address is {b.addr - addr} bytes before the start of '{name}': the kernel reads or writes "
                     f"before the array it is given (a program passing a pointer into its allocation, such as "
@@ -174,7 +205,7 @@ def describe_address(addr: int, regions) -> str:
         if b.addr <= addr < b.addr + b.nbytes:
             return f"; the address is inside input '{name}': kernels must not write into inputs" if is_input else ""
         end = b.addr + b.nbytes
-        if end <= addr < b.base + b.data_pages * _PAGE + _GUARD:
+        if end <= addr < b.base + b.lead + b.data_pages * _PAGE + _GUARD:
             return f"; the address is {addr - end} bytes past the end of '{name}' ({b.nbytes} bytes)"
     return ""
 
@@ -374,7 +405,7 @@ def _touched(b: "Buffer", arr: np.ndarray, infos) -> np.ndarray:
     for info in infos:
         if not info.addrs.size:
             continue
-        a = info.addrs.astype(np.int64) - int(b.addr)
+        a = info.addrs.astype(np.int64) - int(b.pointer)
         end = a + info.sizes.astype(np.int64)
         hit = (end > 0) & (a < arr.size * item)
         for lo, hi in zip(a[hit], end[hit]):

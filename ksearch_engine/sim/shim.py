@@ -20,6 +20,10 @@ from .mlx_kernels import WRITABLE_SUFFIX, run_mlx_kernel
 
 _saved: dict[str, object] = {}
 _options: dict[str, object] = {"timeout_s": 20.0, "check_races": True, "strict_barriers": True, "asserts": True}
+# Allocations a caller's arrays may be slices of (register_allocation): an input whose data lies inside one, past
+# its start (MLX passes `x[R:]` as a pointer into x's buffer), runs with the allocation's elements before it, which
+# the kernel may read at negative indices, as on a GPU.
+allocations: list = []
 # When a list: every kernel call appends (kernel name, {buffer name: runtime.OrderDependence}) for the
 # elements whose value the thread order or the clock legitimately decides (translate/check.py reads it).
 order_log: list | None = None
@@ -27,6 +31,43 @@ order_log: list | None = None
 
 def _dtype_name(d) -> str:
     return str(d).split(".")[-1]
+
+
+def register_allocation(x) -> None:
+    """Make `x` (an evaluated 1-D mx.array) an allocation whose slices kernels get as pointers inside it."""
+    import mlx.core as mx
+
+    mx.eval(x)
+    allocations.append(x)
+
+
+def _address(x) -> int | None:
+    try:
+        return np.frombuffer(memoryview(x), np.uint8).__array_interface__["data"][0]
+    except (TypeError, ValueError, BufferError):
+        return None
+
+
+def _head_of(x) -> np.ndarray | None:
+    """The elements of a registered allocation before the (evaluated) mx.array `x`, where `x` lies inside one past its
+    start; else None."""
+    if not allocations:
+        return None
+    import mlx.core as mx
+
+    mx.eval(x)
+    at = _address(x)
+    if at is None:
+        return None
+    for whole in allocations:
+        start = _address(whole)
+        if start is None or whole.dtype != x.dtype:
+            continue
+        off = at - start
+        if 0 < off < whole.nbytes and off % whole.itemsize == 0:
+            flat = whole.reshape(-1)[: off // whole.itemsize]
+            return np.array(flat.view(mx.uint16) if x.dtype == mx.bfloat16 else flat)
+    return None
 
 
 class SimKernel:
@@ -51,9 +92,12 @@ class SimKernel:
 
         if isinstance(inputs, dict):
             inputs = [inputs[n] for n in self.input_names]
-        np_inputs, in_dtypes = [], []
-        for x in inputs:
+        np_inputs, in_dtypes, heads = [], [], {}
+        for i, x in enumerate(inputs):
             if isinstance(x, mx.array):
+                head = _head_of(x)
+                if head is not None:
+                    heads[i] = head
                 dn = _dtype_name(x.dtype)
                 np_inputs.append(np.array(x.astype(mx.float32) if dn == "bfloat16" else x))
                 in_dtypes.append(dn)
@@ -82,7 +126,8 @@ class SimKernel:
                               tuple(threadgroup), [tuple(s) for s in output_shapes], out_names,
                               init_value=init_value, atomic_outputs=self.atomic_outputs,
                               shared_memory=self.shared_memory, input_dtypes=in_dtypes,
-                              inout_results=inout, order_dependence=order, **_options)
+                              inout_results=inout, order_dependence=order, input_heads=heads or None,
+                              **_options)
         if order_log is not None:
             order_log.append((self.name, order))
         for nm, x in zip(self.input_names, inputs):

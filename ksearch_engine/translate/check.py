@@ -100,11 +100,14 @@ def compare(name: str, got: np.ndarray, expected: np.ndarray, dtype: str | None 
 
 
 def run_original(original_source: str, kernel: str, args: dict, grid, block, shared_mem: int,
-                 template_args, filename: str, include_dirs=(), timeout_s: float = 20.0) -> dict[str, np.ndarray]:
+                 template_args, filename: str, include_dirs=(), timeout_s: float = 20.0,
+                 heads: dict | None = None) -> dict[str, np.ndarray]:
     from ..sim import run_cuda_source
 
     kw = dict(template_args=list(template_args) or None, filename=filename, timeout_s=timeout_s,
               strict_barriers=False)
+    if heads:   # pointers inside their allocations: the elements before them (negative indices)
+        kw["heads"] = dict(heads)
     if include_dirs and "include_dirs" in inspect.signature(run_cuda_source).parameters:  # noqa: SIM102
         kw["include_dirs"] = list(include_dirs)
     from ..sim.errors import SimError
@@ -151,11 +154,15 @@ def _from_mx(value, dtype: str | None, like: np.ndarray) -> np.ndarray:
 
 
 def run_port(module_text: str, dialect: str, args: dict, grid, block, shared_mem: int, template_args,
-             timeout_s: float = 20.0, asserts: bool = True) -> dict[str, np.ndarray]:
-    """The port module's launch() in the simulator with `dialect`'s port; {written buffer: contents}."""
+             timeout_s: float = 20.0, asserts: bool = True, heads: dict | None = None) -> dict[str, np.ndarray]:
+    """The port module's launch() in the simulator with `dialect`'s port; {written buffer: contents}. `heads`
+    {pointer parameter: the elements of its allocation before the pointer}: the parameter is passed as the MLX user
+    passes a pointer inside an allocation, the whole allocation sliced (`x[R:]`), so that the kernel reads the
+    allocation before it at negative indices as on a GPU."""
     from ..sim import shim
 
     shim.install_mlx_shim()
+    saved_allocations = list(shim.allocations)
     saved = dict(shim._options)
     shim._options.update(timeout_s=timeout_s, check_races=True, strict_barriers=False, asserts=asserts)
     shim.order_log = []
@@ -166,6 +173,13 @@ def run_port(module_text: str, dialect: str, args: dict, grid, block, shared_mem
         call = []
         for p in params:
             v = args.get(p["name"])   # absent or None: a NULL pointer (a defaulted `T* p = NULL` parameter)
+            head = (heads or {}).get(p["name"])
+            if p["pointer"] and v is not None and head is not None and np.asarray(head).size:
+                whole = _to_mx(np.concatenate([np.asarray(head).reshape(-1).astype(np.asarray(v).dtype, copy=False),
+                                               np.asarray(v).reshape(-1)]), p.get("dtype"))
+                shim.register_allocation(whole)
+                call.append(whole[np.asarray(head).size:])   # the slice: a pointer inside the allocation
+                continue
             call.append(_to_mx(v, p.get("dtype")) if p["pointer"] and v is not None else v)
         syms = {s["name"]: _to_mx(args[s["name"]], s.get("dtype")) for s in ns.get("SYMBOLS", [])
                 if args.get(s["name"]) is not None}   # what the program copied into its __constant__/__device__
@@ -175,6 +189,7 @@ def run_port(module_text: str, dialect: str, args: dict, grid, block, shared_mem
         got.order_dependence = _by_parameter(shim.order_log, params, args)
         return got
     finally:
+        shim.allocations[:] = saved_allocations
         shim.order_log = None
         shim._options.clear()
         shim._options.update(saved)
@@ -252,6 +267,8 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
     block = tuple(_get(launch, "block", (1, 1, 1)))
     smem = int(_get(launch, "shared_mem", 0) or 0)
     targs = list(_get(launch, "template_args", []) or [])
+    # pointers inside their allocations ({parameter: the allocation's elements before the pointer})
+    heads = {n: h for n, h in (_get(launch, "heads", None) or {}).items() if h is not None and np.asarray(h).size}
     ns: dict = {}
     try:
         exec(compile(module_text, "port_module", "exec"), ns)
@@ -278,6 +295,20 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
     pointers = [p for p in params if p["pointer"]]
     want: dict[str, np.ndarray] = {}
     orig_order: dict | None = None   # {parameter: OrderDependence} of the original (None: not run yet)
+    if expected and heads:
+        # the capture's run cannot tell a read before the allocation's start (its allocations are guarded at their
+        # ends only): the original runs here once, where that faults and names its line
+        try:
+            run_original(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs, timeout_s,
+                         heads=heads)
+        except Exception as e:
+            if getattr(e, "kind", None) == "fault":
+                res.original_error = _error_text(e)
+                msg = f"the original kernel faults in the simulator on this launch: {res.original_error}"
+                for d in dialects:
+                    res.dialects[d], res.messages[d] = "not_runnable", msg
+                res.message = msg
+                return res
     if expected:
         want = {n: np.asarray(v) for n, v in expected.items()}
         for p in pointers:   # buffers the capture saw unchanged must stay unchanged
@@ -286,7 +317,7 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
     else:
         try:
             want = run_original(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs,
-                                timeout_s)
+                                timeout_s, heads=heads)
             orig_order = dict(getattr(want, "order_dependence", {}) or {})
         except Exception as e:
             res.original_error = _error_text(e)
@@ -300,13 +331,13 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
     for d in dialects:
         try:
             got = run_port(module_text, d, args, grid, block, smem, targs, timeout_s,
-                           asserts=not getattr(want, "asserted", False))
+                           asserts=not getattr(want, "asserted", False), heads=heads)
         except Exception as e:
             res.dialects[d], res.messages[d] = "sim_error", _error_text(e)
             if expected and getattr(e, "kind", None) == "race":   # captured contents: does the original race too?
                 if orig_race is None:
                     orig_race = _original_race(original_source, kernel, args, grid, block, smem, targs, filename,
-                                               include_dirs, timeout_s)
+                                               include_dirs, timeout_s, heads)
                 if orig_race:
                     res.dialects[d] = "not_runnable"
                     res.messages[d] = (f"the original kernel races on this launch too ({orig_race}); the port "
@@ -318,7 +349,7 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
             # captured contents: what the original's thread order decides is known from a run of the original
             try:
                 orig_order = dict(getattr(run_original(original_source, kernel, args, grid, block, smem, targs,
-                                                       filename, include_dirs, timeout_s),
+                                                       filename, include_dirs, timeout_s, heads=heads),
                                           "order_dependence", {}) or {})
             except Exception:
                 orig_order = {}
@@ -374,10 +405,11 @@ def _double_promotion(source: str) -> str:
 
 
 def _original_race(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs,
-                   timeout_s) -> str:
+                   timeout_s, heads=None) -> str:
     """The original's race on this launch (one line), or "" when it runs deterministically or not at all."""
     try:
-        run_original(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs, timeout_s)
+        run_original(original_source, kernel, args, grid, block, smem, targs, filename, include_dirs, timeout_s,
+                     heads=heads)
     except Exception as e:
         if getattr(e, "kind", None) == "race":
             return _one_line(str(e), 300)

@@ -154,7 +154,8 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
     """Runs the kernel with CUDA's convention; returns {name: new contents} for every pointer it may write.
 
     args: in the CUDA parameter order: a flat mx.array per pointer (its whole contents from the pointer on,
-    of the pointee's scalar dtype: a float4* takes 4x the floats), a number per scalar. grid counts blocks,
+    of the pointee's scalar dtype: a float4* takes 4x the floats; a pointer inside an allocation that the kernel
+    reads before, `d_in + R`, as the allocation sliced: x[R:]), a number per scalar. grid counts blocks,
     block threads, as in kernel<<<grid, block, shared_mem>>>; template: the C++ template arguments as
     strings (["float", "256"]); symbols: {name: contents} of the file-scope __constant__/__device__ variables
     the kernel uses (SYMBOLS; what cudaMemcpyToSymbol put there), each else its initializer or zeros; the

@@ -1276,7 +1276,9 @@ def _plan_launch(plan: _Plan, k: KernelInfo, launch, profile: Profile | None, te
             if p.pointer and arg.strip() != p.name and not arg.strip().isidentifier():
                 issues.append(Issue(scope="launch_config", construct=arg, line=launch.line, severity="warning",
                                     message=f"'{p.name}' receives `{arg}` (an offset pointer?); the port passes "
-                                            "the whole array"))
+                                            "the array it is given: for a pointer inside an allocation pass the "
+                                            "allocation sliced at the offset (`x[R:]`), so the kernel reads the "
+                                            "elements before it at negative indices as on a GPU"))
     elif use_profile and profile.launch is not None:
         plan.grid, plan.block, plan.smem = (_rename_dims(e, rename) for e in profile.launch)
         for s in plan.scalars:
