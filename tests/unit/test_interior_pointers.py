@@ -103,3 +103,16 @@ def test_the_simulator_reads_an_allocation_before_the_pointer_and_faults_before_
     line = next(i for i, t in enumerate(PROGRAM.splitlines(), 1) if "in[i - 3]" in t)
     assert e.value.kind == "fault" and e.value.line == line
     assert "4 bytes before the start of the allocation 'in' points into" in str(e.value)
+
+
+def test_two_arguments_into_one_allocation_where_the_lower_one_writes_still_verify(tmp_path):
+    # `k(d, d + n)`: the second pointer's head is the first's region, which the kernel writes through the first;
+    # those writes are compared there, so the launch stays checkable (it was refused as writes before a pointer)
+    (tmp_path / "two.cu").write_text(
+        "__global__ void halves(float* lo, const float* hi, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) lo[i] = lo[i] + hi[i];\n}\n"
+        "int main() {\n  const int n = 128; float h[2 * n], *d;\n  for (int i = 0; i < 2 * n; i++) h[i] = i;\n"
+        "  cudaMalloc(&d, sizeof h); cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);\n"
+        "  halves<<<2, 64>>>(d, d + n, n);\n  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);\n  return 0;\n}\n")
+    (v,) = port_file(tmp_path / "two.cu", write=False).kernels
+    assert v.status == "verified" and v.workload == "captured", v.reason
