@@ -727,6 +727,19 @@ def _coupled_scalars(source: str, k, values: dict[str, int], defines: dict[str, 
             n = n * v[0] if v and len(v) == 1 else 0
         if n > 0:
             arrays[m.group(1)] = n
+    # the kernel's own local arrays (`int v[4];`, `float acc[TILE][TILE];`)
+    for m in re.finditer(r"(?:^|[;{}])\s*(?:const\s+|unsigned\s+|signed\s+|__shared__\s+)*([A-Za-z_]\w*)\s+"
+                         r"([A-Za-z_]\w*)\s*\[([^\[\]]+)\]\s*(?:\[([^\[\]]+)\]\s*)?[;=]", k.body):
+        if m.group(1) in ("return", "else", "case", "goto", "delete", "throw") or m.group(2) in arrays:
+            continue
+        n = 1
+        for x in (m.group(3), m.group(4)):
+            if x is None:
+                continue
+            v = _eval_int(x, env)
+            n = n * v[0] if v and len(v) == 1 else 0
+        if n > 0:
+            arrays[m.group(2)] = n
     if not arrays:
         return dict(values)
     body = k.body

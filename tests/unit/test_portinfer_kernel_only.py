@@ -410,3 +410,24 @@ def test_a_grid_of_runtime_sizes_over_wide_tiles_gets_sizes_that_fill_it(tmp_pat
     assert geos and geos[0].grid[0] >= 1 and geos[0].scalars["w"] >= 8 * 16 * geos[0].grid[0]
     rec, args = infer_launch(TILED_ROWS, k, {}, filename=path.name, geometries=geos)   # no race: rows apart
     assert args["pitch"] == args["w"] and args["w"] >= 128
+
+
+LOCAL_PICK = r"""
+__global__ void pick(int *out, const int *in, int first, int second) {
+  int idx = threadIdx.x * 4;
+  int v[4];
+  for (int i = 0; i < 4; i++) v[i] = in[idx + i];
+  int t = v[first];
+  v[first] = v[second];
+  v[second] = t;
+  for (int i = 0; i < 4; i++) out[idx + i] = v[i];
+}
+"""
+
+
+def test_made_up_scalars_that_index_a_local_array_stay_inside_it(tmp_path):
+    # no program launches it: `first`/`second` are made up, and as subscripts of the 4-element local array they
+    # are taken below 4 (at the grid's size they ran off the thread's stack)
+    k = _kernel(LOCAL_PICK, tmp_path / "pick.cu", "pick")
+    rec, args = infer_launch(LOCAL_PICK, k, {}, filename="pick.cu", geometries=[])
+    assert 0 <= args["first"] < 4 and 0 <= args["second"] < 4
