@@ -830,6 +830,8 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
             return rng.integers(0, 2, n).astype(np.bool_)
         if zero_ints:   # the original raced on random integer contents: zeros (see the race check below)
             return np.zeros(n, dtype=dt)
+        if nonzero_ints:   # a made-up zero was a divisor (`num[i] / den[i]`): integers from 1
+            return rng.integers(1, 16, n).astype(dt)
         if as_offsets:   # offsets, limits, row pointers: from 0, never decreasing (a[i + 1] - a[i] is a length)
             return np.concatenate([[0], np.cumsum(rng.integers(0, 2, max(n - 1, 0)))]).astype(dt)
         return rng.integers(0, 16, n).astype(dt)
@@ -881,6 +883,7 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
         sym_args = {}
     last = ""
     as_offsets = False           # integer buffers made as non-decreasing offsets from 0 (after a stray fault)
+    nonzero_ints = False         # integer buffers made without zeros (after an integer division by zero)
     int_buffers = [p.name for p in k.params if p.pointer and p.name not in structs and p.name not in tex_specs
                    and np.dtype(pointee(p.type, preamble, subst)[0]).kind in "iu"]
     grown: dict[str, str] = {}   # buffer -> how far past its end the last fault was (bytes)
@@ -925,6 +928,13 @@ def _infer_one(source: str, k, grid, block, smem, template_args, scalars, *, fil
                 # program's table before its copy
                 sym_zero = True
                 sym_args = {n: np.zeros_like(v) for n, v in sym_args.items()}
+                continue
+            if e.kind == "fault" and "arithmetic fault" in e.message and int_buffers and not nonzero_ints \
+                    and not zero_ints:
+                nonzero_ints = True
+                if made_notes is not None:
+                    made_notes.append(f"the integer buffers {', '.join(int_buffers)} were made up without zeros "
+                                      f"(one was a divisor)")
                 continue
             if e.kind == "fault" and not m and int_buffers and not as_offsets:
                 # made-up integer contents sent the kernel outside every buffer: where they are offsets or limits

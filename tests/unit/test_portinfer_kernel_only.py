@@ -431,3 +431,21 @@ def test_made_up_scalars_that_index_a_local_array_stay_inside_it(tmp_path):
     k = _kernel(LOCAL_PICK, tmp_path / "pick.cu", "pick")
     rec, args = infer_launch(LOCAL_PICK, k, {}, filename="pick.cu", geometries=[])
     assert 0 <= args["first"] < 4 and 0 <= args["second"] < 4
+
+
+RATIO = r"""
+__global__ void ratio(const int *num, const int *den, int *q, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) q[i] = num[i] / den[i];
+}
+"""
+
+
+def test_made_up_integer_divisors_are_not_zero(tmp_path):
+    # random integers from 0 made a divisor zero (the simulator traps it): the integer buffers are made again
+    # without zeros, and the run says so
+    k = _kernel(RATIO, tmp_path / "ratio.cu", "ratio")
+    notes: list[str] = []
+    rec, args = infer_launch(RATIO, k, {}, filename="ratio.cu", geometries=[], notes=notes)
+    assert (args["den"] != 0).all() and args["den"].size >= 256
+    assert any("without zeros" in n for n in notes), notes
