@@ -3,6 +3,7 @@
 #   bash bench/device_run15.sh A    # scan check, decode/paged headline sweep, mlx-lm Mamba-1 prefill (~300 s)
 #   bash bench/device_run15.sh B    # bench/families.py, every family in one table (~550 s)
 #   bash bench/device_run15.sh one  # when the lease has time for one call: families.py, then mlx-lm prefill (~580 s)
+#   bash bench/device_run15.sh auto # the issue's card (an H200): `one`; any other card: `dec`
 #   bash bench/device_run15.sh dec  # decode only: every decode/paged bench set checked on the small workloads over
 #                                   # several calls (bench/decode_check.py), then families.py's decode and paged rows (~200 s)
 # Everything lands in $OUT (the device tool's return folder).
@@ -10,7 +11,9 @@ set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 source .device/device-env.sh .whl > "$out/setup_$1.log" 2>&1 || { cat "$out/setup_$1.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu_$1.txt"
-case "$1" in
+mode=$1
+if [ "$mode" = auto ]; then grep -q H200 "$out/gpu_$1.txt" && mode=one || mode=dec; echo "mode: $mode"; fi
+case "$mode" in
 A)
   timeout 110 python3 bench/scan_check.py --sets sweep --out "$out/scan_check.json" > "$out/scan_check.log" 2>&1
   tail -15 "$out/scan_check.log"
