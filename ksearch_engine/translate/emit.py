@@ -177,6 +177,7 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
                     and p["template_type"] in dict(type_defs)
                     and (isinstance(a, (bytes, bytearray, memoryview)) or getattr(getattr(a, "dtype", None), "names", None))}
     inputs, written = [], []
+    unchanged = {}   # pointers not const that the kernel never stores through: handed back as given
     for p, a in zip(PARAMS, args):
         if p.get("tag"):   # an empty tag (std::bool_constant<B>{}): its value is a template argument, nothing to pass
             continue
@@ -213,9 +214,14 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
             n = flat.size
             if n < 8:   # Metal: inputs under 8 elements are `constant` (see above)
                 flat = mx.concatenate([flat, mx.zeros((8 - n,), dtype=flat.dtype)])
-            if p["written"]:
+            if p["written"] and p.get("stored", True):
                 flat = _copy(flat, kind)
                 written.append((p["name"], flat, n, a.shape))
+            elif p["written"]:
+                # not const, but the kernel never stores through it (nor through a pointer made from it, nor in a
+                # helper it is passed to): passed as it is, so a slice x[R:] keeps the elements before it that a
+                # stencil reads (in[i - R]), and handed back unchanged
+                unchanged[p["name"]] = a
             inputs.append(flat)
         elif p.get("struct") or p.get("template_type") in struct_types:
             # a struct by value (or a template type the instantiation makes a struct): its bytes (bytes, or a numpy
@@ -273,17 +279,17 @@ def launch(*args, grid, block, shared_mem=0, template=None, symbols=None):
     threads = tuple(g * b for g, b in zip(grid, block))   # MLX: grid in threads
     if not written or 0 in threads:
         if written and 0 in threads:
-            return {name: _unpack(buf, shape) if shape and shape[0] == "repack" else buf[:n].reshape(shape)
-                    for name, buf, n, shape in written}
+            return {**unchanged, **{name: _unpack(buf, shape) if shape and shape[0] == "repack"
+                                    else buf[:n].reshape(shape) for name, buf, n, shape in written}}
         # nothing to return: still run it, so that a fault shows
     done = _launch_object(kind, int(shared_mem), type_defs, struct_types)(
         inputs=inputs, template=tmpl, grid=threads, threadgroup=block, output_shapes=[(1,)],
         output_dtypes=[mx.uint32])[0]
     if not written:
         mx.eval(done)
-        return {}
-    return {name: _unpack(_copy(buf, kind, after=done), shape) if shape and shape[0] == "repack"
-            else _copy(buf, kind, after=done)[:n].reshape(shape) for name, buf, n, shape in written}
+        return dict(unchanged)
+    return {**unchanged, **{name: _unpack(_copy(buf, kind, after=done), shape) if shape and shape[0] == "repack"
+                            else _copy(buf, kind, after=done)[:n].reshape(shape) for name, buf, n, shape in written}}
 
 
 def _unpack(buf, how):
@@ -390,6 +396,7 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w("    return _kernels[key]")
     w("")
     w("")
+    cut = len(lines)   # where kernel(*inputs) and its launch_config start (_unusable_wrapper checks them)
     w(f"def launch_config({sig}):")
     w('    """Sizes, CUDA launch configuration (grid in blocks), scalar arguments and output shapes."""')
     for line in plan.config_lines:
@@ -439,6 +446,9 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
     w("        output_shapes=cfg['output_shapes'], output_dtypes=cfg['output_dtypes'],")
     w("        init_value=0 if ATOMIC_OUTPUTS else None)")
     w("    return outs[0]" if len(outs) == 1 else "    return tuple(outs)")
+    why = _unusable_wrapper("\n".join(lines) + "\n", cut_text="\n".join(lines[cut:]))
+    if why:   # host code this module does not follow (a framework's tensors): launch() stands alone
+        lines[cut:] = _refusing_wrapper(k.name, why)
     if profile is not None:
         ref = tr.task_hint["reference"].split("\n\n\n", 1)[1]
         w("")
@@ -446,6 +456,40 @@ def emit_module(tr, plan, profile, template_values, dyn_templates, static_bytes,
         w(f"# The {profile.family} family's definition in MLX operations (what the port is checked against).")
         lines.append(ref.rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+def _unusable_wrapper(module: str, cut_text: str) -> str | None:
+    """Why the generated `launch_config`/`kernel(*inputs)` cannot run (a syntax error, a name nothing defines),
+    or None. They are made from the host code around the launch; code it does not follow (a framework's tensor
+    API: `x.size(0)`, `x.data_ptr<float>()`) must not cost the module its launch()."""
+    import builtins
+    import symtable
+    try:
+        compile(module, "port_module", "exec")
+        table = symtable.symtable(module, "port_module", "exec")
+    except SyntaxError as e:
+        return e.msg
+    module_names = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
+    for fn in table.get_children():
+        if fn.get_name() not in ("launch_config", "kernel") or f"def {fn.get_name()}(" not in cut_text:
+            continue
+        for sym in fn.get_symbols():
+            n = sym.get_name()
+            if sym.is_referenced() and sym.is_global() and n not in module_names and not hasattr(builtins, n):
+                return f"'{n}' is not defined there"
+    return None
+
+
+def _refusing_wrapper(name: str, why: str) -> list[str]:
+    msg = (f"{name}: kernel(*inputs) could not be made from the host code around its launch ({why}); call "
+           f"launch(*args, grid=..., block=...) with the kernel's own arguments, as CUDA does")
+    return ["def launch_config(*inputs, **sizes):",
+            '    """Not available for this kernel: see kernel()."""',
+            f"    raise NotImplementedError({msg!r})",
+            "", "",
+            "def kernel(*inputs, **sizes):",
+            f'    """Not available for this kernel: {why}. Use launch()."""',
+            f"    raise NotImplementedError({msg!r})"]
 
 
 def _shape_tuple(shape: list[str] | None) -> str:

@@ -116,3 +116,13 @@ def test_two_arguments_into_one_allocation_where_the_lower_one_writes_still_veri
         "  halves<<<2, 64>>>(d, d + n, n);\n  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);\n  return 0;\n}\n")
     (v,) = port_file(tmp_path / "two.cu", write=False).kernels
     assert v.status == "verified" and v.workload == "captured", v.reason
+
+
+def test_a_halo_read_through_a_pointer_not_declared_const_verifies(tmp_path):
+    # `float *in` (not const) that the kernel only reads: launch() passes it as given, so the slice x[R:] keeps the
+    # halo before it (a copy, as for a buffer the kernel writes, would start at the pointer), and hands it back
+    src = PROGRAM.replace("__global__ void halo(const float *in", "__global__ void halo(float *in")
+    (tmp_path / "nc.cu").write_text(src)
+    got = {v.kernel: v for v in port_file(tmp_path / "nc.cu", write=False).kernels}
+    assert got["halo"].status == "verified" and got["halo"].workload == "captured", got["halo"].reason
+    assert "'stored': False" in got["halo"].module_text

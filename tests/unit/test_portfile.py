@@ -648,3 +648,37 @@ def test_a_kernel_that_launches_a_kernel_is_not_ported_and_its_child_still_is(tm
     assert got["child"].status == "verified", got["child"].reason
     assert "dynamic parallelism" in (rep.capture.error or ""), rep.capture.error
     assert "nested.cu:7" in rep.capture.error
+
+
+def test_a_framework_extension_without_main_gets_launch_and_a_kernel_wrapper_that_says_why_not(tmp_path):
+    # a PyTorch-style C++ extension: the host wrapper reads sizes through the framework's tensor API, which the
+    # kernel(*inputs) wrapper cannot follow; the module still loads, launch() is verified on a made-up workload,
+    # and kernel() says what to call instead (it was a module that did not load: a duplicate argument)
+    import importlib.util
+    (tmp_path / "ext.cu").write_text(
+        "#include <torch/types.h>\n"
+        "__global__ void scale_rows(const float* x, float* y, const int N, const int d, const float s) {\n"
+        "  int row = blockIdx.x, col = threadIdx.x;\n"
+        "  if (row < N && col < d) y[row * d + col] = s * x[row * d + col];\n}\n"
+        "torch::Tensor forward(torch::Tensor x) {\n"
+        "  const int N = x.size(0); const int d = x.size(1);\n  const float s = 1.0 / sqrt(d);\n"
+        "  auto y = torch::zeros_like(x);\n"
+        "  scale_rows<<<N, d>>>(x.data_ptr<float>(), y.data_ptr<float>(), N, d, s);\n  return y;\n}\n")
+    (v,) = port_file(tmp_path / "ext.cu", write=False).kernels
+    assert v.status == "verified", v.reason
+    spec = importlib.util.spec_from_loader("ext_port", loader=None)
+    mod = importlib.util.module_from_spec(spec)
+    exec(compile(v.module_text, "ext_mlx.py", "exec"), mod.__dict__)
+    with pytest.raises(NotImplementedError, match=r"scale_rows: kernel\(\*inputs\) could not be made .*launch\("):
+        mod.kernel(np.zeros((2, 4), np.float32))
+
+
+def test_a_wrapper_naming_what_nothing_defines_is_refused_and_a_good_one_kept():
+    from ksearch_engine.translate.emit import _unusable_wrapper
+    head = "import math\n\ndef _dim3(x=1, y=1, z=1):\n    return (x, y, z)\n\n\n"
+    good = head + "def launch_config(a, *, n=None):\n    g = _dim3(n)\n    return math.ceil(n / 2), g, len(a)\n"
+    assert _unusable_wrapper(good, good[len(head):]) is None
+    bad = good.replace("_dim3(n)", "_dim3(BLOCK_SIZE)")
+    assert _unusable_wrapper(bad, bad[len(head):]) == "'BLOCK_SIZE' is not defined there"
+    dup = head + "def kernel(x, *, x=None):\n    return x\n"
+    assert "duplicate argument" in _unusable_wrapper(dup, dup[len(head):])
