@@ -540,6 +540,13 @@ def port_file(path: str | Path, *, kernels: list[str] | None = None, argv: list[
                         f"preprocessor does not take ({out}); change that condition, or the #define it tests (or pass "
                         f"-D NAME=VALUE), to port it")
             continue
+        twins = [o for o in cuda if o.name == k.name and o is not k and not left_out(o)]
+        if twins:   # overloads: launches, modules and verdicts go by the kernel's name
+            lines = sorted({k.range.start.line + 1, *(o.range.start.line + 1 for o in twins)})
+            v.reason = (f"{k.name} is overloaded (kernels of that name at lines {', '.join(map(str, lines))}): ksearch "
+                        f"tells kernels apart by name, so it cannot say which launch ran which; rename the overloads "
+                        f"(one name each) to port them")
+            continue
         cap_k, mode = by_mode.get(k.name, (capture, None))
         launches = with_deduced_template_args(k, _launches_for(cap_k, k.name))
         fn_args, launches, fn_note = function_instantiation(k, parsed, launches, cap_k.launches_of(k.name)

@@ -264,6 +264,9 @@ def rewrite_launches(text: str, kernels: dict[str, object], resolve_targs: bool 
     host_named = {n for n in kernels if re.search(
         rf"(?m)^[ \t]*(?:(?:static|inline|extern|__host__)\s+)*(?!__global__\b)[A-Za-z_][\w:<>]*[\s*&]+{re.escape(n)}"
         rf"\s*\([^;{{}}]*\)\s*\{{", code)}
+    # kernels overloaded on their parameters (`__global__ void k(uchar4*, ...)` beside `k(unsigned char*, ...)`):
+    # the same, the arguments pick the overload
+    host_named |= {n for n in kernels if len(re.findall(rf"\b__global__\b[^;{{}}()]*?\b{re.escape(n)}\s*\(", code)) > 1}
     i, iend = find_open(0)
     while i >= 0:
         # the kernel expression before <<<: name, optional ::, optional <template args>

@@ -682,3 +682,29 @@ def test_a_wrapper_naming_what_nothing_defines_is_refused_and_a_good_one_kept():
     assert _unusable_wrapper(bad, bad[len(head):]) == "'BLOCK_SIZE' is not defined there"
     dup = head + "def kernel(x, *, x=None):\n    return x\n"
     assert "duplicate argument" in _unusable_wrapper(dup, dup[len(head):])
+
+
+def test_overloaded_kernels_are_named_as_such_and_the_files_other_kernels_still_capture(tmp_path):
+    # two __global__ kernels of one name (overloads on the pointer type): the program's capture compiles (the
+    # launches go the generic way, where the arguments pick the overload), the overloads are refused naming their
+    # lines, and the file's other kernel is verified on its captured launch
+    (tmp_path / "ov.cu").write_text(
+        "__global__ void pack(unsigned char* o, const float* x, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) o[4 * i] = (unsigned char)(255 * x[i]);\n}\n"
+        "__global__ void pack(uchar4* o, const float* x, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) o[i].y = (unsigned char)(255 * x[i]);\n}\n"
+        "__global__ void halve(float* x, int n) {\n"
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 0.5f;\n}\n"
+        "int main() {\n  const int n = 128; float h[n], *x; unsigned char* a; uchar4* b;\n"
+        "  for (int i = 0; i < n; i++) h[i] = i / 128.0f;\n"
+        "  cudaMalloc(&x, sizeof h); cudaMalloc(&a, 4 * n); cudaMalloc(&b, 4 * n);\n"
+        "  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);\n"
+        "  pack<<<2, 64>>>(a, x, n);\n  pack<<<2, 64>>>(b, x, n);\n  halve<<<2, 64>>>(x, n);\n"
+        "  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    rep = port_file(tmp_path / "ov.cu", write=False)
+    assert rep.capture.status == "ok", rep.capture.error
+    by_line = {v.line: v for v in rep.kernels}
+    for line in (1, 4):
+        assert by_line[line].status == "not_ported" and "overloaded" in by_line[line].reason
+        assert "lines 1, 4" in by_line[line].reason
+    assert by_line[7].status == "verified" and by_line[7].workload == "captured", by_line[7].reason
