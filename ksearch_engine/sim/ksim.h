@@ -1162,6 +1162,10 @@ struct dim3 {
 #ifndef KSIM_HOST  // ksim_host.h (launch capture) defines the whole runtime API
 typedef int cudaError_t;
 typedef void* cudaStream_t;
+// OpenGL/Direct3D interop handles: declared by every cuda_runtime.h (a program may hold one at file scope); the
+// calls that use them stop the capture (ksim_host.h)
+struct cudaGraphicsResource;
+typedef cudaGraphicsResource* cudaGraphicsResource_t;
 typedef void* cudaEvent_t;
 enum { cudaSuccess = 0 };
 #endif

@@ -72,6 +72,8 @@ typedef cudaError cudaError_t;
 struct CUstream_st;
 struct CUevent_st { double t; };
 typedef CUstream_st* cudaStream_t;
+struct cudaGraphicsResource;   // OpenGL/Direct3D interop handles (their calls stop the capture: GPU only)
+typedef cudaGraphicsResource* cudaGraphicsResource_t;
 typedef CUevent_st* cudaEvent_t;
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 #define cudaStreamPerThread ((cudaStream_t)0x2)

@@ -602,9 +602,11 @@ def test_pointer_fields_a_kernel_follows_become_buffers_of_their_own(tmp_path):
 def test_active_masks_managed_globals_and_old_runtime_queries_capture_and_port(tmp_path):
     # __activemask() feeding a ballot in a partial warp (24 threads: the mask is not all ones), a __managed__
     # variable the host sets and the kernel reads and writes, and the pre-CUDA 4 / deprecated device queries the
-    # program calls before launching: the program runs on the capture's runtime and both ports verify on its launch
+    # program calls before launching, beside a file-scope OpenGL interop handle it never uses: the program runs on
+    # the capture's runtime and both ports verify on its launch
     (tmp_path / "votes.cu").write_text(
         "#include <cstdio>\n"
+        "cudaGraphicsResource* resource = NULL;   // an interop handle the program never uses\n"
         "__managed__ int offset;\n"
         "__global__ void vote(const int* in, unsigned* out) {\n"
         "  unsigned active = __activemask();\n"
