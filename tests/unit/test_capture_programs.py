@@ -839,3 +839,35 @@ def test_libcuxx_atomics_and_address_ranges_run_on_the_capture_runtime(tmp_path)
     (launch,) = cap.launches
     hits = next(a for a in launch.args if a.name == "hits")
     assert int(np.load(f"{cap.dir}/{hits.after}")[0]) == 50
+
+
+PAST_END = """
+__global__ void per_block(const int* in, int* out) {
+  if (threadIdx.x == 0) out[blockIdx.x] = in[blockIdx.x] + 1;
+}
+__global__ void reads_only(const int* out, int* copy) { if (threadIdx.x == 0) copy[0] = out[0]; }
+int main() {
+  int h[4] = {1, 2, 3, 4};
+  int *in, *out, *copy;
+  cudaMalloc(&in, sizeof h);
+  cudaMalloc(&out, sizeof(int));      // one int for four blocks: the program's bug
+  cudaMalloc(&copy, sizeof(int));
+  cudaMemcpy(in, h, sizeof h, cudaMemcpyHostToDevice);
+  per_block<<<4, 32>>>(in, out);
+  reads_only<<<1, 32>>>(out, copy);
+  cudaDeviceSynchronize();
+  return 0;
+}
+"""
+
+
+def test_a_write_past_the_requested_size_into_the_allocations_padding_is_named_once_for_its_kernel(tmp_path):
+    # out[1..3] land in the padding up to the allocation's 16-byte rounding: no fault (nor on a GPU), but the
+    # capture says which kernel wrote past which argument's allocation; the kernel that only reads it is not named
+    src = write(tmp_path, "past.cu", PAST_END)
+    cap = capture_program(src, timeout_s=30)
+    assert cap.status == "ok", cap.error
+    notes = [n for n in cap.notes if "writes past the end" in n.message]
+    assert len(notes) == 1, [n.message for n in cap.notes]
+    assert "per_block" in notes[0].message and "argument #2" in notes[0].message and "4 bytes allocated" in notes[0].message
+    assert notes[0].line == line_of(PAST_END, "per_block<<<")
