@@ -717,29 +717,24 @@ def _coupled_scalars(source: str, k, values: dict[str, int], defines: dict[str, 
     from .launchsites import balanced
     env = _macro_ints(source, defines)
     arrays: dict[str, int] = {}
+
+    def count(*bounds) -> int:   # elements of an array declared with these bounds (0: not a constant)
+        n = 1
+        for x in bounds:
+            if x is not None:
+                v = _eval_int(x, env)
+                n = n * v[0] if v and len(v) == 1 else 0
+        return n
     for m in re.finditer(r"(?:__constant__|__device__|__shared__)\s+(?:const\s+)?[A-Za-z_][\w\s:<>]*?\b"
                          r"([A-Za-z_]\w*)\s*\[([^\[\]]+)\]\s*(?:\[([^\[\]]+)\]\s*)?[;=]", source):
-        n = 1
-        for x in (m.group(2), m.group(3)):
-            if x is None:
-                continue
-            v = _eval_int(x, env)
-            n = n * v[0] if v and len(v) == 1 else 0
-        if n > 0:
-            arrays[m.group(1)] = n
+        if count(m.group(2), m.group(3)) > 0:
+            arrays[m.group(1)] = count(m.group(2), m.group(3))
     # the kernel's own local arrays (`int v[4];`, `float acc[TILE][TILE];`)
     for m in re.finditer(r"(?:^|[;{}])\s*(?:const\s+|unsigned\s+|signed\s+|__shared__\s+)*([A-Za-z_]\w*)\s+"
                          r"([A-Za-z_]\w*)\s*\[([^\[\]]+)\]\s*(?:\[([^\[\]]+)\]\s*)?[;=]", k.body):
-        if m.group(1) in ("return", "else", "case", "goto", "delete", "throw") or m.group(2) in arrays:
-            continue
-        n = 1
-        for x in (m.group(3), m.group(4)):
-            if x is None:
-                continue
-            v = _eval_int(x, env)
-            n = n * v[0] if v and len(v) == 1 else 0
-        if n > 0:
-            arrays[m.group(2)] = n
+        if m.group(1) not in ("return", "else", "case", "goto", "delete", "throw") and m.group(2) not in arrays \
+                and count(m.group(3), m.group(4)) > 0:
+            arrays[m.group(2)] = count(m.group(3), m.group(4))
     if not arrays:
         return dict(values)
     body = k.body

@@ -257,6 +257,16 @@ def _compare_allowing(name: str, got: np.ndarray, want: np.ndarray, dtype, od) -
     return compare(name, g, e, dtype)
 
 
+def _original_failed(res, dialects, e, how: str):
+    """`res` for a launch on which the original itself fails (`how`: what it does): neither port can be judged."""
+    res.original_error = _error_text(e)
+    msg = f"the original kernel {how} on this launch: {res.original_error}"
+    for d in dialects:
+        res.dialects[d], res.messages[d] = "not_runnable", msg
+    res.message = msg
+    return res
+
+
 def check_port(module_text: str, original_source: str, kernel: str, launch, filename: str = "kernel.cu",
                include_dirs=(), expected: dict | None = None, dialects=("metal", "cuda"),
                timeout_s: float = 20.0) -> PortCheck:
@@ -303,12 +313,7 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
                          heads=heads)
         except Exception as e:
             if getattr(e, "kind", None) == "fault":
-                res.original_error = _error_text(e)
-                msg = f"the original kernel faults in the simulator on this launch: {res.original_error}"
-                for d in dialects:
-                    res.dialects[d], res.messages[d] = "not_runnable", msg
-                res.message = msg
-                return res
+                return _original_failed(res, dialects, e, "faults in the simulator")
     if expected:
         want = {n: np.asarray(v) for n, v in expected.items()}
         for p in pointers:   # buffers the capture saw unchanged must stay unchanged
@@ -320,12 +325,7 @@ def check_port(module_text: str, original_source: str, kernel: str, launch, file
                                 timeout_s, heads=heads)
             orig_order = dict(getattr(want, "order_dependence", {}) or {})
         except Exception as e:
-            res.original_error = _error_text(e)
-            msg = f"the original kernel does not run in the simulator on this launch: {res.original_error}"
-            for d in dialects:
-                res.dialects[d], res.messages[d] = "not_runnable", msg
-            res.message = msg
-            return res
+            return _original_failed(res, dialects, e, "does not run in the simulator")
     written = {p["name"] for p in pointers if p["written"]}
     orig_race: str | None = None
     for d in dialects:
