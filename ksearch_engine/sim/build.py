@@ -73,7 +73,7 @@ def _is_gcc(cxx: str) -> bool:
 
 # the whole-file CUDA entry with the CPU runtime's host API (cuda_source.py), and the headers it reads
 HOST_ENTRY = "ksim_cuda_host.h"
-HOST_HEADERS = ("ksim_host.h", "ksim_tex.h", "ksim_curand.h", HOST_ENTRY)
+HOST_HEADERS = ("ksim_host.h", "ksim_tex.h", "ksim_curand.h", "ksim_gl.h", HOST_ENTRY)
 
 
 def pch_dir(cxx: str, host: bool = False) -> Path | None:

@@ -41,7 +41,7 @@ _TAIL = 8000
 SLOW_S = 2.0   # a launch running longer on the CPU is too slow to check six times over: the program is run smaller
 SCALE_BUILD_S = 60.0   # a program whose build took longer is not built a second time at smaller sizes
 _HOST_HEADERS = ("ksim.h", "ksim_cuda.h", "ksim_host.h", "ksim_wmma.h", "ksim_curand.h", "ksim_tex.h",
-                 "ksim_cub.h", "ksim_driver.h")
+                 "ksim_cub.h", "ksim_driver.h", "ksim_gl.h")
 
 
 class CaptureFailed(Exception):

@@ -1091,6 +1091,13 @@ FILES.update({
     "ksim_one_rank.h": _ONE_RANK, "mpi.h": _MPI, "nccl.h": _NCCL,
     "nvrtc.h": '#pragma once\n#include "cuda.h"\n',   # NVRTC: ksim_driver.h, with the driver API
 })
+# GLUT and the OpenGL a program shows its results with, headless (ksim_gl.h): glutMainLoop calls the display and idle
+# callbacks, then ends the program; buffer objects are host allocations, so CUDA-GL interop on buffers maps them.
+# GLEW, GLFW, EGL and the samples' helper_gl.h stay UNSUPPORTED (left out where unused)
+GL_HEADERS = ("GL/gl.h", "GL/glu.h", "GL/glut.h", "GL/freeglut.h", "GL/freeglut_std.h", "GL/freeglut_ext.h",
+              "GL/glext.h", "GL/glx.h", "GLUT/glut.h", "OpenGL/gl.h", "OpenGL/glu.h", "OpenGL/glext.h",
+              "cuda_gl_interop.h")
+FILES.update({h: '#pragma once\n#include "ksim_gl.h"\n' for h in GL_HEADERS})
 # Thrust's vectors and basic algorithms on the host (host_thrust.py); its other headers stay UNSUPPORTED
 FILES.update(host_thrust.FILES)
 FILES.update({h: f'#pragma once\n#include "{_cub.STAND_IN}"\n' for h in _cub.HEADERS})   # CUB's collectives (sim/cub.py)

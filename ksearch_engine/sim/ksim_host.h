@@ -15,6 +15,8 @@
 #include <cxxabi.h>
 #include <fcntl.h>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <set>
@@ -66,7 +68,8 @@ enum cudaError {
   cudaErrorPeerAccessAlreadyEnabled = 704, cudaErrorPeerAccessNotEnabled = 705,
   cudaErrorHostMemoryAlreadyRegistered = 712, cudaErrorHostMemoryNotRegistered = 713,
   cudaErrorLaunchFailure = 719, cudaErrorCooperativeLaunchTooLarge = 720, cudaErrorNotSupported = 801,
-  cudaErrorStreamCaptureUnsupported = 900, cudaErrorUnknown = 999
+  cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901, cudaErrorIllegalState = 401,
+  cudaErrorUnknown = 999
 };
 typedef cudaError cudaError_t;
 struct CUstream_st;
@@ -749,6 +752,30 @@ inline void run_grid_here(dim3 grid, dim3 block, size_t smem) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// CUDA graphs by stream capture: between cudaStreamBeginCapture and cudaStreamEndCapture, the launches, async
+// copies/memsets and host functions issued to the stream (and to streams that joined it by waiting on an event
+// recorded in it) are kept in order instead of run; cudaGraphLaunch runs them, each launch recorded as usual.
+// Serialised issue order is a valid order of the graph's dependencies.
+// ------------------------------------------------------------------------------------------------
+struct GraphOp { std::string what; std::function<void()> run; };
+struct Graph { std::vector<GraphOp> ops; cudaStream_t origin = nullptr; };
+inline std::map<cudaStream_t, Graph*>& capturing() { static std::map<cudaStream_t, Graph*> m; return m; }
+inline std::map<const void*, Graph*>& event_graph() { static std::map<const void*, Graph*> m; return m; }
+inline Graph* capture_of(cudaStream_t s) {
+  auto& m = capturing();
+  if (m.empty()) return nullptr;
+  auto it = m.find(s);
+  return it == m.end() ? nullptr : it->second;
+}
+// an operation issued to a capturing stream is kept for the graph (true), else the caller runs it now
+inline bool captured(cudaStream_t s, const std::string& what, std::function<void()> run) {
+  Graph* g = capture_of(s);
+  if (!g) return false;
+  g->ops.push_back(GraphOp{what, std::move(run)});
+  return true;
+}
+
+// ------------------------------------------------------------------------------------------------
 // Launches
 // ------------------------------------------------------------------------------------------------
 struct Site { const char* kernel; const char* targs; const char* file; int line; };
@@ -981,6 +1008,31 @@ inline void run_launch(const Site& s, const Cfg& c, Tup& args, Invoke inv) {
   log_line("{\"ev\":\"end\",\"launch\":" + end + secs + "}");
 }
 
+// a launch's arguments and the call that runs the kernel on them (apply(args)); on a capturing stream the launch is
+// kept, with copies of its arguments, for the graph
+template <class Tup, class Apply>
+inline void launch_tuple(const Site& s, const Cfg& c, Tup& args, Apply apply) {
+  if (capture_of(c.stream)) {
+    if constexpr (std::is_copy_constructible<Tup>::value) {
+      auto kept = std::make_shared<Tup>(args);
+      std::string kernel = s.kernel, targs = s.targs;   // (the site's text may be a temporary)
+      const char* file = s.file;
+      int line = s.line;
+      captured(c.stream, std::string("launch of ") + s.kernel, [kernel, targs, file, line, c, kept, apply]() {
+        Site rs{kernel.c_str(), targs.c_str(), file, line};
+        auto inv = [&]() { apply(*kept); };
+        run_launch(rs, c, *kept, inv);
+      });
+      return;
+    } else {
+      stop("gpu_only", std::string("a launch of ") + s.kernel + " captured into a CUDA graph with arguments that "
+           "cannot be copied: the graph cannot be replayed on the CPU", s.file, s.line);
+    }
+  }
+  auto inv = [&]() { apply(args); };
+  run_launch(s, c, args, inv);
+}
+
 template <class F, class... A> inline void launch_g(const Site& s, const Cfg& c, F f, A&&... a);
 // k<<<...>>>(args) with k's parameter types known: arguments convert to them, as in CUDA (when they
 // do not, e.g. an overload or default arguments, the generic path runs the call as written).
@@ -988,8 +1040,7 @@ template <class... P, class G, class... A>
 inline void launch(const Site& s, const Cfg& c, void (*k)(P...), G generic, A&&... a) {
   if constexpr (sizeof...(P) == sizeof...(A) && std::is_constructible<std::tuple<std::decay_t<P>...>, A&&...>::value) {
     std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
-    auto inv = [k, &args]() { std::apply(k, args); };
-    run_launch(s, c, args, inv);
+    launch_tuple(s, c, args, [k](auto& t) { std::apply(k, t); });
   } else {
     launch_g(s, c, generic, std::forward<A>(a)...);
   }
@@ -999,8 +1050,7 @@ inline void launch(const Site& s, const Cfg& c, void (*k)(P...), G generic, A&&.
 template <class F, class... A>
 inline void launch_g(const Site& s, const Cfg& c, F f, A&&... a) {
   std::tuple<std::decay_t<A>...> args(std::forward<A>(a)...);
-  auto inv = [&f, &args]() { std::apply(f, args); };
-  run_launch(s, c, args, inv);
+  launch_tuple(s, c, args, [f](auto& t) { std::apply(f, t); });
 }
 // k<<<...>>>(args) where k is a function-pointer variable: the launch is named "k@fn=0x<code offset>", which
 // capture.py turns into the name of the kernel it points to
@@ -1028,8 +1078,7 @@ inline void launch_ptr(Site s, const Cfg& c, K k, G generic, A&&... a) {
 template <class... P, size_t... I>
 inline void launch_slots(const Site& s, const Cfg& c, void (*k)(P...), void** slots, std::index_sequence<I...>) {
   std::tuple<std::decay_t<P>...> args(*(std::decay_t<P>*)slots[I]...);
-  auto inv = [k, &args]() { std::apply(k, args); };
-  run_launch(s, c, args, inv);
+  launch_tuple(s, c, args, [k](auto& t) { std::apply(k, t); });
 }
 
 inline cudaDeviceProp device_prop() {
@@ -1210,23 +1259,33 @@ inline cudaError_t cudaMalloc3D(cudaPitchedPtr* pp, cudaExtent e) {
 }
 template <class T> inline cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
 inline cudaError_t cudaFree(void* p) { if (p) ksim_host::free_alloc(p); return cudaSuccess; }
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+// freed inside a stream capture: a graph's free node; the memory is kept for the graph's replays
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) { return ksim_host::capture_of(s) ? cudaSuccess : cudaFree(p); }
 inline cudaError_t cudaFreeHost(void* p) { if (p) ksim_host::free_alloc(p); return cudaSuccess; }
 inline cudaError_t cudaHostRegister(void*, size_t, unsigned) { return cudaSuccess; }
 inline cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
 template <class T> inline cudaError_t cudaHostGetDevicePointer(T** d, void* h, unsigned) { *d = (T*)h; return cudaSuccess; }
 inline cudaError_t cudaHostGetFlags(unsigned* f, void*) { *f = 0; return cudaSuccess; }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind = cudaMemcpyDefault) { if (n) memmove(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k = cudaMemcpyDefault, cudaStream_t = 0) { return cudaMemcpy(d, s, n, k); }
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k = cudaMemcpyDefault, cudaStream_t st = 0) {
+  if (ksim_host::captured(st, "cudaMemcpyAsync", [=]() { if (n) memmove(d, s, n); })) return cudaSuccess;
+  return cudaMemcpy(d, s, n, k);
+}
 inline cudaError_t cudaMemcpyPeer(void* d, int, const void* s, int, size_t n) { return cudaMemcpy(d, s, n); }
-inline cudaError_t cudaMemcpyPeerAsync(void* d, int, const void* s, int, size_t n, cudaStream_t = 0) { return cudaMemcpy(d, s, n); }
+inline cudaError_t cudaMemcpyPeerAsync(void* d, int, const void* s, int, size_t n, cudaStream_t st = 0) { return cudaMemcpyAsync(d, s, n, cudaMemcpyDefault, st); }
 inline cudaError_t cudaMemcpy2D(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind = cudaMemcpyDefault) {
   for (size_t r = 0; r < h; r++) memmove((char*)d + r * dp, (const char*)s + r * sp, w);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind k = cudaMemcpyDefault, cudaStream_t = 0) { return cudaMemcpy2D(d, dp, s, sp, w, h, k); }
+inline cudaError_t cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t sp, size_t w, size_t h, cudaMemcpyKind k = cudaMemcpyDefault, cudaStream_t st = 0) {
+  if (ksim_host::captured(st, "cudaMemcpy2DAsync", [=]() { cudaMemcpy2D(d, dp, s, sp, w, h, k); })) return cudaSuccess;
+  return cudaMemcpy2D(d, dp, s, sp, w, h, k);
+}
 inline cudaError_t cudaMemset(void* p, int v, size_t n) { if (n) memset(p, v, n); return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = 0) { return cudaMemset(p, v, n); }
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st = 0) {
+  if (ksim_host::captured(st, "cudaMemsetAsync", [=]() { if (n) memset(p, v, n); })) return cudaSuccess;
+  return cudaMemset(p, v, n);
+}
 inline cudaError_t cudaMemset2D(void* p, size_t pitch, int v, size_t w, size_t h) {
   for (size_t r = 0; r < h; r++) memset((char*)p + r * pitch, v, w);
   return cudaSuccess;
@@ -1253,15 +1312,15 @@ template <class T> inline cudaError_t cudaMemcpyToSymbol(const T& sym, const voi
   memcpy((char*)&sym + off, s, n);
   return cudaSuccess;
 }
-template <class T> inline cudaError_t cudaMemcpyToSymbolAsync(const T& sym, const void* s, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyHostToDevice, cudaStream_t = 0) {
-  return cudaMemcpyToSymbol(sym, s, n, off);
+template <class T> inline cudaError_t cudaMemcpyToSymbolAsync(const T& sym, const void* s, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyHostToDevice, cudaStream_t st = 0) {
+  return cudaMemcpyAsync((char*)&sym + off, s, n, cudaMemcpyHostToDevice, st);
 }
 template <class T> inline cudaError_t cudaMemcpyFromSymbol(void* d, const T& sym, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyDeviceToHost) {
   memcpy(d, (const char*)&sym + off, n);
   return cudaSuccess;
 }
-template <class T> inline cudaError_t cudaMemcpyFromSymbolAsync(void* d, const T& sym, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyDeviceToHost, cudaStream_t = 0) {
-  return cudaMemcpyFromSymbol(d, sym, n, off);
+template <class T> inline cudaError_t cudaMemcpyFromSymbolAsync(void* d, const T& sym, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyDeviceToHost, cudaStream_t st = 0) {
+  return cudaMemcpyAsync(d, (const char*)&sym + off, n, cudaMemcpyDeviceToHost, st);
 }
 template <class P, class T> inline cudaError_t cudaGetSymbolAddress(P** p, const T& sym) { *p = (P*)(void*)&sym; return cudaSuccess; }
 template <class T> inline cudaError_t cudaGetSymbolSize(size_t* n, const T&) { *n = sizeof(T); return cudaSuccess; }
@@ -1368,20 +1427,43 @@ inline const char* cudaGetErrorString(cudaError_t e) {
 }
 
 // streams and events: everything runs in order on the host
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) { static char n; *s = (cudaStream_t)&n; return cudaSuccess; }
+// each stream its own handle (stream capture records what is issued to one stream)
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = (cudaStream_t)new char; return cudaSuccess; }
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned, int) { return cudaStreamCreate(s); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
-inline cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t f, void* d, unsigned) { f(s, cudaSuccess, d); return cudaSuccess; }
-inline cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t f, void* d) { f(d); return cudaSuccess; }
+// waiting on an event recorded in a capturing stream: the stream joins that capture (fork/join of a graph)
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
+  auto it = ksim_host::event_graph().find(e);
+  if (it != ksim_host::event_graph().end() && !ksim_host::capture_of(s)) ksim_host::capturing()[s] = it->second;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t f, void* d, unsigned) {
+  if (ksim_host::captured(s, "cudaStreamAddCallback", [=]() { f(s, cudaSuccess, d); })) return cudaSuccess;
+  f(s, cudaSuccess, d);
+  return cudaSuccess;
+}
+inline cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t f, void* d) {
+  if (ksim_host::captured(s, "cudaLaunchHostFunc", [=]() { f(d); })) return cudaSuccess;
+  f(d);
+  return cudaSuccess;
+}
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st{ksim_host::now_s()}; return cudaSuccess; }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = 0) { if (e) e->t = ksim_host::now_s(); return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { ksim_host::event_graph().erase(e); delete e; return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) {
+  if (ksim_host::Graph* g = ksim_host::capture_of(s)) {   // inside a capture: a point other streams may join at
+    ksim_host::event_graph()[e] = g;
+    g->ops.push_back(ksim_host::GraphOp{"cudaEventRecord", [e]() { e->t = ksim_host::now_s(); }});
+    return cudaSuccess;
+  }
+  ksim_host::event_graph().erase(e);
+  if (e) e->t = ksim_host::now_s();
+  return cudaSuccess;
+}
 inline cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s = 0, unsigned = 0) { return cudaEventRecord(e, s); }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
@@ -1444,10 +1526,89 @@ template <class... P> inline cudaError_t ksim_launch_kernel(const char* name, co
 #define cudaMemcpy2DToArray(...) KSIM_GPU_ONLY("CUDA arrays (cudaMemcpy2DToArray)")
 #define cudaMemcpy3D(...) KSIM_GPU_ONLY("3D copies (cudaMemcpy3D)")
 #define cudaFreeArray(...) cudaSuccess
-#define cudaStreamBeginCapture(...) KSIM_GPU_ONLY("CUDA graphs (cudaStreamBeginCapture)")
-#define cudaGraphCreate(...) KSIM_GPU_ONLY("CUDA graphs (cudaGraphCreate)")
-#define cudaGraphInstantiate(...) KSIM_GPU_ONLY("CUDA graphs (cudaGraphInstantiate)")
-#define cudaGraphLaunch(...) KSIM_GPU_ONLY("CUDA graphs (cudaGraphLaunch)")
+// CUDA graphs made by stream capture (ksim_host::Graph); graphs built node by node stay GPU only
+struct CUgraph_st : ksim_host::Graph {};
+struct CUgraphExec_st { std::vector<ksim_host::GraphOp> ops; };
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1,
+                               cudaStreamCaptureStatusInvalidated = 2 };
+enum cudaGraphInstantiateFlags { cudaGraphInstantiateFlagAutoFreeOnLaunch = 1, cudaGraphInstantiateFlagUpload = 2,
+                                 cudaGraphInstantiateFlagDeviceLaunch = 4, cudaGraphInstantiateFlagUseNodePriority = 8 };
+inline cudaError_t ksim_stream_begin_capture(cudaStream_t s, const char* file, int line) {
+  if (!s || s == cudaStreamLegacy) {
+    ksim_host::note("program", "cudaStreamBeginCapture on the legacy default stream (not allowed by CUDA): "
+                    "cudaErrorStreamCaptureUnsupported returned", file, line);
+    return ksim_host::ret(cudaErrorStreamCaptureUnsupported);
+  }
+  if (ksim_host::capture_of(s)) return ksim_host::ret(cudaErrorIllegalState);
+  auto* g = new CUgraph_st();
+  g->origin = s;
+  ksim_host::capturing()[s] = g;
+  return cudaSuccess;
+}
+#define cudaStreamBeginCapture(s, ...) ksim_stream_begin_capture(s, __FILE__, __LINE__)
+inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* out) {
+  ksim_host::Graph* g = ksim_host::capture_of(s);
+  if (!g || g->origin != s) return ksim_host::ret(cudaErrorIllegalState);
+  auto& m = ksim_host::capturing();   // the streams that joined the capture leave it with the origin
+  for (auto it = m.begin(); it != m.end();) it = it->second == g ? m.erase(it) : std::next(it);
+  auto& ev = ksim_host::event_graph();
+  for (auto it = ev.begin(); it != ev.end();) it = it->second == g ? ev.erase(it) : std::next(it);
+  CUgraph_st* owner = static_cast<CUgraph_st*>(g);   // every capture's graph is made as one
+  if (out) *out = owner;
+  else delete owner;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* st) {
+  *st = ksim_host::capture_of(s) ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, cudaStreamCaptureStatus* st, unsigned long long* id = nullptr, ...) {
+  *st = ksim_host::capture_of(s) ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  if (id) *id = (unsigned long long)(uintptr_t)ksim_host::capture_of(s);
+  return cudaSuccess;
+}
+inline cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode*) { return cudaSuccess; }
+inline cudaError_t ksim_graph_instantiate(cudaGraphExec_t* e, cudaGraph_t g) {
+  if (!e || !g) return ksim_host::ret(cudaErrorInvalidValue);
+  *e = new CUgraphExec_st{g->ops};
+  return cudaSuccess;
+}
+// cudaGraphInstantiate(exec, graph, errorNode, logBuffer, size) (CUDA 11) or (exec, graph, flags) (CUDA 12)
+#define cudaGraphInstantiate(e, g, ...) ksim_graph_instantiate(e, g)
+#define cudaGraphInstantiateWithFlags(e, g, ...) ksim_graph_instantiate(e, g)
+#define cudaGraphInstantiateWithParams(e, g, ...) ksim_graph_instantiate(e, g)
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+  if (!e) return ksim_host::ret(cudaErrorInvalidValue);
+  if (ksim_host::capture_of(s)) {   // a graph launched into a capture: a child graph node
+    std::vector<ksim_host::GraphOp> ops = e->ops;
+    return ksim_host::captured(s, "cudaGraphLaunch", [ops]() { for (auto& op : ops) op.run(); }), cudaSuccess;
+  }
+  for (auto& op : e->ops) op.run();
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphUpload(cudaGraphExec_t, cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { delete e; return cudaSuccess; }
+inline cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
+inline cudaError_t cudaGraphClone(cudaGraph_t* out, cudaGraph_t g) { *out = new CUgraph_st(*g); return cudaSuccess; }
+inline cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* n) {
+  if (!nodes && n) { *n = g->ops.size(); return cudaSuccess; }
+  return KSIM_GPU_ONLY("CUDA graph nodes (cudaGraphGetNodes with a node array)");
+}
+inline cudaError_t cudaGraphDebugDotPrint(cudaGraph_t, const char*, unsigned) { return cudaSuccess; }
+#define cudaGraphCreate(...) KSIM_GPU_ONLY("CUDA graphs built node by node (cudaGraphCreate)")
+#define cudaGraphAddKernelNode(...) KSIM_GPU_ONLY("CUDA graphs built node by node (cudaGraphAddKernelNode)")
+#define cudaGraphAddMemcpyNode(...) KSIM_GPU_ONLY("CUDA graphs built node by node (cudaGraphAddMemcpyNode)")
+#define cudaGraphAddMemcpyNode1D(...) KSIM_GPU_ONLY("CUDA graphs built node by node (cudaGraphAddMemcpyNode1D)")
+#define cudaGraphAddMemsetNode(...) KSIM_GPU_ONLY("CUDA graphs built node by node (cudaGraphAddMemsetNode)")
+#define cudaGraphAddHostNode(...) KSIM_GPU_ONLY("CUDA graphs built node by node (cudaGraphAddHostNode)")
+#define cudaGraphAddChildGraphNode(...) KSIM_GPU_ONLY("CUDA graphs built node by node (cudaGraphAddChildGraphNode)")
+#define cudaGraphAddEmptyNode(...) KSIM_GPU_ONLY("CUDA graphs built node by node (cudaGraphAddEmptyNode)")
+#define cudaGraphAddDependencies(...) KSIM_GPU_ONLY("CUDA graphs built node by node (cudaGraphAddDependencies)")
+#define cudaGraphExecUpdate(...) KSIM_GPU_ONLY("CUDA graph updates (cudaGraphExecUpdate)")
+#define cudaGraphExecKernelNodeSetParams(...) KSIM_GPU_ONLY("CUDA graph updates (cudaGraphExecKernelNodeSetParams)")
+#define cudaGraphKernelNodeGetParams(...) KSIM_GPU_ONLY("CUDA graph nodes (cudaGraphKernelNodeGetParams)")
+#define cudaGraphKernelNodeSetParams(...) KSIM_GPU_ONLY("CUDA graph nodes (cudaGraphKernelNodeSetParams)")
+#define cudaStreamBeginCaptureToGraph(...) KSIM_GPU_ONLY("CUDA graphs (cudaStreamBeginCaptureToGraph)")
 #define cudaIpcGetMemHandle(...) KSIM_GPU_ONLY("inter-process memory (cudaIpcGetMemHandle)")
 #define cudaIpcOpenMemHandle(...) KSIM_GPU_ONLY("inter-process memory (cudaIpcOpenMemHandle)")
 #define cudaIpcGetEventHandle(...) KSIM_GPU_ONLY("inter-process events (cudaIpcGetEventHandle)")
