@@ -121,8 +121,14 @@ def _symbol(m, source: str, type_text: str, rest: str, env, preamble) -> "Symbol
     ctype = " ".join(w for w in words if w not in ("volatile", "const", "static", "__constant__", "__device__",
                                                     "__managed__", "extern"))
     base = resolve_type(ctype, preamble)
-    if base not in POINTEE:
-        return None
+    if base in POINTEE:
+        dtype, size = POINTEE[base]
+    else:   # a struct whose fields are all of one scalar type (`struct Sphere { float r, g, b, radius, x, y, z; }`)
+        from .launch import struct_dtype
+        st = struct_dtype(base, preamble)
+        if st is None:
+            return None
+        dtype, size = st
     sizes = re.findall(r"\[([^\]]+)\]", d.group("dims"))
     count = 1
     for sz in sizes:
@@ -130,7 +136,6 @@ def _symbol(m, source: str, type_text: str, rest: str, env, preamble) -> "Symbol
         if not v or v <= 0:
             return None
         count *= v
-    dtype, size = POINTEE[base]
     lanes = size // {"float64": 8, "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "int16": 2,
                      "uint16": 2, "int8": 1, "uint8": 1, "bool": 1}.get(dtype, 4)
     return Symbol(name=d.group("name"), space=space, ctype=ctype, base=base, sizes=sizes, count=count * lanes,

@@ -710,3 +710,27 @@ def test_overloaded_kernels_are_named_as_such_and_the_files_other_kernels_still_
         assert by_line[line].status == "not_ported" and "overloaded" in by_line[line].reason
         assert "lines 1, 4" in by_line[line].reason
     assert by_line[7].status == "verified" and by_line[7].workload == "captured", by_line[7].reason
+
+
+def test_a_constant_array_of_structs_the_program_fills_reaches_both_ports(tmp_path):
+    # `__constant__ Ball balls[8]` (a struct of floats, with a __device__ method) filled by cudaMemcpyToSymbol: both
+    # ports take it as a symbol and are checked on what the program put there (they read zeros before, and a
+    # made-up workload gave zeros to the original too, so the check could not see it)
+    (tmp_path / "balls.cu").write_text(
+        "#include <cstdlib>\n"
+        "struct Ball { float r, x, y;\n"
+        "  __device__ float near(float px, float py) const { float dx = px - x, dy = py - y;\n"
+        "    return dx * dx + dy * dy < r * r ? r : 0.0f; } };\n"
+        "__constant__ Ball balls[8];\n"
+        "__global__ void shade(float* out, int w) {\n"
+        "  int px = threadIdx.x + blockIdx.x * blockDim.x, py = blockIdx.y;\n"
+        "  float v = 0.0f;\n  for (int i = 0; i < 8; i++) v += balls[i].near((float)px, (float)py);\n"
+        "  out[py * w + px] = v;\n}\n"
+        "int main() {\n  Ball h[8];\n"
+        "  for (int i = 0; i < 8; i++) { h[i].r = 3.0f + i; h[i].x = 4.0f * i; h[i].y = 2.0f * i; }\n"
+        "  cudaMemcpyToSymbol(balls, h, sizeof h);\n"
+        "  float* out; cudaMalloc(&out, 64 * 16 * sizeof(float));\n"
+        "  shade<<<dim3(2, 16), 32>>>(out, 64);\n  cudaDeviceSynchronize();\n  return 0;\n}\n")
+    (v,) = port_file(tmp_path / "balls.cu", write=False).kernels
+    assert v.status == "verified" and v.workload == "captured", v.reason
+    assert "'name': 'balls'" in v.module_text and "'elem_bytes': 12" in v.module_text
