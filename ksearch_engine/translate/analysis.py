@@ -254,7 +254,8 @@ def define_constants(preamble: list[str]) -> dict[str, str]:
         if is_enum(line):
             out.update(_enumerators(line))
             continue
-        m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$", line)
+        # (a comment after the value: `#define WARP_SIZE 32 // lanes`)
+        m = re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$", re.sub(r"/\*.*?\*/|//[^\n]*", " ", line))
         if not m:
             m = re.match(r"\s*(?:static\s+)?constexpr\s+\w+\s+([A-Za-z_]\w*)\s*=\s*(.+?);\s*$", line)
         if not m:

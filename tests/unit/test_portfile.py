@@ -734,3 +734,21 @@ def test_a_constant_array_of_structs_the_program_fills_reaches_both_ports(tmp_pa
     (v,) = port_file(tmp_path / "balls.cu", write=False).kernels
     assert v.status == "verified" and v.workload == "captured", v.reason
     assert "'name': 'balls'" in v.module_text and "'elem_bytes': 12" in v.module_text
+
+
+def test_a_define_with_a_comment_after_its_value_sizes_a_device_array_of_both_ports(tmp_path):
+    # `#define LANES 32 // lanes`: the comment is not part of the value, so `__device__ unsigned d[LANES]` is a
+    # symbol both ports take (the Metal port did not declare it)
+    from ksearch_engine.translate import analysis
+    assert analysis.constants_env(["#define LANES 32 // lanes", "#define TWO (1 /* one */ + 1)"], {}) == \
+        {"LANES": 32, "TWO": 2}
+    (tmp_path / "dd.cu").write_text(
+        "#define LANES 32 // lanes in a warp\n"
+        "__device__ unsigned int d_data[LANES];\n"
+        "__global__ void rotate() { unsigned v = d_data[(threadIdx.x + 1) % LANES]; __syncwarp();\n"
+        "  d_data[threadIdx.x] = v + 1; }\n"
+        "int main() {\n  unsigned h[LANES]; for (int i = 0; i < LANES; i++) h[i] = i * 3;\n"
+        "  cudaMemcpyToSymbol(d_data, h, sizeof h);\n  rotate<<<1, LANES>>>();\n"
+        "  cudaMemcpyFromSymbol(h, d_data, sizeof h);\n  return 0;\n}\n")
+    (v,) = port_file(tmp_path / "dd.cu", write=False).kernels
+    assert v.status == "verified" and v.workload == "captured", v.reason
