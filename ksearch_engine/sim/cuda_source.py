@@ -364,17 +364,10 @@ def _launch(so, info, args, grid, block, shared_mem_bytes, what, timeout_s, chec
                     raise SimError(f"{what}: parameter '{p.name}' is {p.type} but the array is "
                                    f"{v.dtype}", kind="usage")
                 arr = np.ascontiguousarray(v)
-                head = (heads or {}).get(p.name)
-                if head is not None and np.asarray(head).size:   # a pointer inside its allocation (`d_in + R`)
-                    head = np.ascontiguousarray(head).astype(arr.dtype, copy=False).reshape(-1)
-                    whole = np.concatenate([head.view(np.uint8), arr.reshape(-1).view(np.uint8)])
-                    b = rt.Buffer(whole.nbytes, head=head.nbytes)
-                    b.write(whole)
-                    starts.append((b, whole))
-                else:
-                    b = rt.Buffer(arr.nbytes)
-                    b.write(arr)
-                    starts.append((b, arr))
+                head = (heads or {}).get(p.name)   # a pointer inside its allocation (`d_in + R`)
+                b, whole = rt.filled_buffer(arr, None if head is None else
+                                            np.asarray(head).astype(arr.dtype, copy=False))
+                starts.append((b, whole))
                 buffers.append((p.name, b, arr))
                 pointers.append(b.pointer)
             elif kinds[len(pointers)] == 3:  # a struct by value: its bytes

@@ -268,15 +268,8 @@ def run_mlx_kernel(dialect: str, name: str, input_names, output_names, source: s
             if k == "in":
                 arr = arrays[idx]
                 head = (input_heads or {}).get(idx)
-                if head is not None and np.asarray(head).size:
-                    head = rt.to_storage(np.asarray(head).reshape(-1), in_dtypes[idx])
-                    whole = np.concatenate([head.view(np.uint8).reshape(-1), arr.view(np.uint8).reshape(-1)])
-                    b = rt.Buffer(whole.nbytes, head=head.nbytes)
-                    b.write(whole)
-                else:
-                    whole = arr
-                    b = rt.Buffer(arr.nbytes)
-                    b.write(arr)
+                b, whole = rt.filled_buffer(arr, None if head is None else
+                                            rt.to_storage(np.asarray(head).reshape(-1), in_dtypes[idx]))
                 if input_names[idx] in writable:
                     inouts.append((input_names[idx], b, arr, in_dtypes[idx], whole))
                 else:

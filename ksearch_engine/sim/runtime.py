@@ -147,6 +147,20 @@ class Buffer:
             pass
 
 
+def filled_buffer(arr: np.ndarray, head: np.ndarray | None = None) -> tuple["Buffer", np.ndarray]:
+    """A Buffer holding `arr`, and what it holds from its start. With `head` (the allocation's elements before the
+    kernel's pointer, in arr's storage dtype: the program passed `d_in + R`) the buffer holds head then arr, and the
+    kernel's pointer (Buffer.pointer) is at arr."""
+    if head is not None and head.size:
+        whole = np.concatenate([np.ascontiguousarray(head).reshape(-1).view(np.uint8),
+                                np.ascontiguousarray(arr).reshape(-1).view(np.uint8)])
+        b = Buffer(whole.nbytes, head=head.nbytes)
+    else:
+        whole, b = arr, Buffer(arr.nbytes)
+    b.write(whole)
+    return b, whole
+
+
 class Scalars:
     """Slots for scalar kernel arguments: each holds the value as int64 and as double."""
 
